@@ -1,0 +1,222 @@
+// Package config is the operator's interface to llmgate: the YAML file given
+// with -config, the environment variables that override it, the defaults
+// that make a zero-config run work, and Validate, which reports every
+// problem at once with the field it concerns.
+//
+// It does no network I/O and keeps no globals.
+package config
+
+import "time"
+
+// Config is the whole configuration. The zero value is not usable; call
+// Default, or Load, which starts from Default.
+type Config struct {
+	// Listen is the address the gateway serves on. Env GATEWAY_ADDR.
+	Listen string `yaml:"listen"`
+	// AllowInsecureListen lets the gateway listen on a non-loopback address
+	// with no clients configured, i.e. with no authentication at all.
+	AllowInsecureListen bool `yaml:"allow_insecure_listen"`
+	// DataDir holds the Badger store. Env GATEWAY_DATA_DIR.
+	DataDir string `yaml:"data_dir"`
+	// AdminToken guards /admin/*. Empty disables the admin API entirely.
+	// Env GATEWAY_ADMIN_TOKEN.
+	AdminToken string `yaml:"admin_token"`
+
+	Upstreams []Upstream `yaml:"upstreams"`
+	Clients   []Client   `yaml:"clients"`
+
+	Retry       Retry       `yaml:"retry"`
+	Breaker     Breaker     `yaml:"breaker"`
+	Idempotency Idempotency `yaml:"idempotency"`
+	Store       Store       `yaml:"store"`
+	Limits      Limits      `yaml:"limits"`
+	Log         Log         `yaml:"log"`
+	Server      Server      `yaml:"server"`
+	DeadLetters DeadLetters `yaml:"dead_letters"`
+}
+
+// Upstream is one OpenAI-compatible provider.
+type Upstream struct {
+	// Name identifies the upstream in logs, metrics, breakers and headers.
+	Name string `yaml:"name"`
+	// BaseURL is the provider's API root including /v1, e.g.
+	// https://api.openai.com/v1. Requests go to BaseURL + the path after /v1.
+	BaseURL string `yaml:"base_url"`
+	// APIKey is sent as "Authorization: Bearer <key>". May be empty (Ollama).
+	APIKey string `yaml:"api_key"`
+	// Models this upstream serves: exact names, or patterns with '*'
+	// wildcards ("gpt-4o*", "*").
+	Models []string `yaml:"models"`
+	// Timeout bounds one attempt against this upstream (headers and body).
+	// Default 120s.
+	Timeout Duration `yaml:"timeout"`
+	// Fallbacks names other upstreams tried, in order, when this one's
+	// breaker is open or its retries end in a transient failure.
+	Fallbacks []string `yaml:"fallbacks"`
+	// MaxIdleConns sizes the idle connection pool to this upstream.
+	// Default 256.
+	MaxIdleConns int `yaml:"max_idle_conns"`
+	// Cache enables content-keyed caching for requests to this upstream
+	// that carry no Idempotency-Key: the key is derived from the client and
+	// the body. Off by default.
+	Cache bool `yaml:"cache"`
+}
+
+// Client is one gateway API key and the name it maps to. The name scopes
+// idempotency keys and appears in logs; the key never does.
+type Client struct {
+	Name string `yaml:"name"`
+	// Key is the plain bearer token. Exactly one of Key and KeySHA256 is set.
+	Key string `yaml:"key"`
+	// KeySHA256 is the hex SHA-256 of the bearer token, so the plain key
+	// need not sit in the config file.
+	KeySHA256 string `yaml:"key_sha256"`
+}
+
+// Retry configures the one retry layer.
+type Retry struct {
+	// MaxAttempts counts every attempt, the first included. Default 3.
+	MaxAttempts int `yaml:"max_attempts"`
+	// BaseDelay is the backoff base: the delay before retry n is uniform in
+	// [0, min(MaxDelay, BaseDelay·2ⁿ)]. Default 1s.
+	BaseDelay Duration `yaml:"base_delay"`
+	// MaxDelay caps one backoff delay. Default 30s.
+	MaxDelay Duration `yaml:"max_delay"`
+	// Deadline bounds all attempts of one request, fallbacks included.
+	// Default 10m. A client may shorten it with X-Llmgate-Deadline.
+	Deadline Duration `yaml:"deadline"`
+	// BudgetRatio is the fraction of live traffic (requests over
+	// BudgetWindow) that retries may add. Default 0.2.
+	BudgetRatio float64 `yaml:"budget_ratio"`
+	// BudgetMinPerSecond retries per second are always allowed. Default 10.
+	BudgetMinPerSecond float64 `yaml:"budget_min_per_second"`
+	// BudgetWindow is the window live traffic is counted over. Default 10s.
+	BudgetWindow Duration `yaml:"budget_window"`
+}
+
+// Breaker configures the circuit breaker kept per upstream.
+type Breaker struct {
+	// ConsecutiveFailures trips the breaker. Default 5.
+	ConsecutiveFailures uint32 `yaml:"consecutive_failures"`
+	// FailureRatio, when > 0, also trips the breaker when the ratio of
+	// failures over Interval reaches it with at least MinRequests requests.
+	FailureRatio float64 `yaml:"failure_ratio"`
+	// MinRequests is the minimum count for FailureRatio. Default 20.
+	MinRequests uint32 `yaml:"min_requests"`
+	// Interval is the closed-state window over which counts are kept.
+	// Default 60s.
+	Interval Duration `yaml:"interval"`
+	// OpenTimeout is how long the breaker stays open before a half-open
+	// probe. Default 30s.
+	OpenTimeout Duration `yaml:"open_timeout"`
+	// HalfOpenRequests is how many probes half-open lets through. Default 1.
+	HalfOpenRequests uint32 `yaml:"half_open_requests"`
+}
+
+// Idempotency configures Idempotency-Key handling.
+type Idempotency struct {
+	// TTL is how long a committed response is replayed. Default 24h.
+	TTL Duration `yaml:"ttl"`
+	// RequireKey makes a POST without Idempotency-Key a 400.
+	RequireKey bool `yaml:"require_key"`
+	// WaitTimeout bounds how long a duplicate waits for the in-flight
+	// request to commit before it gets 409. Default 60s.
+	WaitTimeout Duration `yaml:"wait_timeout"`
+	// Lease is how long a claim holds without renewal; renewed while the
+	// call runs. Default 30s.
+	Lease Duration `yaml:"lease"`
+	// CacheTTL is the lifetime of content-keyed cache entries. Default 1h.
+	CacheTTL Duration `yaml:"cache_ttl"`
+	// MaxRecordBytes caps what one committed response may hold (a body, or
+	// all events of a stream). Larger responses are served, not committed.
+	// Default 8 MiB.
+	MaxRecordBytes int64 `yaml:"max_record_bytes"`
+	// MaxRecordEvents caps the SSE events recorded for one stream.
+	// Default 100000.
+	MaxRecordEvents int `yaml:"max_record_events"`
+}
+
+// Store selects and sizes the idempotency and dead-letter store.
+type Store struct {
+	// Kind is "badger" (default, embedded) or "redis".
+	Kind string `yaml:"kind"`
+	// SyncWrites makes every Badger commit fsync before the response is
+	// sent. Off: a process crash loses nothing, a power loss may lose the
+	// last writes. Default false.
+	SyncWrites bool `yaml:"sync_writes"`
+	// GCInterval is how often Badger's value log is garbage collected.
+	// Default 10m.
+	GCInterval Duration `yaml:"gc_interval"`
+	Redis      Redis    `yaml:"redis"`
+}
+
+// Redis configures the shared store for several replicas.
+type Redis struct {
+	// URL is a redis:// or rediss:// URL. Env GATEWAY_REDIS_URL.
+	URL string `yaml:"url"`
+	// PoolSize is go-redis's pool size. Default 10 per CPU.
+	PoolSize int `yaml:"pool_size"`
+	// Prefix is prepended to every key. Default "llmgate:".
+	Prefix string `yaml:"prefix"`
+	// Cluster treats URL's host list as a Redis Cluster.
+	Cluster bool `yaml:"cluster"`
+}
+
+// Limits bound what a client may send.
+type Limits struct {
+	// MaxBodyBytes caps a request body. Default 32 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxHeaderBytes caps request headers. Default 64 KiB.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxJSONDepth caps the nesting of a request body. Default 64.
+	MaxJSONDepth int `yaml:"max_json_depth"`
+	// StreamIdleTimeout ends an upstream stream that sends nothing for this
+	// long. Default 60s.
+	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
+}
+
+// Log configures structured logging.
+type Log struct {
+	// Format is "json" (default) or "text".
+	Format string `yaml:"format"`
+	// Level is debug, info (default), warn or error.
+	Level string `yaml:"level"`
+}
+
+// Server configures the HTTP server.
+type Server struct {
+	// ReadHeaderTimeout. Default 10s.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// IdleTimeout for keep-alive connections. Default 120s.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// ShutdownGrace is how long in-flight requests and streams get to
+	// finish after SIGTERM. Default 30s.
+	ShutdownGrace Duration `yaml:"shutdown_grace"`
+}
+
+// DeadLetters configures the record of keyed requests that finally failed.
+type DeadLetters struct {
+	// TTL of a dead letter. Default 168h (7 days).
+	TTL Duration `yaml:"ttl"`
+	// MaxBodyBytes caps the request body stored with a dead letter.
+	// Default 256 KiB.
+	MaxBodyBytes int `yaml:"max_body_bytes"`
+	// AlertThreshold logs at ERROR and flips the alert gauge when the
+	// number of dead letters reaches it. 0 disables. Default 10.
+	AlertThreshold int `yaml:"alert_threshold"`
+	// AlertGrowthPerHour alerts when more than this many arrive in an hour.
+	// 0 disables.
+	AlertGrowthPerHour int `yaml:"alert_growth_per_hour"`
+	// WebhookURL, when set, receives a Slack-compatible JSON alert.
+	WebhookURL string `yaml:"webhook_url"`
+	// WebhookTimeout bounds one webhook POST. Default 5s.
+	WebhookTimeout Duration `yaml:"webhook_timeout"`
+	// ReplayPerSecond bounds group replays. Default 5.
+	ReplayPerSecond float64 `yaml:"replay_per_second"`
+}
+
+// Duration is a time.Duration that decodes from YAML strings like "30s".
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
