@@ -3,10 +3,92 @@
 // that make a zero-config run work, and Validate, which reports every
 // problem at once with the field it concerns.
 //
-// It does no network I/O and keeps no globals.
+// Precedence, lowest first: the defaults (Default), the file, then the
+// GATEWAY_* environment variables (see Load). The file may also refer to the
+// environment as ${NAME}.
+//
+// It does no network I/O and keeps no globals: the environment is read
+// through the getenv function the caller passes to Load.
 package config
 
-import "time"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Default returns the configuration a zero-config run uses: every default
+// named in the field doc comments below, and no upstreams or clients.
+// Per-upstream defaults are applied by Load, since the list starts empty.
+func Default() Config {
+	return Config{
+		Listen:  "127.0.0.1:8080",
+		DataDir: "./data",
+		Retry: Retry{
+			MaxAttempts:        3,
+			BaseDelay:          Duration(time.Second),
+			MaxDelay:           Duration(30 * time.Second),
+			Deadline:           Duration(10 * time.Minute),
+			BudgetRatio:        0.2,
+			BudgetMinPerSecond: 10,
+			BudgetWindow:       Duration(10 * time.Second),
+		},
+		Breaker: Breaker{
+			ConsecutiveFailures: 5,
+			MinRequests:         20,
+			Interval:            Duration(60 * time.Second),
+			OpenTimeout:         Duration(30 * time.Second),
+			HalfOpenRequests:    1,
+		},
+		Idempotency: Idempotency{
+			TTL:             Duration(24 * time.Hour),
+			WaitTimeout:     Duration(60 * time.Second),
+			Lease:           Duration(30 * time.Second),
+			CacheTTL:        Duration(time.Hour),
+			MaxRecordBytes:  8 << 20,
+			MaxRecordEvents: 100000,
+		},
+		Store: Store{
+			Kind:       StoreBadger,
+			GCInterval: Duration(10 * time.Minute),
+			Redis:      Redis{Prefix: "llmgate:"},
+		},
+		Limits: Limits{
+			MaxBodyBytes:      32 << 20,
+			MaxHeaderBytes:    64 << 10,
+			MaxJSONDepth:      64,
+			StreamIdleTimeout: Duration(60 * time.Second),
+		},
+		Log: Log{Format: "json", Level: "info"},
+		Server: Server{
+			ReadHeaderTimeout: Duration(10 * time.Second),
+			IdleTimeout:       Duration(120 * time.Second),
+			ShutdownGrace:     Duration(30 * time.Second),
+		},
+		DeadLetters: DeadLetters{
+			TTL:             Duration(168 * time.Hour),
+			MaxBodyBytes:    256 << 10,
+			AlertThreshold:  10,
+			WebhookTimeout:  Duration(5 * time.Second),
+			ReplayPerSecond: 5,
+		},
+	}
+}
+
+// Store kinds.
+const (
+	StoreBadger = "badger"
+	StoreRedis  = "redis"
+)
+
+// Per-upstream defaults, applied by Load to every upstream.
+const (
+	DefaultUpstreamTimeout      = 120 * time.Second
+	DefaultUpstreamMaxIdleConns = 256
+)
 
 // Config is the whole configuration. The zero value is not usable; call
 // Default, or Load, which starts from Default.
@@ -41,20 +123,21 @@ type Upstream struct {
 	Name string `yaml:"name"`
 	// BaseURL is the provider's API root including /v1, e.g.
 	// https://api.openai.com/v1. Requests go to BaseURL + the path after /v1.
+	// Load removes a trailing slash.
 	BaseURL string `yaml:"base_url"`
 	// APIKey is sent as "Authorization: Bearer <key>". May be empty (Ollama).
 	APIKey string `yaml:"api_key"`
 	// Models this upstream serves: exact names, or patterns with '*'
-	// wildcards ("gpt-4o*", "*").
+	// wildcards ("gpt-4o*", "*"); see Serves. If empty, Load sets ["*"].
 	Models []string `yaml:"models"`
 	// Timeout bounds one attempt against this upstream (headers and body).
-	// Default 120s.
+	// If 0, Load sets 120s.
 	Timeout Duration `yaml:"timeout"`
 	// Fallbacks names other upstreams tried, in order, when this one's
 	// breaker is open or its retries end in a transient failure.
 	Fallbacks []string `yaml:"fallbacks"`
 	// MaxIdleConns sizes the idle connection pool to this upstream.
-	// Default 256.
+	// If 0, Load sets 256.
 	MaxIdleConns int `yaml:"max_idle_conns"`
 	// Cache enables content-keyed caching for requests to this upstream
 	// that carry no Idempotency-Key: the key is derived from the client and
@@ -65,11 +148,13 @@ type Upstream struct {
 // Client is one gateway API key and the name it maps to. The name scopes
 // idempotency keys and appears in logs; the key never does.
 type Client struct {
+	// Name is unique among clients.
 	Name string `yaml:"name"`
 	// Key is the plain bearer token. Exactly one of Key and KeySHA256 is set.
 	Key string `yaml:"key"`
 	// KeySHA256 is the hex SHA-256 of the bearer token, so the plain key
-	// need not sit in the config file.
+	// need not sit in the config file (e.g. from `printf %s "$KEY" | sha256sum`).
+	// Load lower-cases it.
 	KeySHA256 string `yaml:"key_sha256"`
 }
 
@@ -96,7 +181,7 @@ type Retry struct {
 
 // Breaker configures the circuit breaker kept per upstream.
 type Breaker struct {
-	// ConsecutiveFailures trips the breaker. Default 5.
+	// ConsecutiveFailures trips the breaker. Default 5; must be >= 1.
 	ConsecutiveFailures uint32 `yaml:"consecutive_failures"`
 	// FailureRatio, when > 0, also trips the breaker when the ratio of
 	// failures over Interval reaches it with at least MinRequests requests.
@@ -109,7 +194,8 @@ type Breaker struct {
 	// OpenTimeout is how long the breaker stays open before a half-open
 	// probe. Default 30s.
 	OpenTimeout Duration `yaml:"open_timeout"`
-	// HalfOpenRequests is how many probes half-open lets through. Default 1.
+	// HalfOpenRequests is how many probes half-open lets through. Default 1;
+	// must be >= 1.
 	HalfOpenRequests uint32 `yaml:"half_open_requests"`
 }
 
@@ -138,7 +224,7 @@ type Idempotency struct {
 
 // Store selects and sizes the idempotency and dead-letter store.
 type Store struct {
-	// Kind is "badger" (default, embedded) or "redis".
+	// Kind is "badger" (default, embedded) or "redis". Env GATEWAY_STORE.
 	Kind string `yaml:"kind"`
 	// SyncWrites makes every Badger commit fsync before the response is
 	// sent. Off: a process crash loses nothing, a power loss may lose the
@@ -154,7 +240,8 @@ type Store struct {
 type Redis struct {
 	// URL is a redis:// or rediss:// URL. Env GATEWAY_REDIS_URL.
 	URL string `yaml:"url"`
-	// PoolSize is go-redis's pool size. Default 10 per CPU.
+	// PoolSize is go-redis's pool size. If 0, go-redis's default of 10 per
+	// CPU is used.
 	PoolSize int `yaml:"pool_size"`
 	// Prefix is prepended to every key. Default "llmgate:".
 	Prefix string `yaml:"prefix"`
@@ -177,15 +264,15 @@ type Limits struct {
 
 // Log configures structured logging.
 type Log struct {
-	// Format is "json" (default) or "text".
+	// Format is "json" (default) or "text". Env GATEWAY_LOG_FORMAT.
 	Format string `yaml:"format"`
-	// Level is debug, info (default), warn or error.
+	// Level is debug, info (default), warn or error. Env GATEWAY_LOG_LEVEL.
 	Level string `yaml:"level"`
 }
 
 // Server configures the HTTP server.
 type Server struct {
-	// ReadHeaderTimeout. Default 10s.
+	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
 	// IdleTimeout for keep-alive connections. Default 120s.
 	IdleTimeout Duration `yaml:"idle_timeout"`
@@ -207,7 +294,8 @@ type DeadLetters struct {
 	// AlertGrowthPerHour alerts when more than this many arrive in an hour.
 	// 0 disables.
 	AlertGrowthPerHour int `yaml:"alert_growth_per_hour"`
-	// WebhookURL, when set, receives a Slack-compatible JSON alert.
+	// WebhookURL, when set, receives a Slack-compatible JSON alert. It is
+	// treated as a secret (Slack puts the token in the path).
 	WebhookURL string `yaml:"webhook_url"`
 	// WebhookTimeout bounds one webhook POST. Default 5s.
 	WebhookTimeout Duration `yaml:"webhook_timeout"`
@@ -215,8 +303,90 @@ type DeadLetters struct {
 	ReplayPerSecond float64 `yaml:"replay_per_second"`
 }
 
-// Duration is a time.Duration that decodes from YAML strings like "30s".
+// Duration is a time.Duration that decodes from YAML strings like "30s" or
+// "1h30m" (time.ParseDuration). A plain number other than 0 is rejected:
+// "30" could mean seconds or milliseconds, so the unit must be written.
 type Duration time.Duration
 
 // D returns d as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats d like time.Duration.String without trailing zero units:
+// "24h", "1m30s", "500ms".
+func (d Duration) String() string {
+	s := time.Duration(d).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// MarshalYAML writes d as its String, which UnmarshalYAML reads back.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// UnmarshalYAML parses a duration string. Its errors carry the line, and
+// Load adds the field path.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return durationError(n.Line, n.Column, "expected a duration string such as \"30s\"")
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		if _, ferr := strconv.ParseFloat(n.Value, 64); ferr == nil {
+			return durationError(n.Line, n.Column,
+				fmt.Sprintf("duration %s has no unit (add one, e.g. \"%ss\" or \"%sms\")", n.Value, n.Value, n.Value))
+		}
+		return durationError(n.Line, n.Column,
+			fmt.Sprintf("invalid duration %q (write a number with a unit, e.g. \"30s\", \"5m\", \"1h30m\")", n.Value))
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// durationError is a bad duration at a position in the YAML text. It is
+// returned as a *yaml.TypeError, so decoding goes on and every problem in
+// the file is reported together; Load replaces the column with the path.
+func durationError(line, column int, msg string) error {
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d column %d: %s", line, column, msg)}}
+}
+
+// Serves reports whether u serves model: some pattern in u.Models equals it
+// or matches it, where '*' matches any run of characters, '/' included
+// ("meta-llama/*"), and every other character matches itself.
+func (u Upstream) Serves(model string) bool {
+	for _, p := range u.Models {
+		if p == model || (p != "" && globMatch(p, model)) {
+			return true
+		}
+	}
+	return false
+}
+
+// globMatch matches s against pattern where '*' is the only wildcard. It
+// backtracks only to the last '*', so it runs in O(len(pattern)·len(s)).
+func globMatch(pattern, s string) bool {
+	p, i := 0, 0
+	star, mark := -1, 0 // position after the last '*', and where in s it resumed
+	for i < len(s) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p+1, i
+			p++
+		case p < len(pattern) && pattern[p] == s[i]:
+			p++
+			i++
+		case star >= 0:
+			mark++
+			p, i = star, mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}

@@ -1,0 +1,305 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// FieldError is one problem Validate found: the field's path in the YAML
+// ("upstreams[1].name") and what is wrong with it, with the fix where one
+// is not obvious.
+type FieldError struct {
+	Field   string
+	Problem string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Problem }
+
+// problems collects FieldErrors.
+type problems []error
+
+func (p *problems) add(field, format string, args ...any) {
+	*p = append(*p, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
+}
+
+// Validate reports every problem in c at once, as an errors.Join of
+// *FieldError. Load calls it; call it again after changing a Config.
+func (c *Config) Validate() error {
+	var p problems
+	c.validateListen(&p)
+	if c.DataDir == "" && c.Store.Kind == StoreBadger {
+		p.add("data_dir", "empty (required when store.kind is badger)")
+	}
+	c.validateUpstreams(&p)
+	c.validateClients(&p)
+	c.validateDurations(&p)
+
+	r := c.Retry
+	if r.MaxAttempts < 1 {
+		p.add("retry.max_attempts", "must be >= 1 (1 means no retries)")
+	}
+	if r.MaxDelay < r.BaseDelay && r.MaxDelay >= 0 {
+		p.add("retry.max_delay", "%s is less than retry.base_delay %s", r.MaxDelay, r.BaseDelay)
+	}
+	ratio(&p, "retry.budget_ratio", r.BudgetRatio)
+	if !(r.BudgetMinPerSecond >= 0) {
+		p.add("retry.budget_min_per_second", "must be >= 0")
+	}
+
+	b := c.Breaker
+	if b.ConsecutiveFailures < 1 {
+		p.add("breaker.consecutive_failures", "must be >= 1")
+	}
+	ratio(&p, "breaker.failure_ratio", b.FailureRatio)
+	if b.HalfOpenRequests < 1 {
+		p.add("breaker.half_open_requests", "must be >= 1")
+	}
+
+	positive(&p, "idempotency.max_record_bytes", c.Idempotency.MaxRecordBytes)
+	positive(&p, "idempotency.max_record_events", c.Idempotency.MaxRecordEvents)
+
+	s := c.Store
+	switch s.Kind {
+	case StoreBadger, StoreRedis:
+	default:
+		p.add("store.kind", "%q is not %s or %s", s.Kind, StoreBadger, StoreRedis)
+	}
+	if s.Redis.URL == "" && s.Kind == StoreRedis {
+		p.add("store.redis.url", "required when store.kind is redis (e.g. redis://localhost:6379/0; env GATEWAY_REDIS_URL)")
+	}
+	if s.Redis.URL != "" {
+		// The URL may hold a password: never echo it.
+		if u, err := url.Parse(s.Redis.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			p.add("store.redis.url", "not a redis:// or rediss:// URL with a host")
+		}
+	}
+	if s.Redis.PoolSize < 0 {
+		p.add("store.redis.pool_size", "must be >= 0 (0 uses go-redis's default)")
+	}
+
+	positive(&p, "limits.max_body_bytes", c.Limits.MaxBodyBytes)
+	positive(&p, "limits.max_header_bytes", c.Limits.MaxHeaderBytes)
+	positive(&p, "limits.max_json_depth", c.Limits.MaxJSONDepth)
+
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		p.add("log.format", "%q is not json or text", c.Log.Format)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		p.add("log.level", "%q is not debug, info, warn or error", c.Log.Level)
+	}
+
+	d := c.DeadLetters
+	if d.MaxBodyBytes < 0 {
+		p.add("dead_letters.max_body_bytes", "must be >= 0")
+	}
+	if d.AlertThreshold < 0 {
+		p.add("dead_letters.alert_threshold", "must be >= 0 (0 disables)")
+	}
+	if d.AlertGrowthPerHour < 0 {
+		p.add("dead_letters.alert_growth_per_hour", "must be >= 0 (0 disables)")
+	}
+	if d.WebhookURL != "" && !isHTTPURL(d.WebhookURL) {
+		// The URL is a secret: never echo it.
+		p.add("dead_letters.webhook_url", "not an http(s) URL")
+	}
+	if !(d.ReplayPerSecond > 0) {
+		p.add("dead_letters.replay_per_second", "must be > 0")
+	}
+	return errors.Join(p...)
+}
+
+func (c *Config) validateListen(p *problems) {
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err == nil {
+		n, perr := strconv.Atoi(port)
+		if perr != nil || n < 0 || n > 65535 {
+			err = errors.New("bad port")
+		}
+	}
+	if err != nil || strings.ContainsAny(host, " \t") {
+		p.add("listen", "%q is not host:port (e.g. 127.0.0.1:8080, or :8080 for every interface)", c.Listen)
+		return
+	}
+	if len(c.Clients) == 0 && !c.AllowInsecureListen && !c.ListenIsLoopback() {
+		p.add("listen", "%s is not a loopback address and no clients are configured, "+
+			"so anyone who can reach it could spend your provider keys; "+
+			"configure clients: or set allow_insecure_listen: true", c.Listen)
+	}
+}
+
+// ListenIsLoopback reports whether Listen's host is 127.0.0.0/8, ::1 or
+// "localhost". An empty host (":8080") listens everywhere, so it is not.
+func (c *Config) ListenIsLoopback() bool {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
+func (c *Config) validateUpstreams(p *problems) {
+	if len(c.Upstreams) == 0 {
+		p.add("upstreams", "none configured (set OPENAI_API_KEY for the default OpenAI upstream, or list upstreams in the config file)")
+		return
+	}
+	names := make(map[string]bool, len(c.Upstreams))
+	for i, u := range c.Upstreams {
+		f := fmt.Sprintf("upstreams[%d]", i)
+		switch {
+		case u.Name == "":
+			p.add(f+".name", "empty")
+		case names[u.Name]:
+			p.add(f+".name", "duplicate upstream name %q (names must be unique)", u.Name)
+		}
+		names[u.Name] = true
+
+		switch {
+		case u.BaseURL == "":
+			p.add(f+".base_url", "empty (set the provider's API root, e.g. https://api.openai.com/v1)")
+		case !isHTTPURL(u.BaseURL):
+			p.add(f+".base_url", "%q is not an http(s) URL", u.BaseURL)
+		}
+		for j, m := range u.Models {
+			if m == "" {
+				p.add(fmt.Sprintf("%s.models[%d]", f, j), `empty pattern (use "*" to serve every model)`)
+			}
+		}
+		if u.MaxIdleConns < 0 {
+			p.add(f+".max_idle_conns", "must be >= 0 (0 means the default, 256)")
+		}
+	}
+	// Fallbacks are checked once every name is known.
+	for i, u := range c.Upstreams {
+		seen := make(map[string]bool, len(u.Fallbacks))
+		for j, fb := range u.Fallbacks {
+			f := fmt.Sprintf("upstreams[%d].fallbacks[%d]", i, j)
+			switch {
+			case fb == u.Name:
+				p.add(f, "%q is the upstream itself", fb)
+			case !names[fb]:
+				p.add(f, "unknown upstream %q", fb)
+			case seen[fb]:
+				p.add(f, "%q is listed twice", fb)
+			}
+			seen[fb] = true
+		}
+	}
+}
+
+func (c *Config) validateClients(p *problems) {
+	names := make(map[string]bool, len(c.Clients))
+	keys := make(map[[sha256.Size]byte]int, len(c.Clients)) // digest → index
+	for i, cl := range c.Clients {
+		f := fmt.Sprintf("clients[%d]", i)
+		switch {
+		case cl.Name == "":
+			p.add(f+".name", "empty")
+		case names[cl.Name]:
+			p.add(f+".name", "duplicate client name %q (names must be unique)", cl.Name)
+		}
+		names[cl.Name] = true
+
+		var digest [sha256.Size]byte
+		switch {
+		case cl.Key != "" && cl.KeySHA256 != "":
+			p.add(f, "both key and key_sha256 are set (set exactly one)")
+			continue
+		case cl.Key != "":
+			digest = sha256.Sum256([]byte(cl.Key))
+		case cl.KeySHA256 != "":
+			b, err := hex.DecodeString(cl.KeySHA256)
+			if err != nil || len(b) != sha256.Size {
+				p.add(f+".key_sha256", "not 64 hex characters (the hex SHA-256 of the key)")
+				continue
+			}
+			copy(digest[:], b)
+		default:
+			p.add(f+".key", "empty (set key, or key_sha256)")
+			continue
+		}
+		// Keys are compared by digest so a plain key and the hash of the
+		// same key collide too. Never echo the key itself.
+		if j, dup := keys[digest]; dup {
+			p.add(f+".key", "same key as clients[%d] (%q); keys must be unique", j, c.Clients[j].Name)
+		} else {
+			keys[digest] = i
+		}
+	}
+	if c.AdminToken != "" {
+		if j, dup := keys[sha256.Sum256([]byte(c.AdminToken))]; dup {
+			p.add("admin_token", "same as the key of clients[%d] (%q); the admin token must not be a client key", j, c.Clients[j].Name)
+		}
+	}
+}
+
+// validateDurations rejects negative durations everywhere, and zero where
+// zero would mean "never" or "no time at all" rather than a sensible off.
+func (c *Config) validateDurations(p *problems) {
+	type dur struct {
+		field    string
+		d        Duration
+		positive bool
+	}
+	ds := []dur{
+		{"retry.base_delay", c.Retry.BaseDelay, false},
+		{"retry.max_delay", c.Retry.MaxDelay, false},
+		{"retry.deadline", c.Retry.Deadline, true},
+		{"retry.budget_window", c.Retry.BudgetWindow, true},
+		{"breaker.interval", c.Breaker.Interval, false},
+		{"breaker.open_timeout", c.Breaker.OpenTimeout, true},
+		{"idempotency.ttl", c.Idempotency.TTL, true},
+		{"idempotency.wait_timeout", c.Idempotency.WaitTimeout, false},
+		{"idempotency.lease", c.Idempotency.Lease, true},
+		{"idempotency.cache_ttl", c.Idempotency.CacheTTL, true},
+		{"store.gc_interval", c.Store.GCInterval, true},
+		{"limits.stream_idle_timeout", c.Limits.StreamIdleTimeout, true},
+		{"server.read_header_timeout", c.Server.ReadHeaderTimeout, true},
+		{"server.idle_timeout", c.Server.IdleTimeout, false},
+		{"server.shutdown_grace", c.Server.ShutdownGrace, false},
+		{"dead_letters.ttl", c.DeadLetters.TTL, true},
+		{"dead_letters.webhook_timeout", c.DeadLetters.WebhookTimeout, true},
+	}
+	for i, u := range c.Upstreams {
+		ds = append(ds, dur{fmt.Sprintf("upstreams[%d].timeout", i), u.Timeout, true})
+	}
+	for _, d := range ds {
+		switch {
+		case d.d < 0:
+			p.add(d.field, "%s is negative", d.d)
+		case d.d == 0 && d.positive:
+			p.add(d.field, "must be > 0")
+		}
+	}
+}
+
+func ratio(p *problems, field string, v float64) {
+	if !(v >= 0 && v <= 1) { // also catches NaN
+		p.add(field, "%v is outside [0, 1]", v)
+	}
+}
+
+func positive[T int | int64](p *problems, field string, v T) {
+	if v <= 0 {
+		p.add(field, "must be > 0")
+	}
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
