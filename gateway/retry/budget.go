@@ -1,0 +1,124 @@
+package retry
+
+import (
+	"sync"
+	"time"
+)
+
+// budgetBuckets is how many buckets a Budget's window is cut into: the
+// window slides in steps of Window/budgetBuckets.
+const budgetBuckets = 10
+
+// Budget limits retries process-wide, like Finagle's RetryBudget and
+// Envoy's retry budgets: over the last Window, retries may add at most
+// Ratio of the requests seen, plus MinPerSecond retries per second that are
+// always allowed, so that light traffic is never starved of retries. It
+// keeps an outage from multiplying the load on the upstreams by the
+// attempts per request: when most requests fail, most get no retry.
+//
+// It is safe for concurrent use, and each call is O(1): counts live in a
+// ring of buckets, with running totals.
+type Budget struct {
+	ratio   float64
+	reserve float64 // MinPerSecond × Window, in retries
+	width   time.Duration
+	now     func() time.Time
+	start   time.Time
+
+	mu                sync.Mutex
+	cur               int64 // the bucket now falls in, counted from start
+	buckets           [budgetBuckets]bucket
+	requests, retries int64 // totals over the buckets
+}
+
+type bucket struct{ requests, retries int64 }
+
+// BudgetOptions configures a Budget. The zero value works.
+type BudgetOptions struct {
+	// Ratio is how many retries per request the window allows. If <= 0,
+	// 0.2 is used.
+	Ratio float64
+	// MinPerSecond is a floor of retries per second allowed whatever the
+	// requests. If < 0, 0 is used; if == 0, 10.
+	MinPerSecond float64
+	// Window is the time over which requests and retries are counted. If
+	// <= 0, 10s is used.
+	Window time.Duration
+	// Now tells the time. If nil, time.Now is used.
+	Now func() time.Time
+}
+
+// NewBudget returns a Budget with no requests and no retries recorded.
+func NewBudget(o BudgetOptions) *Budget {
+	if o.Ratio <= 0 {
+		o.Ratio = 0.2
+	}
+	switch {
+	case o.MinPerSecond < 0:
+		o.MinPerSecond = 0
+	case o.MinPerSecond == 0:
+		o.MinPerSecond = 10
+	}
+	if o.Window <= 0 {
+		o.Window = 10 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Budget{
+		ratio:   o.Ratio,
+		reserve: o.MinPerSecond * o.Window.Seconds(),
+		width:   max(o.Window/budgetBuckets, 1),
+		now:     o.Now,
+		start:   o.Now(),
+	}
+}
+
+// Request records one client request (its first attempt).
+func (b *Budget) Request() {
+	b.mu.Lock()
+	b.advance()
+	b.buckets[b.cur%budgetBuckets].requests++
+	b.requests++
+	b.mu.Unlock()
+}
+
+// TryRetry reserves one retry if the budget allows it, and reports whether
+// it did; false means the retry is denied.
+func (b *Budget) TryRetry() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance()
+	// The small epsilon keeps float rounding (0.1 × 10 s) from denying a
+	// retry the options plainly allow.
+	if float64(b.retries+1) > b.ratio*float64(b.requests)+b.reserve+1e-9 {
+		return false
+	}
+	b.buckets[b.cur%budgetBuckets].retries++
+	b.retries++
+	return true
+}
+
+// advance moves the ring to the bucket now falls in, emptying the buckets
+// that left the window. It touches at most budgetBuckets buckets. b.mu is
+// held.
+func (b *Budget) advance() {
+	// now.Sub(start) uses the monotonic clock when both have one; a clock
+	// that goes back (an injected Now) leaves the ring where it is.
+	n := int64(b.now().Sub(b.start) / b.width)
+	if n <= b.cur {
+		return
+	}
+	if n-b.cur >= budgetBuckets {
+		b.buckets = [budgetBuckets]bucket{}
+		b.requests, b.retries = 0, 0
+	} else {
+		for i := b.cur + 1; i <= n; i++ {
+			old := &b.buckets[i%budgetBuckets]
+			b.requests -= old.requests
+			b.retries -= old.retries
+			*old = bucket{}
+		}
+	}
+	b.cur = n
+}
