@@ -1,0 +1,789 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// fakeClock is the store's Now and After. Advance fires the timers that
+// are due; afterCalls reports each After call, which Wait makes just before
+// it blocks.
+type fakeClock struct {
+	mu         sync.Mutex
+	now        time.Time
+	timers     []fakeTimer
+	afterCalls chan time.Duration
+}
+
+type fakeTimer struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newClock() *fakeClock {
+	return &fakeClock{
+		now:        time.Date(2025, 11, 29, 12, 0, 0, 0, time.UTC),
+		afterCalls: make(chan time.Duration, 1024),
+	}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+	} else {
+		c.timers = append(c.timers, fakeTimer{at: c.now.Add(d), ch: ch})
+	}
+	select {
+	case c.afterCalls <- d:
+	default:
+	}
+	return ch
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.timers[:0]
+	for _, tm := range c.timers {
+		if !tm.at.After(c.now) {
+			tm.ch <- c.now
+			continue
+		}
+		kept = append(kept, tm)
+	}
+	c.timers = kept
+}
+
+// blocked waits until a Wait call has reached its select.
+func (c *fakeClock) blocked(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.afterCalls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Wait call blocked within 10s")
+	}
+}
+
+func openStore(t testing.TB, dir string, clock *fakeClock) *Badger {
+	t.Helper()
+	s, err := OpenBadger(BadgerOptions{Dir: dir, Now: clock.Now, After: clock.After})
+	if err != nil {
+		t.Fatalf("OpenBadger: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+var (
+	ctx    = context.Background()
+	chatEP = "/v1/chat/completions"
+	key1   = Key{Scope: "acme", Endpoint: chatEP, ID: "key-1"}
+)
+
+const (
+	lease = 30 * time.Second
+	ttl   = 24 * time.Hour
+)
+
+func mustClaim(t *testing.T, s *Badger, k Key, fp string, want ClaimStatus) Claim {
+	t.Helper()
+	c, err := s.Claim(ctx, k, fp, lease)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if c.Status != want {
+		t.Fatalf("Claim status = %v, want %v (record %+v)", c.Status, want, c.Record)
+	}
+	return c
+}
+
+func jsonRecord() *Record {
+	return &Record{
+		Status:   200,
+		Header:   map[string][]string{"Content-Type": {"application/json"}, "X-Request-Id": {"req-1"}},
+		Body:     []byte(`{"id":"chatcmpl-1","choices":[{"message":{"content":"hi"}}]}`),
+		Upstream: "openai",
+	}
+}
+
+func streamRecord() *Record {
+	return &Record{
+		Status: 200,
+		Header: map[string][]string{"Content-Type": {"text/event-stream"}},
+		Stream: true,
+		Events: [][]byte{
+			[]byte("data: {\"choices\":[{\"delta\":{\"content\":\"he\"}}]}\n\n"),
+			[]byte("event: message\ndata: {\"a\":1,\ndata: \"b\":2}\n\n"),
+			[]byte(": keep-alive\r\n\r\n"),
+			[]byte("data: [DONE]\n\n"),
+		},
+		Upstream: "azure",
+	}
+}
+
+func TestClaimRace(t *testing.T) {
+	s := openStore(t, t.TempDir(), newClock())
+	const n = 64
+	var wg sync.WaitGroup
+	results := make([]Claim, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { results[i], errs[i] = s.Claim(ctx, key1, "fp", lease) })
+	}
+	wg.Wait()
+	counts := map[ClaimStatus]int{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("Claim %d: %v", i, errs[i])
+		}
+		counts[results[i].Status]++
+	}
+	if counts[Claimed] != 1 || counts[Busy] != n-1 {
+		t.Fatalf("claims = %v, want 1 claimed and %d busy", counts, n-1)
+	}
+}
+
+func TestCommitReplay(t *testing.T) {
+	for name, rec := range map[string]*Record{"json": jsonRecord(), "stream": streamRecord()} {
+		t.Run(name, func(t *testing.T) {
+			clock := newClock()
+			s := openStore(t, t.TempDir(), clock)
+			c := mustClaim(t, s, key1, "fp-"+name, Claimed)
+			clock.Advance(2 * time.Second)
+			committedAt := clock.Now()
+			orig := *rec
+			if err := s.Commit(ctx, key1, c.Owner, rec, ttl); err != nil {
+				t.Fatalf("Commit: %v", err)
+			}
+			if !reflect.DeepEqual(*rec, orig) {
+				t.Fatal("Commit modified the caller's record")
+			}
+			want := orig
+			want.State = Committed
+			want.Fingerprint = "fp-" + name
+			want.CreatedAt = committedAt
+			want.ExpiresAt = committedAt.Add(ttl)
+
+			got, err := s.Get(ctx, key1)
+			if err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			assertSameRecord(t, got, &want)
+			if !got.CreatedAt.Equal(committedAt) || !got.ExpiresAt.Equal(committedAt.Add(ttl)) {
+				t.Fatalf("times = %v..%v, want %v..%v", got.CreatedAt, got.ExpiresAt, committedAt, committedAt.Add(ttl))
+			}
+			if got.Owner != "" || !got.LeaseUntil.IsZero() {
+				t.Fatalf("committed record keeps owner %q lease %v", got.Owner, got.LeaseUntil)
+			}
+			var gotBytes, wantBytes []byte
+			for i := range want.Events {
+				gotBytes = append(gotBytes, got.Events[i]...)
+				wantBytes = append(wantBytes, want.Events[i]...)
+			}
+			gotBytes = append(gotBytes, got.Body...)
+			wantBytes = append(wantBytes, want.Body...)
+			if !bytes.Equal(gotBytes, wantBytes) {
+				t.Fatalf("replayed bytes differ:\n got %q\nwant %q", gotBytes, wantBytes)
+			}
+			if got.Size() != len(wantBytes) {
+				t.Fatalf("Size = %d, want %d", got.Size(), len(wantBytes))
+			}
+
+			// A second request with the same body replays; it does not run.
+			c2 := mustClaim(t, s, key1, "fp-"+name, Done)
+			assertSameRecord(t, c2.Record, &want)
+		})
+	}
+}
+
+func TestNotOwner(t *testing.T) {
+	clock := newClock()
+	s := openStore(t, t.TempDir(), clock)
+
+	if err := s.Commit(ctx, key1, "nobody", jsonRecord(), ttl); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("Commit of absent key: %v, want ErrNotOwner", err)
+	}
+	c := mustClaim(t, s, key1, "fp", Claimed)
+	for name, err := range map[string]error{
+		"commit":  s.Commit(ctx, key1, "other", jsonRecord(), ttl),
+		"release": s.Release(ctx, key1, "other"),
+		"renew":   s.Renew(ctx, key1, "other", lease),
+		"empty":   s.Release(ctx, key1, ""),
+	} {
+		if !errors.Is(err, ErrNotOwner) {
+			t.Errorf("%s by a non-owner: %v, want ErrNotOwner", name, err)
+		}
+	}
+
+	// The lease runs out and another request takes the key over.
+	clock.Advance(lease)
+	c2 := mustClaim(t, s, key1, "fp", Claimed)
+	if c2.Owner == c.Owner {
+		t.Fatal("takeover kept the old owner token")
+	}
+	if err := s.Renew(ctx, key1, c.Owner, lease); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("old owner's Renew after takeover: %v", err)
+	}
+	if err := s.Commit(ctx, key1, c.Owner, jsonRecord(), ttl); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("old owner's Commit after takeover: %v", err)
+	}
+	if err := s.Release(ctx, key1, c.Owner); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("old owner's Release after takeover: %v", err)
+	}
+	if err := s.Commit(ctx, key1, c2.Owner, jsonRecord(), ttl); err != nil {
+		t.Fatalf("new owner's Commit: %v", err)
+	}
+	// Committed: nobody owns it any more.
+	if err := s.Release(ctx, key1, c2.Owner); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("Release after Commit: %v", err)
+	}
+	if err := s.Commit(ctx, key1, c2.Owner, jsonRecord(), ttl); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("second Commit: %v", err)
+	}
+}
+
+func TestLeaseExpiryAndRenew(t *testing.T) {
+	clock := newClock()
+	s := openStore(t, t.TempDir(), clock)
+	c := mustClaim(t, s, key1, "fp", Claimed)
+
+	clock.Advance(lease - time.Second)
+	busy := mustClaim(t, s, key1, "fp", Busy)
+	if busy.Record.State != InFlight || !busy.Record.LeaseUntil.Equal(clock.Now().Add(time.Second)) {
+		t.Fatalf("busy record = %+v", busy.Record)
+	}
+	if err := s.Renew(ctx, key1, c.Owner, lease); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	clock.Advance(lease - time.Second)
+	mustClaim(t, s, key1, "fp", Busy)
+	clock.Advance(time.Second)
+	mustClaim(t, s, key1, "fp", Claimed)
+}
+
+func TestRelease(t *testing.T) {
+	s := openStore(t, t.TempDir(), newClock())
+	c := mustClaim(t, s, key1, "fp", Claimed)
+	if err := s.Release(ctx, key1, c.Owner); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := s.Get(ctx, key1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after Release: %v, want ErrNotFound", err)
+	}
+	// The client may retry, even with another body.
+	mustClaim(t, s, key1, "other-fp", Claimed)
+}
+
+func TestReopen(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock()
+	inflight := Key{Endpoint: chatEP, ID: "in-flight"}
+	done := Key{Endpoint: chatEP, ID: "committed"}
+
+	s, err := OpenBadger(BadgerOptions{Dir: dir, Now: clock.Now, After: clock.After})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := mustClaim(t, s, inflight, "fp", Claimed)
+	c := mustClaim(t, s, done, "fp2", Claimed)
+	if err := s.Commit(ctx, done, c.Owner, streamRecord(), ttl); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Get(ctx, done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	// Same clock: the lease is still current, yet its owner is dead.
+	s = openStore(t, dir, clock)
+	taken := mustClaim(t, s, inflight, "fp", Claimed)
+	if taken.Owner == old.Owner {
+		t.Fatal("owner token reused across processes")
+	}
+	// And a claim by this process is respected.
+	mustClaim(t, s, inflight, "fp", Busy)
+
+	replay := mustClaim(t, s, done, "fp2", Done)
+	if !reflect.DeepEqual(replay.Record, before) {
+		t.Fatalf("replay after reopen differs:\n got %+v\nwant %+v", replay.Record, before)
+	}
+}
+
+func TestMismatch(t *testing.T) {
+	s := openStore(t, t.TempDir(), newClock())
+	c := mustClaim(t, s, key1, "fp-a", Claimed)
+	m := mustClaim(t, s, key1, "fp-b", Mismatch)
+	if m.Record == nil || m.Record.State != InFlight || m.Record.Fingerprint != "fp-a" {
+		t.Fatalf("mismatch while in flight: record %+v", m.Record)
+	}
+	if err := s.Commit(ctx, key1, c.Owner, jsonRecord(), ttl); err != nil {
+		t.Fatal(err)
+	}
+	m = mustClaim(t, s, key1, "fp-b", Mismatch)
+	if m.Record == nil || m.Record.State != Committed || m.Record.Fingerprint != "fp-a" {
+		t.Fatalf("mismatch after commit: record %+v", m.Record)
+	}
+	// Scopes and endpoints are separate key spaces.
+	mustClaim(t, s, Key{Scope: "other", Endpoint: chatEP, ID: key1.ID}, "fp-b", Claimed)
+	mustClaim(t, s, Key{Scope: key1.Scope, Endpoint: "/v1/embeddings", ID: key1.ID}, "fp-b", Claimed)
+}
+
+// startWait runs Wait in a goroutine and returns its result channel once the
+// call is blocked.
+func startWait(t *testing.T, s *Badger, clock *fakeClock, wctx context.Context, k Key) <-chan error {
+	t.Helper()
+	res := make(chan error, 1)
+	go func() { res <- s.Wait(wctx, k) }()
+	clock.blocked(t)
+	return res
+}
+
+func waitResult(t *testing.T, res <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-res:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return within 10s")
+		return nil
+	}
+}
+
+func TestWait(t *testing.T) {
+	wakers := map[string]func(s *Badger, clock *fakeClock, owner string) error{
+		"commit": func(s *Badger, _ *fakeClock, owner string) error {
+			return s.Commit(ctx, key1, owner, jsonRecord(), ttl)
+		},
+		"release": func(s *Badger, _ *fakeClock, owner string) error { return s.Release(ctx, key1, owner) },
+		"delete":  func(s *Badger, _ *fakeClock, _ string) error { return s.Delete(ctx, key1) },
+		"lease timer": func(_ *Badger, clock *fakeClock, _ string) error {
+			clock.Advance(lease)
+			return nil
+		},
+	}
+	for name, wake := range wakers {
+		t.Run("woken by "+name, func(t *testing.T) {
+			clock := newClock()
+			s := openStore(t, t.TempDir(), clock)
+			c := mustClaim(t, s, key1, "fp", Claimed)
+			res := startWait(t, s, clock, ctx, key1)
+			if err := wake(s, clock, c.Owner); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitResult(t, res); err != nil {
+				t.Fatalf("Wait: %v", err)
+			}
+			if s.waiters.len() != 0 {
+				t.Fatalf("%d waiter entries left", s.waiters.len())
+			}
+		})
+	}
+
+	t.Run("returns at once when not in flight", func(t *testing.T) {
+		clock := newClock()
+		s := openStore(t, t.TempDir(), clock)
+		if err := s.Wait(ctx, key1); err != nil {
+			t.Fatalf("Wait on absent key: %v", err)
+		}
+		c := mustClaim(t, s, key1, "fp", Claimed)
+		clock.Advance(lease)
+		if err := s.Wait(ctx, key1); err != nil {
+			t.Fatalf("Wait on an expired lease: %v", err)
+		}
+		c = mustClaim(t, s, key1, "fp", Claimed)
+		if err := s.Commit(ctx, key1, c.Owner, jsonRecord(), ttl); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Wait(ctx, key1); err != nil {
+			t.Fatalf("Wait on committed key: %v", err)
+		}
+		if len(clock.afterCalls) != 0 {
+			t.Fatal("Wait blocked although the key was not in flight")
+		}
+	})
+
+	t.Run("ctx cancel", func(t *testing.T) {
+		clock := newClock()
+		s := openStore(t, t.TempDir(), clock)
+		mustClaim(t, s, key1, "fp", Claimed)
+		wctx, cancel := context.WithCancel(ctx)
+		res := startWait(t, s, clock, wctx, key1)
+		cancel()
+		if err := waitResult(t, res); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait after cancel: %v, want context.Canceled", err)
+		}
+		if err := s.Wait(wctx, key1); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait with a done ctx: %v", err)
+		}
+	})
+}
+
+// TestWaitNoMissedWakeup races a commit with the waiter's Claim → Wait: the
+// waiter must never block past the commit (it would hit the 10s guard, as
+// the fake lease timer never fires).
+func TestWaitNoMissedWakeup(t *testing.T) {
+	clock := newClock()
+	s := openStore(t, t.TempDir(), clock)
+	for i := range 200 {
+		k := Key{Endpoint: chatEP, ID: fmt.Sprintf("race-%d", i)}
+		c := mustClaim(t, s, k, "fp", Claimed)
+		res := make(chan error, 1)
+		go func() {
+			for {
+				cl, err := s.Claim(ctx, k, "fp", lease)
+				if err != nil || cl.Status == Done {
+					res <- err
+					return
+				}
+				if err := s.Wait(ctx, k); err != nil {
+					res <- err
+					return
+				}
+			}
+		}()
+		if err := s.Commit(ctx, k, c.Owner, jsonRecord(), ttl); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitResult(t, res); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+	}
+}
+
+func TestTTL(t *testing.T) {
+	clock := newClock()
+	s := openStore(t, t.TempDir(), clock)
+	c := mustClaim(t, s, key1, "fp", Claimed)
+	const short = 90 * time.Second
+	realBefore := time.Now()
+	if err := s.Commit(ctx, key1, c.Owner, jsonRecord(), short); err != nil {
+		t.Fatal(err)
+	}
+	// Badger's own TTL is set (real time, whole seconds, never early), so
+	// the record leaves the disk even if nobody asks for it again.
+	var badgerExp uint64
+	if err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(storageKey(key1))
+		if err != nil {
+			return err
+		}
+		badgerExp = item.ExpiresAt()
+		if item.UserMeta() != byte(Committed) {
+			t.Errorf("user meta = %d, want Committed", item.UserMeta())
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := realBefore.Add(short).Unix(), time.Now().Add(short).Unix()+1
+	if int64(badgerExp) < lo || int64(badgerExp) > hi {
+		t.Fatalf("badger ExpiresAt = %d, want in [%d, %d]", badgerExp, lo, hi)
+	}
+
+	clock.Advance(short - time.Nanosecond)
+	if _, err := s.Get(ctx, key1); err != nil {
+		t.Fatalf("Get just before expiry: %v", err)
+	}
+	clock.Advance(time.Nanosecond)
+	if _, err := s.Get(ctx, key1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get at expiry: %v, want ErrNotFound", err)
+	}
+	// Expired means absent: the key can be claimed afresh, with any body.
+	mustClaim(t, s, key1, "another-fp", Claimed)
+}
+
+func TestInFlightBadgerTTL(t *testing.T) {
+	s := openStore(t, t.TempDir(), newClock())
+	c := mustClaim(t, s, key1, "fp", Claimed)
+	check := func(l time.Duration) {
+		t.Helper()
+		realBefore := time.Now()
+		if err := s.Renew(ctx, key1, c.Owner, l); err != nil {
+			t.Fatal(err)
+		}
+		var exp uint64
+		s.db.View(func(txn *badger.Txn) error {
+			item, err := txn.Get(storageKey(key1))
+			if err == nil {
+				exp = item.ExpiresAt()
+			}
+			return err
+		})
+		lo := realBefore.Add(l + inFlightGrace).Unix()
+		if int64(exp) < lo || int64(exp) > time.Now().Add(l+inFlightGrace).Unix()+1 {
+			t.Fatalf("in-flight badger expiry %d, want about %d", exp, lo)
+		}
+	}
+	check(lease)
+	check(10 * time.Minute) // renewing moves it
+}
+
+func TestDelete(t *testing.T) {
+	s := openStore(t, t.TempDir(), newClock())
+	if err := s.Delete(ctx, key1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Delete absent: %v, want ErrNotFound", err)
+	}
+	c := mustClaim(t, s, key1, "fp", Claimed)
+	if err := s.Commit(ctx, key1, c.Owner, jsonRecord(), ttl); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, key1); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := s.Get(ctx, key1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after Delete: %v", err)
+	}
+	// An undecodable record can still be deleted by an admin.
+	if err := s.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(storageKey(key1), []byte{99, 1, 2})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, key1); !errors.Is(err, errUnknownVersion) {
+		t.Fatalf("Get of an unknown version: %v, want errUnknownVersion", err)
+	}
+	if err := s.Delete(ctx, key1); err != nil {
+		t.Fatalf("Delete of an unknown version: %v", err)
+	}
+}
+
+func TestCloseWakesWaitersAndRefusesCalls(t *testing.T) {
+	clock := newClock()
+	s := openStore(t, t.TempDir(), clock)
+	c := mustClaim(t, s, key1, "fp", Claimed)
+	res := startWait(t, s, clock, ctx, key1)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := waitResult(t, res); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Wait across Close: %v, want ErrClosed", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	_, claimErr := s.Claim(ctx, key1, "fp", lease)
+	_, getErr := s.Get(ctx, key1)
+	_, listErr := s.List(ctx, "", 10)
+	for name, err := range map[string]error{
+		"Claim":   claimErr,
+		"Get":     getErr,
+		"List":    listErr,
+		"Renew":   s.Renew(ctx, key1, c.Owner, lease),
+		"Commit":  s.Commit(ctx, key1, c.Owner, jsonRecord(), ttl),
+		"Release": s.Release(ctx, key1, c.Owner),
+		"Delete":  s.Delete(ctx, key1),
+		"Wait":    s.Wait(ctx, key1),
+		"Ping":    s.Ping(ctx),
+	} {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+	_ = s.Stats() // does not panic
+}
+
+func TestOpenLockedDirectory(t *testing.T) {
+	dir := t.TempDir()
+	openStore(t, dir, newClock())
+	s2, err := OpenBadger(BadgerOptions{Dir: dir})
+	if err == nil {
+		s2.Close()
+		t.Fatal("second OpenBadger on the same directory succeeded")
+	}
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("err = %v, want ErrLocked", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, dir) || !strings.Contains(msg, "another gateway process is using") {
+		t.Fatalf("message %q does not name the directory and the other process", msg)
+	}
+}
+
+func TestOpenOptions(t *testing.T) {
+	if _, err := OpenBadger(BadgerOptions{}); err == nil {
+		t.Fatal("OpenBadger without Dir: no error")
+	}
+	// A non-lock failure is not reported as ErrLocked.
+	file := t.TempDir() + "/file"
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenBadger(BadgerOptions{Dir: file}); err == nil || errors.Is(err, ErrLocked) {
+		t.Fatalf("OpenBadger on a file: %v", err)
+	}
+	// In memory, with the real clock, and a GC goroutine that stops on Close.
+	m, err := OpenBadger(BadgerOptions{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Claim(ctx, key1, "fp", lease)
+	if err != nil || c.Status != Claimed {
+		t.Fatalf("in-memory Claim: %+v %v", c, err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenBadger(BadgerOptions{Dir: t.TempDir(), GCInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInvalidArguments(t *testing.T) {
+	s := openStore(t, t.TempDir(), newClock())
+	bad := Key{Endpoint: chatEP, ID: "has\nnewline"}
+	if _, err := s.Claim(ctx, bad, "fp", lease); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("Claim with bad key: %v", err)
+	}
+	if _, err := s.Claim(ctx, key1, "fp", 0); err == nil {
+		t.Fatal("Claim with zero lease: no error")
+	}
+	c := mustClaim(t, s, key1, "fp", Claimed)
+	if err := s.Commit(ctx, key1, c.Owner, jsonRecord(), 0); err == nil {
+		t.Fatal("Commit with zero ttl: no error")
+	}
+	if err := s.Commit(ctx, key1, c.Owner, nil, ttl); err == nil {
+		t.Fatal("Commit of nil record: no error")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.Claim(cctx, key1, "fp", lease); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Claim with done ctx: %v", err)
+	}
+}
+
+func TestStatsAndList(t *testing.T) {
+	clock := newClock()
+	dir := t.TempDir()
+	s := openStore(t, dir, clock)
+	for i := range 5 {
+		k := Key{Scope: "acme", Endpoint: chatEP, ID: fmt.Sprintf("k%d", i)}
+		c := mustClaim(t, s, k, "fp", Claimed)
+		if i < 3 {
+			if err := s.Commit(ctx, k, c.Owner, jsonRecord(), ttl); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mustClaim(t, s, Key{Scope: "acme2", Endpoint: chatEP, ID: "x"}, "fp", Claimed)
+
+	st := s.Stats()
+	if st.Records != 6 || st.InFlight != 3 {
+		t.Fatalf("Stats = %+v, want 6 records, 3 in flight", st)
+	}
+	if st.VLogBytes <= 0 {
+		t.Fatalf("Stats.VLogBytes = %d on disk", st.VLogBytes)
+	}
+	mustClaim(t, s, Key{Scope: "acme3", Endpoint: chatEP, ID: "y"}, "fp", Claimed)
+	if s.Stats().Records != 6 {
+		t.Fatal("Stats not cached")
+	}
+	clock.Advance(statsMaxAge)
+	if got := s.Stats().Records; got != 7 {
+		t.Fatalf("Stats after cache expiry: %d records, want 7", got)
+	}
+
+	list, err := s.List(ctx, "acme", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 5 {
+		t.Fatalf("List = %d keys, want 5: %+v", len(list), list)
+	}
+	for i, lk := range list {
+		if lk.Key.ID != fmt.Sprintf("k%d", i) || lk.Key.Scope != "acme" || lk.Key.Endpoint != chatEP {
+			t.Fatalf("List[%d].Key = %+v", i, lk.Key)
+		}
+		wantState, wantSize := InFlight, 0
+		if i < 3 {
+			wantState, wantSize = Committed, len(jsonRecord().Body)
+		}
+		if lk.State != wantState || lk.Size != wantSize || lk.Fingerprint != "fp" {
+			t.Fatalf("List[%d] = %+v, want state %v size %d", i, lk, wantState, wantSize)
+		}
+	}
+	if list, _ := s.List(ctx, "acme", 2); len(list) != 2 {
+		t.Fatalf("List with limit 2: %d keys", len(list))
+	}
+	if list, _ := s.List(ctx, "", 10); len(list) != 0 {
+		t.Fatalf("List of the shared scope: %+v", list)
+	}
+	clock.Advance(ttl)
+	if list, _ := s.List(ctx, "acme", 10); len(list) != 2 {
+		t.Fatalf("List after expiry = %d keys, want the 2 in flight", len(list))
+	}
+}
+
+func BenchmarkClaimCommit(b *testing.B) {
+	s, err := OpenBadger(BadgerOptions{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	rec := jsonRecord()
+	rec.Body = bytes.Repeat([]byte("x"), 1024)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := Key{Endpoint: chatEP, ID: fmt.Sprintf("bench-%d", i)}
+		i++
+		c, err := s.Claim(ctx, k, "fp", lease)
+		if err != nil || c.Status != Claimed {
+			b.Fatal(c.Status, err)
+		}
+		if err := s.Commit(ctx, k, c.Owner, rec, ttl); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkGet(b *testing.B) {
+	s, err := OpenBadger(BadgerOptions{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	rec := jsonRecord()
+	rec.Body = bytes.Repeat([]byte("x"), 1024)
+	c, err := s.Claim(ctx, key1, "fp", lease)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Commit(ctx, key1, c.Owner, rec, ttl); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Get(ctx, key1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
