@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeupstream"
+	"github.com/llmgate/llmgate/gateway"
+)
+
+// run is the whole program: flags, config, store, server, and an ordered
+// shutdown when ctx ends. stdout gets the "listening" line (tests read the
+// address from it); stderr gets the logs.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "YAML configuration `file` (default: built-in defaults and the environment)")
+	checkOnly := fs.Bool("check-config", false, "validate the configuration, print it with secrets redacted, and exit")
+	demo := fs.Bool("demo", false, "serve a built-in simulated upstream, for trying llmgate with no API key and no network")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+
+	var demoURL string
+	if *demo {
+		// The simulated upstream is the e2e tests' fake, served in-process
+		// on a loopback port of its own.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("demo upstream: %w", err)
+		}
+		fake := &http.Server{Handler: fakeupstream.New(fakeupstream.Options{ChunkDelay: 40 * time.Millisecond, KeepRequests: -1}), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = fake.Serve(ln) }()
+		defer fake.Close()
+		demoURL = "http://" + ln.Addr().String() + "/v1"
+		inner := getenv
+		getenv = func(k string) string {
+			switch k {
+			case "OPENAI_BASE_URL":
+				return demoURL
+			case "OPENAI_API_KEY":
+				return "demo"
+			}
+			return inner(k)
+		}
+	}
+
+	cfg, err := config.LoadFile(*configPath, getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	if *demo {
+		for i := range cfg.Upstreams {
+			if cfg.Upstreams[i].BaseURL == demoURL {
+				cfg.Upstreams[i].Name = "demo"
+			}
+		}
+	}
+	if *checkOnly {
+		out, err := yaml.Marshal(cfg.Redacted())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "configuration OK\n%s", out)
+		return nil
+	}
+
+	log := newLogger(cfg.Log, stderr)
+	store, err := cache.OpenBadger(cache.BadgerOptions{
+		Dir:        cfg.DataDir,
+		SyncWrites: cfg.Store.SyncWrites,
+		GCInterval: cfg.Store.GCInterval.D(),
+		Logger:     log,
+	})
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.Error("closing store", "err", err)
+		}
+	}()
+
+	gw, err := gateway.New(gateway.Options{Config: cfg, Store: store, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{
+		Handler:           gw.Handler(),
+		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
+		IdleTimeout:       cfg.Server.IdleTimeout.D(),
+		MaxHeaderBytes:    cfg.Limits.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	addr := "http://" + ln.Addr().String()
+	fmt.Fprintf(stdout, "llmgate listening on %s\n", addr)
+	log.Info("listening", "addr", ln.Addr().String(), "upstreams", upstreamNames(cfg), "clients", len(cfg.Clients),
+		"store", "badger", "data_dir", cfg.DataDir, "admin", cfg.AdminToken != "")
+	if *demo {
+		fmt.Fprintf(stdout, "demo: a simulated upstream answers every model. Try:\n"+
+			"  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-1' \\\n"+
+			"    -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", addr)
+	}
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	// Ordered shutdown: readiness goes 503 and retry waits end; in-flight
+	// requests and streams get the grace period; then the store closes
+	// (deferred above). The shutdown context is fresh: ctx is already done.
+	log.Info("shutting down", "grace", cfg.Server.ShutdownGrace.D())
+	gw.BeginShutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace.D())
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("grace period over; closing remaining connections", "err", err)
+		_ = srv.Close()
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func upstreamNames(cfg config.Config) string {
+	names := make([]string, len(cfg.Upstreams))
+	for i, u := range cfg.Upstreams {
+		names[i] = u.Name
+	}
+	return strings.Join(names, ",")
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}

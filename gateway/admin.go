@@ -1,0 +1,195 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/llmgate/llmgate/breaker"
+	"github.com/llmgate/llmgate/cache"
+)
+
+func (g *Gateway) adminRoutes(a *echo.Group) {
+	a.GET("/breakers", g.adminBreakers)
+	a.POST("/breakers/:name/open", g.adminForce(true))
+	a.POST("/breakers/:name/close", g.adminForce(false))
+	a.GET("/idempotency/*", g.adminGetKey)
+	a.DELETE("/idempotency/*", g.adminDeleteKey)
+	a.GET("/stats", g.adminStats)
+	a.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
+}
+
+type breakersView struct {
+	Breakers []breaker.Status `json:"breakers"`
+}
+
+func (g *Gateway) adminBreakers(c echo.Context) error {
+	return c.JSON(http.StatusOK, breakersView{Breakers: g.breakers.Snapshot()})
+}
+
+func (g *Gateway) adminForce(open bool) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		name := c.Param("name")
+		var err error
+		if open {
+			err = g.breakers.ForceOpen(name)
+		} else {
+			err = g.breakers.ForceClose(name)
+		}
+		if err != nil {
+			return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_upstream",
+				Message: "No upstream is named " + quoteName(name) + ".", Err: err}
+		}
+		g.log.Warn("breaker forced by operator", "upstream", name, "open", open)
+		st, _ := g.breakers.Status(name)
+		return c.JSON(http.StatusOK, st)
+	}
+}
+
+func quoteName(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "…"
+	}
+	return "\"" + s + "\""
+}
+
+// recordView is the admin view of an idempotency record: never the body
+// unless asked for with ?body=1.
+type recordView struct {
+	Client      string              `json:"client"`
+	Endpoint    string              `json:"endpoint"`
+	State       string              `json:"state"`
+	Fingerprint string              `json:"fingerprint"`
+	Upstream    string              `json:"upstream,omitempty"`
+	Status      int                 `json:"status,omitempty"`
+	Stream      bool                `json:"stream"`
+	Events      int                 `json:"events,omitempty"`
+	SizeBytes   int                 `json:"size_bytes"`
+	LeaseUntil  *time.Time          `json:"lease_until,omitempty"`
+	CreatedAt   *time.Time          `json:"created_at,omitempty"`
+	ExpiresAt   *time.Time          `json:"expires_at,omitempty"`
+	Header      map[string][]string `json:"header,omitempty"`
+	Body        string              `json:"body,omitempty"`
+	BodyBase64  string              `json:"body_base64,omitempty"`
+}
+
+func tp(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// adminKeys resolves the key and endpoints an admin request names:
+// /admin/idempotency/<key>?client=NAME[&endpoint=/v1/chat/completions].
+// The key is the rest of the path, unescaped, so keys with '/' work.
+func adminKeys(c echo.Context) ([]cache.Key, error) {
+	raw := c.Param("*")
+	id, err := url.PathUnescape(raw)
+	if err != nil || id == "" {
+		return nil, errInvalid("key", "Name the key: /admin/idempotency/<key>?client=<name>.")
+	}
+	client := c.QueryParam("client")
+	eps := []string{}
+	if ep := c.QueryParam("endpoint"); ep != "" {
+		if !strings.HasPrefix(ep, "/") {
+			ep = "/v1/" + ep
+		}
+		eps = append(eps, ep)
+	} else {
+		for _, e := range postEndpoints {
+			eps = append(eps, e.path)
+		}
+	}
+	keys := make([]cache.Key, 0, len(eps))
+	for _, ep := range eps {
+		keys = append(keys, cache.Key{Scope: client, Endpoint: ep, ID: id})
+	}
+	return keys, nil
+}
+
+func (g *Gateway) adminGetKey(c echo.Context) error {
+	keys, err := adminKeys(c)
+	if err != nil {
+		return err
+	}
+	withBody := c.QueryParam("body") == "1"
+	var views []recordView
+	for _, k := range keys {
+		rec, err := g.store.Get(c.Request().Context(), k)
+		if errors.Is(err, cache.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return errStore(err)
+		}
+		v := recordView{
+			Client: k.Scope, Endpoint: k.Endpoint, State: rec.State.String(), Fingerprint: rec.Fingerprint,
+			Upstream: rec.Upstream, Status: rec.Status, Stream: rec.Stream, Events: len(rec.Events),
+			SizeBytes: rec.Size(), CreatedAt: tp(rec.CreatedAt), ExpiresAt: tp(rec.ExpiresAt),
+		}
+		if rec.State == cache.InFlight {
+			v.LeaseUntil = tp(rec.LeaseUntil)
+		}
+		if withBody {
+			v.Header = rec.Header
+			var b []byte
+			if rec.Stream {
+				for _, ev := range rec.Events {
+					b = append(b, ev...)
+				}
+			} else {
+				b = rec.Body
+			}
+			v.Body = string(b)
+			if !isUTF8(b) {
+				v.Body, v.BodyBase64 = "", base64.StdEncoding.EncodeToString(b)
+			}
+		}
+		views = append(views, v)
+	}
+	if len(views) == 0 {
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "idempotency_key_not_found",
+			Message: "No record for this key and client."}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"records": views})
+}
+
+func (g *Gateway) adminDeleteKey(c echo.Context) error {
+	keys, err := adminKeys(c)
+	if err != nil {
+		return err
+	}
+	deleted := 0
+	for _, k := range keys {
+		err := g.store.Delete(c.Request().Context(), k)
+		if errors.Is(err, cache.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return errStore(err)
+		}
+		deleted++
+	}
+	if deleted == 0 {
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "idempotency_key_not_found",
+			Message: "No record for this key and client."}
+	}
+	g.log.Warn("idempotency key forgotten by operator", "idempotency_key", hashKey(keys[0].ID), "client", keys[0].Scope)
+	return c.JSON(http.StatusOK, map[string]int{"deleted": deleted})
+}
+
+func (g *Gateway) adminStats(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]any{
+		"store":       g.store.Stats(),
+		"idempotency": g.metrics.idemCounts(),
+	})
+}
+
+func isUTF8(b []byte) bool { return utf8.Valid(b) }

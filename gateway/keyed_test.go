@@ -1,0 +1,284 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeupstream"
+)
+
+func key(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
+
+func TestReplayIsByteIdenticalWithoutUpstreamCall(t *testing.T) {
+	h := newHarness(t, nil)
+	first := h.chat(chatBody, key("order-4711/summarize"))
+	if first.status != 200 {
+		t.Fatalf("first: %d %s", first.status, first.body)
+	}
+	if got := h.fake.Requests()[0].Header.Get("Idempotency-Key"); got != "order-4711/summarize" {
+		t.Errorf("key forwarded upstream as %q", got)
+	}
+	// Same body, other spacing and key order: the same request.
+	same := `{"messages":[{"content":"Hello","role":"user"}],  "model":"gpt-4o-mini"}`
+	for _, body := range []string{chatBody, same} {
+		again := h.chat(body, key("order-4711/summarize"))
+		if again.status != 200 || string(again.body) != string(first.body) {
+			t.Fatalf("replay differs:\n%s\n%s", again.body, first.body)
+		}
+		if again.header.Get("Idempotent-Replayed") != "true" {
+			t.Error("replay not marked Idempotent-Replayed")
+		}
+		if again.header.Get("X-Request-Id") != first.header.Get("X-Request-Id") {
+			t.Error("replay lost the upstream's x-request-id")
+		}
+	}
+	if n := h.fake.Calls(""); n != 1 {
+		t.Fatalf("upstream calls %d, want 1", n)
+	}
+	// RFC 8941 quoted form names the same key.
+	if r := h.chat(chatBody, key(`"order-4711/summarize"`)); r.header.Get("Idempotent-Replayed") != "true" {
+		t.Error("quoted key is not the same key")
+	}
+}
+
+func TestSameKeyDifferentBodyIs422(t *testing.T) {
+	h := newHarness(t, nil)
+	h.chat(chatBody, key("k1"))
+	r := h.chat(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Other"}]}`, key("k1"))
+	e := wantOpenAIError(t, r, 422)
+	if e["code"] != "idempotency_key_reused" {
+		t.Fatalf("code %v", e["code"])
+	}
+	if h.fake.Calls("") != 1 {
+		t.Fatal("a mismatched body reached the upstream")
+	}
+}
+
+func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
+	h := newHarness(t, nil)
+	h.fake.Enqueue(fakeupstream.Step{Delay: 300 * time.Millisecond})
+	var wg sync.WaitGroup
+	results := make([]result, 6)
+	for i := range results {
+		wg.Go(func() { results[i] = h.chat(chatBody, key("dup")) })
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.status != 200 || string(r.body) != string(results[0].body) {
+			t.Fatalf("answer %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if n := h.fake.Calls(""); n != 1 {
+		t.Fatalf("upstream calls %d, want 1", n)
+	}
+}
+
+func TestInFlightPastWaitBoundIs409(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Idempotency.WaitTimeout = config.Duration(100 * time.Millisecond) })
+	h.fake.Enqueue(fakeupstream.Step{Delay: 2 * time.Second})
+	done := make(chan result)
+	go func() { done <- h.chat(chatBody, key("slow")) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.fake.WaitForCalls(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	r := h.chat(chatBody, key("slow"))
+	wantOpenAIError(t, r, 409)
+	if r.header.Get("Retry-After") == "" || r.header.Get("X-Should-Retry") != "true" {
+		t.Fatalf("409 headers: %v", r.header)
+	}
+	first := <-done
+	if first.status != 200 {
+		t.Fatalf("first %d", first.status)
+	}
+	if h.fake.Calls("") != 1 {
+		t.Fatal("a duplicate reached the upstream")
+	}
+}
+
+func TestTenantsAreIsolated(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clients = []config.Client{{Name: "team-a", Key: "key-a"}, {Name: "team-b", Key: "key-b"}}
+	})
+	a := h.chat(chatBody, map[string]string{"Authorization": "Bearer key-a", "Idempotency-Key": "shared"})
+	b := h.chat(chatBody, map[string]string{"Authorization": "Bearer key-b", "Idempotency-Key": "shared"})
+	if a.status != 200 || b.status != 200 || string(a.body) == string(b.body) {
+		t.Fatalf("tenants share a record: %s / %s", a.body, b.body)
+	}
+	if b.header.Get("Idempotent-Replayed") != "" {
+		t.Fatal("team-b got team-a's replay")
+	}
+	if h.fake.Calls("") != 2 {
+		t.Fatalf("calls %d", h.fake.Calls(""))
+	}
+	// The admin view is per client too.
+	if r := h.admin(http.MethodGet, "/admin/idempotency/shared?client=team-a"); r.status != 200 || !strings.Contains(string(r.body), `"committed"`) {
+		t.Fatalf("admin get: %d %s", r.status, r.body)
+	}
+}
+
+func TestFailureIsNotCommitted(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Retry.MaxAttempts = 1 })
+	h.fake.Enqueue(fakeupstream.Step{Status: 503}, fakeupstream.Step{Status: 400})
+	if r := h.chat(chatBody, key("f")); r.status != 503 {
+		t.Fatalf("first %d", r.status)
+	}
+	if r := h.chat(chatBody, key("f")); r.status != 400 {
+		t.Fatalf("second %d", r.status)
+	}
+	r := h.chat(chatBody, key("f"))
+	if r.status != 200 || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("third %d replayed=%q", r.status, r.header.Get("Idempotent-Replayed"))
+	}
+	if h.fake.Calls("") != 3 {
+		t.Fatalf("calls %d", h.fake.Calls(""))
+	}
+}
+
+func TestContentFilterAndEmptyAreCommitted(t *testing.T) {
+	h := newHarness(t, nil)
+	h.fake.Enqueue(fakeupstream.Step{FinishReason: "content_filter"})
+	first := h.chat(chatBody, key("cf"))
+	again := h.chat(chatBody, key("cf"))
+	if string(first.body) != string(again.body) || again.header.Get("X-Llmgate-Outcome") != "content_filter" {
+		t.Fatalf("content_filter not committed: %s / %s (%v)", first.body, again.body, again.header)
+	}
+	if h.fake.Calls("") != 1 {
+		t.Fatal("content_filter was not replayed")
+	}
+}
+
+func TestStreamReplayIsIdentical(t *testing.T) {
+	h := newHarness(t, nil)
+	first := h.chat(streamBody, key("s1"))
+	if first.status != 200 || !strings.HasSuffix(string(first.body), "data: [DONE]\n\n") {
+		t.Fatalf("first: %d %q", first.status, first.body)
+	}
+	again := h.chat(streamBody, key("s1"))
+	if string(again.body) != string(first.body) {
+		t.Fatalf("stream replay differs:\n%q\n%q", again.body, first.body)
+	}
+	if !strings.HasPrefix(again.header.Get("Content-Type"), "text/event-stream") || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay headers %v", again.header)
+	}
+	if h.fake.Calls("") != 1 {
+		t.Fatalf("calls %d", h.fake.Calls(""))
+	}
+}
+
+func TestCutStreamIsNotCommitted(t *testing.T) {
+	h := newHarness(t, nil)
+	h.fake.Enqueue(fakeupstream.Step{StopAfter: 2})
+	h.chat(streamBody, key("s2"))
+	r := h.chat(streamBody, key("s2"))
+	if r.header.Get("Idempotent-Replayed") != "" || !strings.HasSuffix(string(r.body), "data: [DONE]\n\n") {
+		t.Fatalf("cut stream was committed or retry failed: %q", r.body)
+	}
+	if h.fake.Calls("") != 2 {
+		t.Fatalf("calls %d", h.fake.Calls(""))
+	}
+}
+
+func TestClientDisconnectStillCommits(t *testing.T) {
+	for _, tc := range []struct{ name, body string }{{"json", chatBody}, {"stream", streamBody}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.fake.Enqueue(fakeupstream.Step{Delay: 300 * time.Millisecond, ChunkDelay: 20 * time.Millisecond})
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				_ = h.fake.WaitForCalls(ctx, 1)
+				cancel() // the client gives up while the model is thinking
+			}()
+			if res, err := h.send(ctx, http.MethodPost, "/v1/chat/completions", tc.body, key("gone")); err == nil {
+				res.Body.Close()
+			}
+			// The retry waits for the in-flight call and gets its result.
+			r := h.chat(tc.body, key("gone"))
+			if r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("retry after disconnect: %d replayed=%q %s", r.status, r.header.Get("Idempotent-Replayed"), r.body)
+			}
+			if h.fake.Calls("") != 1 {
+				t.Fatalf("upstream calls %d, want 1", h.fake.Calls(""))
+			}
+		})
+	}
+}
+
+func TestUnkeyedDisconnectCancelsUpstream(t *testing.T) {
+	h := newHarness(t, nil)
+	h.fake.Enqueue(fakeupstream.Step{Hang: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_ = h.fake.WaitForCalls(ctx, 1)
+		cancel()
+	}()
+	if res, err := h.send(ctx, http.MethodPost, "/v1/chat/completions", chatBody, nil); err == nil {
+		res.Body.Close()
+	}
+	// The hanging upstream handler returns only when its client (the
+	// gateway) cancels; Close would block otherwise.
+	h.up.Close()
+}
+
+func TestRequireKey(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Idempotency.RequireKey = true })
+	e := wantOpenAIError(t, h.chat(chatBody, nil), 400)
+	if e["code"] != "idempotency_key_required" {
+		t.Fatalf("code %v", e["code"])
+	}
+	if r := h.chat(chatBody, key("ok")); r.status != 200 {
+		t.Fatalf("%d", r.status)
+	}
+}
+
+func TestContentKeyedCache(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Upstreams[0].Cache = true })
+	a := h.chat(chatBody, nil)
+	b := h.chat(chatBody, nil)
+	if a.header.Get(CacheHeader) != "miss" || b.header.Get(CacheHeader) != "hit" || string(a.body) != string(b.body) {
+		t.Fatalf("cache: %q then %q", a.header.Get(CacheHeader), b.header.Get(CacheHeader))
+	}
+	if h.fake.Calls("") != 1 {
+		t.Fatalf("calls %d", h.fake.Calls(""))
+	}
+	// no-cache skips the lookup; off turns it off.
+	h.chat(chatBody, map[string]string{"Cache-Control": "no-cache"})
+	h.chat(chatBody, map[string]string{CacheHeader: "off"})
+	if h.fake.Calls("") != 3 {
+		t.Fatalf("calls %d", h.fake.Calls(""))
+	}
+	// no-store: a miss is served but not stored.
+	other := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`
+	h.chat(other, map[string]string{"Cache-Control": "no-store"})
+	if r := h.chat(other, nil); r.header.Get(CacheHeader) != "miss" {
+		t.Fatalf("no-store response was stored")
+	}
+}
+
+func TestAdminIdempotencyRecord(t *testing.T) {
+	h := newHarness(t, nil)
+	h.chat(chatBody, key("order/1"))
+	r := h.admin(http.MethodGet, "/admin/idempotency/order%2F1")
+	if r.status != 200 || strings.Contains(string(r.body), "simulated") {
+		t.Fatalf("get without body: %d %s", r.status, r.body)
+	}
+	r = h.admin(http.MethodGet, "/admin/idempotency/order%2F1?body=1")
+	if !strings.Contains(string(r.body), "chat.completion") {
+		t.Fatalf("get with body: %s", r.body)
+	}
+	if r := h.admin(http.MethodDelete, "/admin/idempotency/order%2F1"); r.status != 200 {
+		t.Fatalf("delete %d %s", r.status, r.body)
+	}
+	if r := h.chat(chatBody, key("order/1")); r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatal("deleted key still replays")
+	}
+	if r := h.admin(http.MethodGet, "/admin/stats"); r.status != 200 || !strings.Contains(string(r.body), `"claim":2`) {
+		t.Fatalf("stats %d %s", r.status, r.body)
+	}
+}

@@ -1,0 +1,169 @@
+package gateway
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmgate/llmgate/breaker"
+	"github.com/llmgate/llmgate/classify"
+)
+
+// metrics holds every Prometheus series the gateway exports. Label values
+// are bounded: endpoints, upstreams and classes are fixed sets; models are
+// the configured names plus at most maxModelLabels names that matched a
+// wildcard and that an upstream answered successfully; anything else folds
+// into "other". Keys, clients' raw strings and secrets are never labels.
+type metrics struct {
+	requests      *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	attempts      *prometheus.CounterVec
+	retries       *prometheus.CounterVec
+	budget        *prometheus.CounterVec
+	breakerState  *prometheus.GaugeVec
+	breakerTrans  *prometheus.CounterVec
+	breakerReject *prometheus.CounterVec
+	fallbacks     *prometheus.CounterVec
+	idem          *prometheus.CounterVec
+	ttfb          *prometheus.HistogramVec
+	inflight      prometheus.Gauge
+
+	mu         sync.Mutex
+	models     map[string]bool
+	idemTotals map[string]int64
+	exact      map[string]bool
+}
+
+const maxModelLabels = 64
+
+func newMetrics(reg prometheus.Registerer, exactModels []string) *metrics {
+	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_requests_total", Help: "Client requests by endpoint, model, upstream, status and outcome class.",
+		}, []string{"endpoint", "model", "upstream", "status", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "llmgate_request_duration_seconds", Help: "Client request latency, to the last byte.", Buckets: buckets,
+		}, []string{"endpoint", "model", "upstream", "status", "outcome"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_upstream_attempts_total", Help: "Upstream attempts by upstream and outcome class.",
+		}, []string{"upstream", "class"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_upstream_retries_total", Help: "Retries by upstream and the class of the failure retried.",
+		}, []string{"upstream", "class"}),
+		budget: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_retry_budget_rejections_total", Help: "Retries denied by the process-wide retry budget.",
+		}, []string{"upstream"}),
+		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgate_breaker_state", Help: "Circuit breaker state per upstream: 0 closed, 1 half-open, 2 open.",
+		}, []string{"upstream"}),
+		breakerTrans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_breaker_transitions_total", Help: "Circuit breaker state transitions.",
+		}, []string{"upstream", "from", "to"}),
+		breakerReject: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_breaker_rejections_total", Help: "Requests an open breaker answered at once.",
+		}, []string{"upstream"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_fallbacks_total", Help: "Requests passed from an upstream to its fallback.",
+		}, []string{"from", "to"}),
+		idem: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_idempotency_events_total",
+			Help: "Idempotency events: claim, commit, release, replay, wait, conflict (409), mismatch (422), store_error, uncommitted, cache_hit, cache_miss.",
+		}, []string{"event"}),
+		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "llmgate_stream_ttfb_seconds", Help: "Time from request to the first streamed event sent to the client.", Buckets: buckets,
+		}, []string{"upstream"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmgate_requests_in_flight", Help: "Client requests being served.",
+		}),
+		models:     map[string]bool{},
+		exact:      map[string]bool{},
+		idemTotals: map[string]int64{},
+	}
+	for _, e := range exactModels {
+		m.exact[e] = true
+	}
+	reg.MustRegister(m.requests, m.duration, m.attempts, m.retries, m.budget, m.breakerState,
+		m.breakerTrans, m.breakerReject, m.fallbacks, m.idem, m.ttfb, m.inflight)
+	return m
+}
+
+// modelLabel bounds the model label's values. learn is true when an
+// upstream accepted the model, which lets a wildcard-matched name in.
+func (m *metrics) modelLabel(model string, routed, learn bool) string {
+	if !routed {
+		return "unknown"
+	}
+	if m.exact[model] {
+		return model
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.models[model] {
+		return model
+	}
+	if learn && len(m.models) < maxModelLabels {
+		m.models[model] = true
+		return model
+	}
+	return "other"
+}
+
+func (m *metrics) request(endpoint, model, upstream string, status int, outcome string, d time.Duration) {
+	s := strconv.Itoa(status)
+	m.requests.WithLabelValues(endpoint, model, upstream, s, outcome).Inc()
+	m.duration.WithLabelValues(endpoint, model, upstream, s, outcome).Observe(d.Seconds())
+}
+
+func (m *metrics) attempt(upstream string, o classify.Outcome) {
+	m.attempts.WithLabelValues(upstream, string(o.Class)).Inc()
+}
+
+func (m *metrics) retry(upstream string, o classify.Outcome) {
+	m.retries.WithLabelValues(upstream, string(o.Class)).Inc()
+}
+
+func (m *metrics) budgetRejected(upstream string) { m.budget.WithLabelValues(upstream).Inc() }
+
+func (m *metrics) breakerRejected(upstream string) { m.breakerReject.WithLabelValues(upstream).Inc() }
+
+func (m *metrics) fallback(from, to string) { m.fallbacks.WithLabelValues(from, to).Inc() }
+
+func (m *metrics) idemEvent(event string) {
+	m.idem.WithLabelValues(event).Inc()
+	m.mu.Lock()
+	m.idemTotals[event]++
+	m.mu.Unlock()
+}
+
+// idemCounts returns the idempotency events since start, for /admin/stats.
+func (m *metrics) idemCounts() map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]int64, len(m.idemTotals))
+	for k, v := range m.idemTotals {
+		out[k] = v
+	}
+	return out
+}
+
+func (m *metrics) streamTTFB(upstream string, d time.Duration) {
+	m.ttfb.WithLabelValues(upstream).Observe(d.Seconds())
+}
+
+func (m *metrics) breakerChange(upstream string, from, to breaker.State) {
+	m.breakerTrans.WithLabelValues(upstream, string(from), string(to)).Inc()
+	m.breakerState.WithLabelValues(upstream).Set(breakerGauge(to))
+}
+
+func breakerGauge(s breaker.State) float64 {
+	switch s {
+	case breaker.HalfOpen:
+		return 1
+	case breaker.Open:
+		return 2
+	}
+	return 0
+}

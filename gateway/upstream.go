@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/llmgate/llmgate/config"
+)
+
+// upstream is one configured provider with its own connection pool.
+type upstream struct {
+	cfg     config.Upstream
+	base    *url.URL
+	client  *http.Client
+	timeout time.Duration
+	// fallbacks are resolved at startup, in order.
+	fallbacks []*upstream
+}
+
+func newUpstream(cfg config.Upstream) (*upstream, error) {
+	base, err := url.Parse(strings.TrimSuffix(cfg.BaseURL, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: base_url: %w", cfg.Name, err)
+	}
+	idle := cfg.MaxIdleConns
+	if idle <= 0 {
+		idle = 256
+	}
+	// One transport per upstream, pooled and sized for many long-lived LLM
+	// calls. It has no response-header timeout: a non-streaming completion
+	// may think for minutes before its headers; the per-attempt context
+	// bounds it instead. net/http re-sends a request only when a pooled
+	// connection turns out dead before the request was written, which is
+	// not a retry of work the upstream did.
+	tr := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          idle,
+		MaxIdleConnsPerHost:   idle,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	timeout := cfg.Timeout.D()
+	if timeout <= 0 {
+		timeout = 120 * time.Second
+	}
+	return &upstream{
+		cfg:     cfg,
+		base:    base,
+		timeout: timeout,
+		client: &http.Client{
+			Transport: tr,
+			// Never follow redirects: the upstream is only ever base_url.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}, nil
+}
+
+// chain returns the upstreams to try for a request, primary first.
+func (u *upstream) chain() []*upstream {
+	return append([]*upstream{u}, u.fallbacks...)
+}
+
+// router maps a model name to its upstream: the first configured upstream
+// whose models match, exact names before wildcards.
+type router struct {
+	upstreams []*upstream
+	byName    map[string]*upstream
+}
+
+func newRouter(cfgs []config.Upstream) (*router, error) {
+	r := &router{byName: map[string]*upstream{}}
+	for _, c := range cfgs {
+		u, err := newUpstream(c)
+		if err != nil {
+			return nil, err
+		}
+		r.upstreams = append(r.upstreams, u)
+		r.byName[c.Name] = u
+	}
+	for _, u := range r.upstreams {
+		for _, f := range u.cfg.Fallbacks {
+			fu, ok := r.byName[f]
+			if !ok {
+				return nil, fmt.Errorf("upstream %s: fallback %q is not a configured upstream", u.cfg.Name, f)
+			}
+			u.fallbacks = append(u.fallbacks, fu)
+		}
+	}
+	return r, nil
+}
+
+func (r *router) route(model string) *upstream {
+	for _, u := range r.upstreams {
+		for _, m := range u.cfg.Models {
+			if m == model {
+				return u
+			}
+		}
+	}
+	for _, u := range r.upstreams {
+		if u.cfg.Serves(model) {
+			return u
+		}
+	}
+	return nil
+}
+
+func (r *router) close() {
+	for _, u := range r.upstreams {
+		u.client.CloseIdleConnections()
+	}
+}
+
+// forwardedRequestHeaders are the client headers passed to the upstream.
+// Everything else is dropped — Authorization above all: the upstream gets
+// its own key from config. An allowlist, so that no client header can
+// redirect or impersonate anything.
+var forwardedRequestHeaders = []string{
+	"Content-Type", "Accept", "User-Agent", "Openai-Beta",
+}
+
+// newUpstreamRequest builds the request for one attempt. The URL is always
+// base_url + the path after /v1: nothing from the client chooses the host.
+func (u *upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suffix string, body []byte, idemKey string) (*http.Request, error) {
+	target := *u.base
+	target.Path = u.base.Path + suffix
+	target.RawPath = ""
+	target.RawQuery = in.URL.RawQuery
+	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range forwardedRequestHeaders {
+		if v := in.Header.Values(h); len(v) > 0 {
+			req.Header[h] = v
+		}
+	}
+	for k, v := range in.Header {
+		if strings.HasPrefix(k, "X-Stainless-") {
+			req.Header[k] = v
+		}
+	}
+	if u.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+u.cfg.APIKey)
+	}
+	if idemKey != "" {
+		// An upstream that honours Idempotency-Key (another llmgate, some
+		// providers) deduplicates too.
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	return req, nil
+}
+
+// hopByHop headers are never copied between connections (RFC 9110 §7.6.1),
+// nor are those net/http manages or that belong to the upstream's origin.
+var droppedResponseHeaders = map[string]bool{
+	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true,
+	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
+	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Content-Length": true, "Content-Encoding": true,
+	"Set-Cookie": true, "Alt-Svc": true, "Strict-Transport-Security": true,
+	"Date": true, "Server": true,
+}
+
+// responseHeaders copies the upstream headers a client relies on
+// (Content-Type, x-request-id, x-ratelimit-*, openai-*, Retry-After, ...)
+// and drops hop-by-hop and origin-bound ones, including any named in
+// Connection.
+func responseHeaders(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	var conn []string
+	for _, v := range h["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			conn = append(conn, textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(f)))
+		}
+	}
+	for k, v := range h {
+		if droppedResponseHeaders[k] || strings.HasPrefix(k, "X-Llmgate-") || k == "X-Should-Retry" {
+			continue
+		}
+		skip := false
+		for _, c := range conn {
+			if c == k {
+				skip = true
+			}
+		}
+		if !skip {
+			out[k] = v
+		}
+	}
+	return out
+}
