@@ -22,6 +22,11 @@ func (g *Gateway) adminRoutes(a *echo.Group) {
 	a.GET("/idempotency/*", g.adminGetKey)
 	a.DELETE("/idempotency/*", g.adminDeleteKey)
 	a.GET("/stats", g.adminStats)
+	a.GET("/deadletters", g.adminListDeadLetters)
+	a.POST("/deadletters/replay", g.adminReplayGroup)
+	a.GET("/deadletters/:id", g.adminGetDeadLetter)
+	a.DELETE("/deadletters/:id", g.adminDeleteDeadLetter)
+	a.POST("/deadletters/:id/replay", g.adminReplayDeadLetter)
 	a.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 }
 

@@ -22,6 +22,9 @@ type call struct {
 	rt       routing
 	idemKey  string // forwarded to the upstream when set
 	deadline time.Time
+	// tried lists the upstreams the call reached or was refused by, in
+	// order, for its dead letter.
+	tried []string
 }
 
 // response is what an upstream produced for a call: a buffered body, a
@@ -126,6 +129,7 @@ func (g *Gateway) execute(ctx context.Context, c *call, primary *upstream) (*res
 			}
 			g.metrics.fallback(primary.cfg.Name, u.cfg.Name)
 		}
+		c.tried = append(c.tried, u.cfg.Name)
 		done, err := g.breakers.Allow(u.cfg.Name)
 		if err != nil {
 			var oe *breaker.OpenError

@@ -145,6 +145,9 @@ func (g *Gateway) serveKeyed(c echo.Context, cl *call, u *upstream, kr *keyedReq
 	resp, err := g.execute(work, cl, u)
 	if err != nil {
 		g.release(work, kr.key, owner)
+		if f, ok := deadLetterFailure(nil, err, cl.tried); ok && !kr.cache {
+			g.recordDeadLetter(work, cl, kr, f, start)
+		}
 		return err
 	}
 	g.note(info, resp)
@@ -155,6 +158,9 @@ func (g *Gateway) serveKeyed(c echo.Context, cl *call, u *upstream, kr *keyedReq
 		switch {
 		case !committable(out):
 			g.release(work, kr.key, owner)
+			if f, ok := deadLetterFailure(resp, nil, cl.tried); ok && !kr.cache {
+				g.recordDeadLetter(work, cl, kr, f, start)
+			}
 		case rec.over:
 			g.metrics.idemEvent("uncommitted")
 			info.committed = "false: stream over the record limit"
@@ -191,6 +197,9 @@ func (g *Gateway) serveKeyed(c echo.Context, cl *call, u *upstream, kr *keyedReq
 			info.committed = "false: response over the record limit"
 		}
 		g.release(work, kr.key, owner)
+		if f, ok := deadLetterFailure(resp, nil, cl.tried); ok && !kr.cache {
+			g.recordDeadLetter(work, cl, kr, f, start)
+		}
 	}
 	return g.writeResponse(c, resp)
 }
@@ -277,6 +286,9 @@ func (g *Gateway) replay(c echo.Context, kr *keyedReq, rec *cache.Record) error 
 func (g *Gateway) afterCommit(ctx context.Context, kr *keyedReq, owner string, err error) error {
 	if err == nil {
 		g.metrics.idemEvent("commit")
+		if !kr.cache {
+			g.resolveDeadLetter(ctx, kr.key)
+		}
 		return nil
 	}
 	g.metrics.idemEvent("store_error")

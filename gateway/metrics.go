@@ -17,6 +17,7 @@ import (
 // wildcard and that an upstream answered successfully; anything else folds
 // into "other". Keys, clients' raw strings and secrets are never labels.
 type metrics struct {
+	dlqMetrics
 	requests      *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	attempts      *prometheus.CounterVec
@@ -85,6 +86,7 @@ func newMetrics(reg prometheus.Registerer, exactModels []string) *metrics {
 	for _, e := range exactModels {
 		m.exact[e] = true
 	}
+	m.dlqMetrics = newDLQMetrics(reg)
 	reg.MustRegister(m.requests, m.duration, m.attempts, m.retries, m.budget, m.breakerState,
 		m.breakerTrans, m.breakerReject, m.fallbacks, m.idem, m.ttfb, m.inflight)
 	return m

@@ -56,6 +56,7 @@ type AdminStore interface {
 type Store interface {
 	KeyStore
 	AdminStore
+	DeadLetterStore
 }
 
 // Options configure a Gateway.
@@ -89,6 +90,7 @@ type Gateway struct {
 	clients  []clientKey
 	admin    [32]byte // SHA-256 of the admin token; zero when admin is disabled
 
+	dlq       *dlqMonitor
 	ready     atomic.Bool
 	shutdown  chan struct{}
 	closeOnce atomic.Bool
@@ -187,7 +189,12 @@ func New(o Options) (*Gateway, error) {
 	if o.Config.AdminToken != "" {
 		g.admin = sha256.Sum256([]byte(o.Config.AdminToken))
 	}
+	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "llmgate_store_records", Help: "Idempotency records in the store (committed and in flight).",
+	}, func() float64 { return float64(g.store.Stats().Records) }))
 	g.echo = g.routes()
+	g.dlq = newDLQMonitor(g)
+	go g.dlq.run()
 	g.ready.Store(true)
 	return g, nil
 }
@@ -207,8 +214,13 @@ func (g *Gateway) BeginShutdown() {
 	}
 }
 
-// Close releases idle upstream connections.
-func (g *Gateway) Close() { g.router.close() }
+// Close stops the dead-letter monitor and releases idle upstream
+// connections. Call it after the server has shut down, before the store
+// closes.
+func (g *Gateway) Close() {
+	g.dlq.close()
+	g.router.close()
+}
 
 // endpoint is one POST route under /v1.
 type endpoint struct {
@@ -304,6 +316,16 @@ func (g *Gateway) readyz(c echo.Context) error {
 // neither timing nor position tells an attacker anything.
 func (g *Gateway) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if name, ok := c.Request().Context().Value(replayClientKey{}).(string); ok {
+			// An operator's dead-letter replay, made in-process: it runs
+			// as the client that sent the original request. Nothing a
+			// client sends can set a context value.
+			if info := infoOf(c); info != nil {
+				info.client = name
+			}
+			c.Set(clientCtxKey, name)
+			return next(c)
+		}
 		if len(g.clients) == 0 {
 			return next(c)
 		}
