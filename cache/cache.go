@@ -113,9 +113,9 @@ func (s State) String() string {
 // Record is what the store keeps under a Key.
 type Record struct {
 	State       State
-	Fingerprint string // hash of the request body, computed by the caller
-	Owner       string // in flight: the owner token
-	LeaseUntil  time.Time
+	Fingerprint string              // hash of the request body, computed by the caller
+	Owner       string              // in flight: the owner token
+	LeaseUntil  time.Time           // in flight: claimable by others from then on, unless renewed
 	Status      int                 // committed: HTTP status
 	Header      map[string][]string // committed: the response headers a client relies on
 	Body        []byte              // committed, non-stream: exact body bytes
@@ -177,11 +177,14 @@ type Claim struct {
 
 // Stats describes the store for admin and metrics.
 type Stats struct {
-	Records   int64 // committed and in-flight records
-	InFlight  int64 // of which in flight
-	LSMBytes  int64 // on-disk size of the LSM tree (0 in memory)
-	VLogBytes int64 // on-disk size of the value log (0 in memory)
-	At        time.Time
+	Records  int64 // committed and in-flight records
+	InFlight int64 // of which in flight
+	LSMBytes int64 // apparent size of the LSM tree's files (0 in memory)
+	// VLogBytes is the apparent size of the value-log files (0 in memory).
+	// Badger sizes the active file at twice its 16 MiB limit up front, so this
+	// is not the disk actually used.
+	VLogBytes int64
+	At        time.Time // when the figures were taken (store clock)
 }
 
 // ListedKey is one entry of List: a record's metadata, without its body.
