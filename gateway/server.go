@@ -257,6 +257,7 @@ func (g *Gateway) routes() *echo.Echo {
 
 	admin := e.Group("/admin", g.adminAuth)
 	g.adminRoutes(admin)
+	g.adminPageRoutes(e, admin)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})), g.adminAuth)
 	e.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 	return e
