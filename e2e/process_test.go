@@ -171,9 +171,10 @@ retry:
   max_attempts: 3
   base_delay: 5ms
   max_delay: 20ms
-server:
-  shutdown_grace: 10s
 %s`, dataDir, upstreamURL, extra)
+	if !strings.Contains(extra, "server:") {
+		cfg += "server:\n  shutdown_grace: 10s\n"
+	}
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

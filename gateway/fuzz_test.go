@@ -1,0 +1,180 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+// FuzzParseRouting: the scanner that routes a request never panics, and
+// agrees with encoding/json on what is a valid JSON object and on the
+// model and stream it carries.
+func FuzzParseRouting(f *testing.F) {
+	for _, s := range []string{
+		chatBody, streamBody, `{}`, `{"model":"a\"b\u00e9"}`, `{"model":1}`, `{"stream":"yes"}`,
+		`{"model":"m","x":[1,2.5e-3,-0,true,false,null,{"a":[]}]}`, `[1]`, `{"model":"m"} x`, `{"a":}`, ` { "model" : "m" , "stream" : true } `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rt, err := parseRouting(body, 64)
+		var ref map[string]json.RawMessage
+		refErr := json.Unmarshal(body, &ref)
+		if err == nil && refErr != nil {
+			t.Fatalf("accepted what encoding/json rejects: %q (%v)", body, refErr)
+		}
+		var se *syntaxError
+		if errors.As(err, &se) && refErr == nil && json.Valid(body) {
+			t.Fatalf("rejected valid JSON %q: %v", body, err)
+		}
+		if err != nil {
+			return
+		}
+		if m, ok := ref["model"]; ok {
+			var want string
+			if json.Unmarshal(m, &want) == nil && want != rt.Model {
+				t.Fatalf("model %q, encoding/json says %q", rt.Model, want)
+			}
+		}
+		_ = fingerprint(body) // must not panic on anything parseRouting accepts
+	})
+}
+
+// FuzzFingerprint: whitespace and key order never change a fingerprint.
+func FuzzFingerprint(f *testing.F) {
+	f.Add(chatBody)
+	f.Add(`{"b":1,"a":{"d":[1,{"z":0,"y":"x"}],"c":null}}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		var v any
+		d := json.NewDecoder(strings.NewReader(body))
+		d.UseNumber()
+		if d.Decode(&v) != nil || d.More() {
+			return
+		}
+		if _, ok := v.(map[string]any); !ok {
+			return
+		}
+		if _, err := parseRouting([]byte(body), 0); err != nil {
+			return
+		}
+		// Re-encode: keys sorted, whitespace gone. Same fingerprint.
+		// (Strings may be re-escaped by encoding/json, so only compare
+		// when they came out the same.)
+		re, err := json.Marshal(v)
+		if err != nil {
+			return
+		}
+		var indented bytes.Buffer
+		if json.Indent(&indented, []byte(body), "", "  ") != nil {
+			return
+		}
+		if fingerprint([]byte(body)) != fingerprint(indented.Bytes()) {
+			t.Fatalf("indentation changed the fingerprint of %q", body)
+		}
+		var roundTrip any
+		d2 := json.NewDecoder(bytes.NewReader(re))
+		d2.UseNumber()
+		if d2.Decode(&roundTrip) == nil && sameStrings(body, string(re)) && fingerprint([]byte(body)) != fingerprint(re) {
+			t.Fatalf("key order changed the fingerprint: %q vs %q", body, re)
+		}
+	})
+}
+
+// sameStrings reports whether two JSON texts hold the same string tokens as
+// written (so that only key order and spacing differ).
+func sameStrings(a, b string) bool {
+	tok := func(s string) []string {
+		var out []string
+		d := json.NewDecoder(strings.NewReader(s))
+		for {
+			t, err := d.Token()
+			if err != nil {
+				break
+			}
+			if str, ok := t.(string); ok {
+				out = append(out, str)
+			}
+		}
+		return out
+	}
+	ta, tb := tok(a), tok(b)
+	if len(ta) != len(tb) {
+		return false
+	}
+	count := map[string]int{}
+	for _, s := range ta {
+		count[s]++
+	}
+	for _, s := range tb {
+		count[s]--
+	}
+	for _, n := range count {
+		if n != 0 {
+			return false
+		}
+	}
+	return !strings.Contains(a, `\`)
+}
+
+// FuzzIdempotencyKey: the parser never panics, accepts only 1–255
+// printable ASCII characters, and a key quoted as an sf-string parses back
+// to itself.
+func FuzzIdempotencyKey(f *testing.F) {
+	for _, s := range []string{"order-4711/summarize", `"quoted \"key\""`, `""`, `"unterminated`, strings.Repeat("k", 256), "tab\tkey", "é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		k, err := parseIdempotencyKey(h)
+		if err != nil {
+			return
+		}
+		if len(k) == 0 || len(k) > maxKeyLen {
+			t.Fatalf("accepted key of length %d", len(k))
+		}
+		for i := 0; i < len(k); i++ {
+			if k[i] < 0x20 || k[i] > 0x7e {
+				t.Fatalf("accepted non-printable byte %q", k[i])
+			}
+		}
+		back, err := parseIdempotencyKey(quoteKey(k))
+		if err != nil || back != k {
+			t.Fatalf("quoted round trip of %q: %q, %v", k, back, err)
+		}
+	})
+}
+
+// FuzzSSEReader: splitting a stream into events never panics, loses no
+// byte, and never returns an event without its terminating blank line
+// except at a cut end.
+func FuzzSSEReader(f *testing.F) {
+	f.Add([]byte("data: {\"a\":1}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte(": keepalive\n\nevent: x\ndata: a\ndata: b\n\n"))
+	f.Add([]byte("data: x\r\n\r\ndata: cut"))
+	f.Add([]byte("\n\n\ndata: y\n\n"))
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		rd := newSSEReader(bytes.NewReader(stream), 1<<20)
+		defer rd.release()
+		var got []byte
+		for {
+			ev, err := rd.next()
+			got = append(got, ev...)
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, errEventTooLarge) {
+					t.Fatalf("unexpected error %v", err)
+				}
+				break
+			}
+			if !bytes.HasSuffix(ev, []byte("\n\n")) && !bytes.HasSuffix(ev, []byte("\r\n\r\n")) && !bytes.HasSuffix(ev, []byte("\n\r\n")) && !bytes.HasSuffix(ev, []byte("\r\n\n")) {
+				t.Fatalf("event without blank line: %q", ev)
+			}
+			_ = eventData(ev)
+		}
+		if !bytes.Equal(bytes.TrimRight(got, "\r\n"), bytes.TrimRight(stream, "\r\n")) && len(bytes.TrimSpace(stream)) > 0 {
+			// Only trailing blank lines after the last event may be dropped.
+			t.Fatalf("bytes lost:\n got %q\nwant %q", got, stream)
+		}
+	})
+}
