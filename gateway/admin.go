@@ -27,6 +27,7 @@ func (g *Gateway) adminRoutes(a *echo.Group) {
 	a.GET("/deadletters/:id", g.adminGetDeadLetter)
 	a.DELETE("/deadletters/:id", g.adminDeleteDeadLetter)
 	a.POST("/deadletters/:id/replay", g.adminReplayDeadLetter)
+	pprofRoutes(a)
 	a.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 }
 

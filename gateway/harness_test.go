@@ -70,6 +70,13 @@ func testConfig(url string) config.Config {
 
 func newHarness(t *testing.T, mutate func(c *config.Config)) *harness {
 	t.Helper()
+	return newHarnessStore(t, mutate, nil)
+}
+
+// newHarnessStore is newHarness with the store wrapped by wrap (fault
+// injection).
+func newHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store) *harness {
+	t.Helper()
 	h := &harness{t: t, fake: fakeupstream.New(fakeupstream.Options{}), logs: &syncBuffer{}}
 	h.up = httptest.NewServer(h.fake)
 	t.Cleanup(h.up.Close)
@@ -88,7 +95,11 @@ func newHarness(t *testing.T, mutate func(c *config.Config)) *harness {
 	}
 	h.store = store
 	t.Cleanup(func() { store.Close() })
-	gw, err := New(Options{Config: h.cfg, Store: store,
+	var st Store = store
+	if wrap != nil {
+		st = wrap(store)
+	}
+	gw, err := New(Options{Config: h.cfg, Store: st,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
@@ -184,3 +195,17 @@ func newTestServer(t *testing.T, h http.Handler) string {
 	}
 	return s.URL
 }
+
+func readAllBody(t *testing.T, res *http.Response) []byte {
+	t.Helper()
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func stringsReader(s string) io.Reader { return strings.NewReader(s) }
+
+func ioCopyDiscard(r io.Reader) (int64, error) { return io.Copy(io.Discard, r) }

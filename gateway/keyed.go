@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,6 +156,8 @@ func (g *Gateway) serveKeyed(c echo.Context, cl *call, u *upstream, kr *keyedReq
 	if resp.stream != nil {
 		rec := &recorder{maxBytes: g.cfg.Idempotency.MaxRecordBytes, maxEvents: g.cfg.Idempotency.MaxRecordEvents}
 		out := g.relayStream(c, resp, rec, start)
+		committed := false
+		defer func() { c.Response().Header().Set(CommittedTrailer, strconv.FormatBool(committed)) }()
 		switch {
 		case !committable(out):
 			g.release(work, kr.key, owner)
@@ -175,6 +178,7 @@ func (g *Gateway) serveKeyed(c echo.Context, cl *call, u *upstream, kr *keyedReq
 				Events: rec.events, Upstream: resp.upstream.cfg.Name,
 			}, kr.ttl)
 			if g.afterCommit(work, kr, owner, err) == nil {
+				committed = true
 				failpoint("after-commit")
 			}
 		}

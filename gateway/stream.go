@@ -13,6 +13,11 @@ import (
 	"github.com/llmgate/llmgate/classify"
 )
 
+// CommittedTrailer ends a keyed stream: "true" when it was committed and a
+// retry with its key will replay it, "false" when it was served but not
+// committed (cut short, failed, or over the record limits).
+const CommittedTrailer = "X-Llmgate-Committed"
+
 // recorder keeps the exact bytes of each SSE event of a keyed stream, up to
 // the configured limits. A stream over a limit is still relayed in full but
 // is not committed.
@@ -64,6 +69,11 @@ func (g *Gateway) relayStream(c echo.Context, resp *response, rec *recorder, sta
 	}
 	h.Del("Content-Length")
 	setGatewayHeaders(h, resp.upstream.cfg.Name, classify.Outcome{})
+	if rec != nil {
+		// Whether a keyed stream was committed is known only at its end:
+		// it is sent as a trailer.
+		h.Set("Trailer", CommittedTrailer)
+	}
 	w.WriteHeader(resp.status)
 
 	var obs classify.StreamObserver

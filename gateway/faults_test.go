@@ -1,0 +1,147 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeupstream"
+)
+
+// faultyStore fails the operations a test switches on, like a full disk.
+type faultyStore struct {
+	Store
+	failClaim, failCommit, failPing atomic.Bool
+}
+
+var errDiskFull = errors.New("write: no space left on device")
+
+func (f *faultyStore) Claim(ctx context.Context, k cache.Key, fp string, lease time.Duration) (cache.Claim, error) {
+	if f.failClaim.Load() {
+		return cache.Claim{}, errDiskFull
+	}
+	return f.Store.Claim(ctx, k, fp, lease)
+}
+
+func (f *faultyStore) Commit(ctx context.Context, k cache.Key, owner string, rec *cache.Record, ttl time.Duration) error {
+	if f.failCommit.Load() {
+		return errDiskFull
+	}
+	return f.Store.Commit(ctx, k, owner, rec, ttl)
+}
+
+func (f *faultyStore) Ping(ctx context.Context) error {
+	if f.failPing.Load() {
+		return errDiskFull
+	}
+	return f.Store.Ping(ctx)
+}
+
+func TestStoreFailures(t *testing.T) {
+	var fs *faultyStore
+	h := newHarnessStore(t, nil, func(s Store) Store { fs = &faultyStore{Store: s}; return fs })
+
+	// Claim fails: the keyed request is refused with 503, never run
+	// unprotected; an unkeyed one still proxies.
+	fs.failClaim.Store(true)
+	r := h.chat(chatBody, key("disk"))
+	e := wantOpenAIError(t, r, 503)
+	if e["code"] != "idempotency_store_unavailable" || strings.Contains(string(r.body), "no space") {
+		t.Fatalf("claim failure answer: %s", r.body)
+	}
+	if h.fake.Calls("") != 0 {
+		t.Fatal("a keyed request ran without its claim")
+	}
+	if r := h.chat(chatBody, nil); r.status != 200 {
+		t.Fatalf("unkeyed request during a store failure: %d", r.status)
+	}
+	fs.failClaim.Store(false)
+
+	// Commit fails: 503, and nothing half-committed remains — the key is
+	// released and the next attempt runs and commits normally.
+	fs.failCommit.Store(true)
+	r = h.chat(chatBody, key("disk2"))
+	wantOpenAIError(t, r, 503)
+	if _, err := h.store.Get(context.Background(), cache.Key{Endpoint: "/v1/chat/completions", ID: "disk2"}); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("after a failed commit the store holds %v", err)
+	}
+	fs.failCommit.Store(false)
+	if r := h.chat(chatBody, key("disk2")); r.status != 200 || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry after failed commit: %d", r.status)
+	}
+	if r := h.chat(chatBody, key("disk2")); r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("not committed on the retry")
+	}
+
+	fs.failPing.Store(true)
+	if r := h.do(http.MethodGet, "/readyz", "", nil); r.status != 503 {
+		t.Fatalf("readyz with a failing store: %d", r.status)
+	}
+	if strings.Contains(h.logs.String(), upstreamKey) {
+		t.Fatal("upstream key logged")
+	}
+}
+
+func TestStreamOverRecordLimitServedNotCommitted(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Idempotency.MaxRecordEvents = 3 })
+	res, err := h.send(context.Background(), http.MethodPost, "/v1/chat/completions", streamBody, key("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := readAllBody(t, res)
+	if !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+		t.Fatalf("stream not served in full: %q", b)
+	}
+	if got := res.Trailer.Get(CommittedTrailer); got != "false" {
+		t.Fatalf("trailer %s = %q, want false", CommittedTrailer, got)
+	}
+	if !strings.Contains(h.logs.String(), "not committed") {
+		t.Fatal("no log line says the stream was not committed")
+	}
+	res, err = h.send(context.Background(), http.MethodPost, "/v1/chat/completions", streamBody, key("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAllBody(t, res)
+	if res.Header.Get("Idempotent-Replayed") != "" || h.fake.Calls("") != 2 {
+		t.Fatalf("an over-limit stream was committed (calls %d)", h.fake.Calls(""))
+	}
+	// Under the limit, the trailer says it was committed.
+	h2 := newHarness(t, nil)
+	res, err = h2.send(context.Background(), http.MethodPost, "/v1/chat/completions", streamBody, key("small"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAllBody(t, res)
+	if got := res.Trailer.Get(CommittedTrailer); got != "true" {
+		t.Fatalf("trailer = %q, want true", got)
+	}
+}
+
+func TestTruncatedJSONIsRetried(t *testing.T) {
+	h := newHarness(t, nil)
+	h.fake.Enqueue(fakeupstream.Step{Body: `{"id":"x","object":"chat.completion","choices":[{"index":0,"mess`}, fakeupstream.Step{})
+	r := h.chat(chatBody, key("trunc"))
+	if r.status != 200 || h.fake.Calls("") != 2 {
+		t.Fatalf("status %d calls %d", r.status, h.fake.Calls(""))
+	}
+	if again := h.chat(chatBody, key("trunc")); string(again.body) != string(r.body) {
+		t.Fatal("the truncated body was committed")
+	}
+}
+
+func TestPprofBehindAdminToken(t *testing.T) {
+	h := newHarness(t, nil)
+	if r := h.do(http.MethodGet, "/admin/debug/pprof/goroutine?debug=1", "", nil); r.status != 401 {
+		t.Fatalf("pprof without token: %d", r.status)
+	}
+	if r := h.admin(http.MethodGet, "/admin/debug/pprof/goroutine?debug=1"); r.status != 200 || !strings.Contains(string(r.body), "goroutine") {
+		t.Fatalf("pprof with token: %d", r.status)
+	}
+}

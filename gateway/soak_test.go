@@ -1,0 +1,126 @@
+package gateway
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeupstream"
+)
+
+// TestSoak runs mixed traffic — JSON and streams, keyed and unkeyed,
+// replays, upstream failures, client cancellations — for LLMGATE_SOAK
+// (default 3s; CI sets a bounded longer run), then checks that goroutines
+// and heap return to their baseline. Skipped with -short.
+func TestSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak test skipped with -short")
+	}
+	d := 3 * time.Second
+	if v := os.Getenv("LLMGATE_SOAK"); v != "" {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("LLMGATE_SOAK: %v", err)
+		}
+	}
+	h := newHarness(t, func(c *config.Config) {
+		c.Breaker.ConsecutiveFailures = 1000 // failures are part of the mix, not a reason to stop it
+	})
+	h.fake.SetDefault(fakeupstream.Step{})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
+
+	send := func(body string, hdr map[string]string) int {
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/chat/completions", stringsReader(body))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			return 0
+		}
+		defer res.Body.Close()
+		_, _ = ioCopyDiscard(res.Body)
+		return res.StatusCode
+	}
+	// Warm up, then take the baseline.
+	send(chatBody, nil)
+	send(streamBody, nil)
+	client.CloseIdleConnections()
+	h.gw.router.close()
+	runtime.GC()
+	baseG := runtime.NumGoroutine()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	baseHeap := ms.HeapInuse
+
+	var requests, failures atomic.Int64
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := 0; time.Now().Before(stop); i++ {
+				body := chatBody
+				if rng.IntN(2) == 0 {
+					body = streamBody
+				}
+				hdr := map[string]string{}
+				switch rng.IntN(4) {
+				case 0: // fresh key
+					hdr["Idempotency-Key"] = fmt.Sprintf("soak-%d-%d", w, i)
+				case 1: // a replay of a small set of keys
+					hdr["Idempotency-Key"] = fmt.Sprintf("soak-replay-%d", rng.IntN(8))
+					body = chatBody
+				}
+				if rng.IntN(10) == 0 {
+					h.fake.Enqueue(fakeupstream.Step{Status: 503}) // a failure somewhere in the mix
+				}
+				if st := send(body, hdr); st != 200 {
+					failures.Add(1)
+				}
+				requests.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	client.CloseIdleConnections()
+	h.srv.CloseClientConnections()
+	// Idle pooled connections to the upstream are a pool, not a leak: close
+	// them so what remains is what would grow without bound.
+	h.gw.router.close()
+
+	// Goroutines and heap return to the baseline (allowing for the
+	// runtime's own and pooled buffers).
+	deadline := time.Now().Add(10 * time.Second)
+	var g int
+	for {
+		runtime.GC()
+		g = runtime.NumGoroutine()
+		if g <= baseG+2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for connections to wind down, not synchronising
+	}
+	runtime.ReadMemStats(&ms)
+	t.Logf("soak %v: %d requests, %d non-200 (scripted failures), goroutines %d → %d, heap in use %d KiB → %d KiB",
+		d, requests.Load(), failures.Load(), baseG, g, baseHeap>>10, ms.HeapInuse>>10)
+	if g > baseG+2 {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		t.Fatalf("goroutines grew from %d to %d:\n%s", baseG, g, buf[:n])
+	}
+	if ms.HeapInuse > baseHeap+64<<20 {
+		t.Fatalf("heap grew from %d to %d bytes", baseHeap, ms.HeapInuse)
+	}
+	if requests.Load() == 0 || failures.Load() > requests.Load()/2 {
+		t.Fatalf("soak did not run as intended: %d requests, %d failures", requests.Load(), failures.Load())
+	}
+}
