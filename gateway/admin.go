@@ -31,28 +31,34 @@ func (g *Gateway) adminRoutes(a *echo.Group) {
 	a.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 }
 
+// breakersView is this replica's breakers plus, when the store is shared,
+// the operator overrides every replica follows.
 type breakersView struct {
-	Breakers []breaker.Status `json:"breakers"`
+	Breakers        []breaker.Status `json:"breakers"`
+	SharedOverrides map[string]bool  `json:"shared_overrides,omitempty"`
 }
 
 func (g *Gateway) adminBreakers(c echo.Context) error {
-	return c.JSON(http.StatusOK, breakersView{Breakers: g.breakers.Snapshot()})
+	v := breakersView{Breakers: g.breakers.Snapshot()}
+	if g.shared != nil {
+		m, err := g.shared.BreakerOverrides(c.Request().Context())
+		if err != nil {
+			return errStore(err)
+		}
+		v.SharedOverrides = m
+		if v.SharedOverrides == nil {
+			v.SharedOverrides = map[string]bool{}
+		}
+	}
+	return c.JSON(http.StatusOK, v)
 }
 
 func (g *Gateway) adminForce(open bool) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		name := c.Param("name")
-		var err error
-		if open {
-			err = g.breakers.ForceOpen(name)
-		} else {
-			err = g.breakers.ForceClose(name)
+		if err := g.setBreakerForced(c.Request().Context(), name, open); err != nil {
+			return err
 		}
-		if err != nil {
-			return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_upstream",
-				Message: "No upstream is named " + quoteName(name) + ".", Err: err}
-		}
-		g.log.Warn("breaker forced by operator", "upstream", name, "open", open)
 		st, _ := g.breakers.Status(name)
 		return c.JSON(http.StatusOK, st)
 	}

@@ -91,6 +91,10 @@ type Gateway struct {
 	admin    [32]byte // SHA-256 of the admin token; zero when admin is disabled
 
 	dlq       *dlqMonitor
+	// shared is set when the store shares breaker overrides across
+	// replicas; stopShared ends following them.
+	shared     SharedBreakerOverrides
+	stopShared context.CancelFunc
 	ready     atomic.Bool
 	shutdown  chan struct{}
 	closeOnce atomic.Bool
@@ -195,6 +199,12 @@ func New(o Options) (*Gateway, error) {
 	g.echo = g.routes()
 	g.dlq = newDLQMonitor(g)
 	go g.dlq.run()
+	if s, ok := o.Store.(SharedBreakerOverrides); ok {
+		g.shared = s
+		var ctx context.Context
+		ctx, g.stopShared = context.WithCancel(context.Background())
+		g.startOverrides(ctx, s)
+	}
 	g.ready.Store(true)
 	return g, nil
 }
@@ -218,6 +228,9 @@ func (g *Gateway) BeginShutdown() {
 // connections. Call it after the server has shut down, before the store
 // closes.
 func (g *Gateway) Close() {
+	if g.stopShared != nil {
+		g.stopShared()
+	}
 	g.dlq.close()
 	g.router.close()
 }
