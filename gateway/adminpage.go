@@ -1,7 +1,513 @@
 package gateway
 
-import "github.com/labstack/echo/v4"
+// The operator's page: one server-rendered HTML page at /admin/ with the
+// breakers, the dead-letter queue and the idempotency store, and HTML forms
+// for the few actions an operator takes from a browser. It uses no script:
+// the page refreshes itself with <meta http-equiv="refresh">, and its
+// Content-Security-Policy allows no script at all.
+//
+// A browser authenticates with the admin token once, on /admin/login; the
+// token then rides in an HttpOnly, SameSite=Strict cookie that adminAuth
+// accepts like a Bearer header. The form POSTs are guarded against
+// cross-site requests twice: the cookie is SameSite=Strict, and sameOrigin
+// rejects a request whose Sec-Fetch-Site, Origin or Referer says it came
+// from another site.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/llmgate/llmgate/breaker"
+	"github.com/llmgate/llmgate/cache"
+)
+
+//go:embed adminpage.html
+var adminPageHTML string
+
+var adminPageTmpl = template.Must(template.New("adminpage").Funcs(template.FuncMap{
+	"pathEscape": url.PathEscape,
+	"bytes":      humanBytes,
+}).Parse(adminPageHTML))
+
+const (
+	// flashCookie carries the one-line result of the last action to the
+	// page the action redirects to. A cookie rather than the query string,
+	// so that a link from elsewhere cannot put words on the page, and so
+	// the self-refresh does not repeat it.
+	flashCookie = "llmgate_flash"
+	// adminCookieMaxAge bounds a browser session; the operator logs in
+	// again after it.
+	adminCookieMaxAge = 8 * time.Hour
+	// pageDeadLetters is how many of the newest dead letters the page lists.
+	pageDeadLetters = 20
+	// pageReplayMax caps one "Replay group" click: the replay runs inside
+	// the click's request, at dead_letters.replay_per_second.
+	pageReplayMax = 100
+)
+
+// adminCookiePaths are the paths the admin cookie is set for: the page and
+// API under /admin, and /metrics, so a logged-in browser can read both —
+// and nothing else on the gateway ever receives the token.
+var adminCookiePaths = []string{"/admin", "/metrics"}
 
 // adminPageRoutes registers the operator's HTML page. e is the root (for
 // the login form, which needs no token); admin is the token-guarded group.
-func (g *Gateway) adminPageRoutes(e *echo.Echo, admin *echo.Group) {}
+func (g *Gateway) adminPageRoutes(e *echo.Echo, admin *echo.Group) {
+	// The page itself is on the root, not the group: a browser without a
+	// valid token is sent to the login form, where adminAuth would answer
+	// an API client's 401.
+	e.GET("/admin", func(c echo.Context) error { return c.Redirect(http.StatusSeeOther, "/admin/") })
+	e.GET("/admin/", g.pageIndex)
+	e.GET("/admin/login", g.pageLoginForm)
+	e.POST("/admin/login", g.pageLogin, g.sameOrigin)
+	e.POST("/admin/logout", g.pageLogout, g.sameOrigin)
+
+	ui := admin.Group("/ui", g.sameOrigin)
+	ui.POST("/breakers/:name/open", g.pageForce(true))
+	ui.POST("/breakers/:name/close", g.pageForce(false))
+	ui.POST("/deadletters/replay", g.pageReplayGroup)
+	ui.POST("/deadletters/:id/replay", g.pageReplayOne)
+	ui.POST("/deadletters/:id/discard", g.pageDiscard)
+}
+
+// adminTokenOK compares tok with the admin token as adminAuth does: as
+// SHA-256 digests, in constant time. It is false when admin is disabled.
+func (g *Gateway) adminTokenOK(tok string) bool {
+	if g.admin == ([32]byte{}) {
+		return false
+	}
+	sum := sha256.Sum256([]byte(tok))
+	return subtle.ConstantTimeCompare(sum[:], g.admin[:]) == 1
+}
+
+// pageAuthorized reports whether the request carries the admin token, as a
+// Bearer header or as the cookie.
+func (g *Gateway) pageAuthorized(c echo.Context) bool {
+	if tok, ok := bearer(c.Request().Header.Get("Authorization")); ok {
+		return g.adminTokenOK(tok)
+	}
+	ck, err := c.Cookie(adminCookie)
+	return err == nil && g.adminTokenOK(ck.Value)
+}
+
+func (g *Gateway) adminEnabled() bool { return g.admin != ([32]byte{}) }
+
+// pageHeaders sets the headers every HTML response of the page carries.
+// The policy allows no script, no frame, no other origin, and inline style
+// only; the page is never cached, framed, or sniffed as something else.
+func pageHeaders(c echo.Context) {
+	h := c.Response().Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+}
+
+// crossOrigin is the standard library's check: Sec-Fetch-Site when the
+// browser sends it, else Origin against Host. It matters that Sec-Fetch-Site
+// comes first: under Referrer-Policy: no-referrer a browser sends the
+// page's own form POSTs with "Origin: null".
+var crossOrigin = http.NewCrossOriginProtection()
+
+// sameOrigin refuses a state-changing request that a browser says came
+// from another origin. Requests with none of Sec-Fetch-Site, Origin and
+// Referer are not a browser's, and pass: they still need the token.
+func (g *Gateway) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		err := crossOrigin.Check(r)
+		if err == nil && r.Header.Get("Sec-Fetch-Site") == "" && r.Header.Get("Origin") == "" {
+			if ref := r.Header.Get("Referer"); ref != "" {
+				if u, perr := url.Parse(ref); perr != nil || u.Host != r.Host {
+					err = errors.New("cross-origin request detected from Referer header")
+				}
+			}
+		}
+		if err != nil {
+			g.log.Warn("admin page: cross-origin form post refused", "path", r.URL.Path, "err", err)
+			return &apiError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "cross_origin",
+				Message: "Cross-origin request refused.", Err: err}
+		}
+		return next(c)
+	}
+}
+
+// render executes a template into a buffer first, so that a template
+// error is a clean 500 rather than half a page.
+func (g *Gateway) render(c echo.Context, status int, name string, data any) error {
+	var buf bytes.Buffer
+	if err := adminPageTmpl.ExecuteTemplate(&buf, name, data); err != nil {
+		return fmt.Errorf("render admin page %s: %w", name, err)
+	}
+	pageHeaders(c)
+	return c.HTMLBlob(status, buf.Bytes())
+}
+
+type loginView struct {
+	Title    string
+	Error    string
+	Disabled bool
+}
+
+func (g *Gateway) pageDisabled(c echo.Context) error {
+	return g.render(c, http.StatusForbidden, "login", loginView{Title: "llmgate admin", Disabled: true})
+}
+
+func (g *Gateway) pageLoginForm(c echo.Context) error {
+	if !g.adminEnabled() {
+		return g.pageDisabled(c)
+	}
+	return g.render(c, http.StatusOK, "login", loginView{Title: "llmgate admin"})
+}
+
+func (g *Gateway) pageLogin(c echo.Context) error {
+	if !g.adminEnabled() {
+		return g.pageDisabled(c)
+	}
+	if !g.adminTokenOK(c.FormValue("token")) {
+		g.log.Warn("admin page: login with a wrong token", "remote", c.RealIP())
+		return g.render(c, http.StatusUnauthorized, "login", loginView{Title: "llmgate admin", Error: "Wrong admin token."})
+	}
+	tok := c.FormValue("token")
+	if !cookieSafe(tok) {
+		// net/http would drop these bytes from the cookie, which would then
+		// never match: say so rather than loop back to this form.
+		return g.render(c, http.StatusBadRequest, "login", loginView{Title: "llmgate admin",
+			Error: "This admin token has characters a cookie cannot carry; use it as a Bearer header instead."})
+	}
+	for _, p := range adminCookiePaths {
+		c.SetCookie(&http.Cookie{
+			Name: adminCookie, Value: tok, Path: p,
+			MaxAge: int(adminCookieMaxAge / time.Second), HttpOnly: true,
+			SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil,
+		})
+	}
+	g.log.Info("admin page: operator logged in", "remote", c.RealIP())
+	return c.Redirect(http.StatusSeeOther, "/admin/")
+}
+
+// cookieSafe reports whether net/http sends v as a cookie value unchanged
+// (it quotes a value with a space or comma, and drops the bytes tested here).
+func cookieSafe(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; b < 0x20 || b >= 0x7f || b == '"' || b == ';' || b == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func (g *Gateway) pageLogout(c echo.Context) error {
+	for _, p := range adminCookiePaths {
+		c.SetCookie(&http.Cookie{Name: adminCookie, Path: p, MaxAge: -1, HttpOnly: true,
+			SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil})
+	}
+	return c.Redirect(http.StatusSeeOther, "/admin/login")
+}
+
+// setFlash leaves a one-line result for the next render of the page.
+func setFlash(c echo.Context, msg string) {
+	c.SetCookie(&http.Cookie{
+		Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(msg)), Path: "/admin/",
+		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil,
+	})
+}
+
+// takeFlash reads and clears the flash message.
+func takeFlash(c echo.Context) string {
+	ck, err := c.Cookie(flashCookie)
+	if err != nil {
+		return ""
+	}
+	c.SetCookie(&http.Cookie{Name: flashCookie, Path: "/admin/", MaxAge: -1, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil})
+	b, err := base64.RawURLEncoding.DecodeString(ck.Value)
+	if err != nil || len(b) > 500 {
+		return ""
+	}
+	return string(b)
+}
+
+func backToPage(c echo.Context, msg string) error {
+	setFlash(c, msg)
+	return c.Redirect(http.StatusSeeOther, "/admin/")
+}
+
+// pageView is everything the page shows. It holds no secret: upstream keys
+// and the admin token are not in any of its fields.
+type pageView struct {
+	Title    string
+	Host     string
+	Now      string
+	Flash    string
+	Breakers []breakerRow
+
+	DeadTotal    int
+	DeadGroups   []dlqGroup
+	DeadLetters  []deadLetterRow
+	DeadAlerting bool
+	DeadError    string
+
+	Store      cache.Stats
+	IdemEvents []idemEvent
+}
+
+type breakerRow struct {
+	breaker.Status
+	LastFailure, Opened, Probe string
+}
+
+type deadLetterRow struct {
+	ID, Time, Client, Key, Model, Class, Message, Upstream string
+	Failures                                               int
+	Truncated                                              bool
+}
+
+type idemEvent struct {
+	Name  string
+	Count int64
+}
+
+// idemEventOrder is the order the page lists idempotency events in; any
+// other event counted follows, sorted.
+var idemEventOrder = []string{"claim", "commit", "replay", "wait", "conflict", "mismatch", "store_error", "cache_hit", "cache_miss"}
+
+func (g *Gateway) pageIndex(c echo.Context) error {
+	if !g.adminEnabled() {
+		return g.pageDisabled(c)
+	}
+	if !g.pageAuthorized(c) {
+		pageHeaders(c)
+		return c.Redirect(http.StatusSeeOther, "/admin/login")
+	}
+	now := g.now()
+	host, _ := os.Hostname()
+	v := pageView{Title: "llmgate", Host: host, Now: now.UTC().Format("2006-01-02 15:04:05 UTC"), Flash: takeFlash(c)}
+
+	for _, st := range g.breakers.Snapshot() {
+		row := breakerRow{Status: st}
+		if st.LastFailureAt != nil {
+			row.LastFailure = when(*st.LastFailureAt, now)
+		}
+		if st.OpenedAt != nil {
+			row.Opened = when(*st.OpenedAt, now)
+		}
+		if st.ProbeAt != nil {
+			row.Probe = when(*st.ProbeAt, now)
+		}
+		v.Breakers = append(v.Breakers, row)
+	}
+
+	all, err := g.store.ListDeadLetters(c.Request().Context(), cache.DeadLetterFilter{})
+	if err != nil {
+		g.log.Warn("admin page: listing dead letters failed", "err", err)
+		v.DeadError = "The dead letters could not be read from the store; see the gateway's log."
+	}
+	v.DeadTotal = len(all)
+	v.DeadGroups = groupDeadLetters(all)
+	for _, d := range all[:min(len(all), pageDeadLetters)] { // newest first
+		v.DeadLetters = append(v.DeadLetters, deadLetterRow{
+			ID: d.ID, Time: when(d.LastAt, now), Client: d.Client, Key: d.Key, Model: d.Model,
+			Class: d.Class, Message: d.Message, Upstream: lastUpstream(d), Failures: d.Failures, Truncated: d.BodyTruncated,
+		})
+	}
+	g.dlq.mu.Lock()
+	v.DeadAlerting = g.dlq.alerting
+	g.dlq.mu.Unlock()
+
+	v.Store = g.store.Stats()
+	counts := g.metrics.idemCounts()
+	for _, name := range idemEventOrder {
+		v.IdemEvents = append(v.IdemEvents, idemEvent{Name: name, Count: counts[name]})
+	}
+	var extra []string
+	for name := range counts {
+		if !slices.Contains(idemEventOrder, name) {
+			extra = append(extra, name)
+		}
+	}
+	sort.Strings(extra)
+	for _, name := range extra {
+		v.IdemEvents = append(v.IdemEvents, idemEvent{Name: name, Count: counts[name]})
+	}
+	return g.render(c, http.StatusOK, "page", v)
+}
+
+func lastUpstream(d cache.DeadLetter) string {
+	if len(d.Upstreams) == 0 {
+		return ""
+	}
+	return d.Upstreams[len(d.Upstreams)-1]
+}
+
+// when renders t in UTC with how long ago (or how soon) it is.
+func when(t, now time.Time) string {
+	d := now.Sub(t)
+	rel := roughDuration(d) + " ago"
+	switch {
+	case d > -time.Second && d < time.Second:
+		rel = "just now"
+	case d < 0:
+		rel = "in " + roughDuration(-d)
+	}
+	return t.UTC().Format("15:04:05") + " (" + rel + ")"
+}
+
+func roughDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func (g *Gateway) pageForce(open bool) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		name, err := url.PathUnescape(c.Param("name"))
+		if err == nil {
+			err = g.setBreakerForced(c.Request().Context(), name, open)
+		}
+		if err != nil {
+			return backToPage(c, "No upstream is named "+quoteName(name)+".")
+		}
+		verb := "closed"
+		if open {
+			verb = "forced open"
+		}
+		g.log.Warn("breaker forced by operator", "upstream", name, "open", open, "via", "admin page")
+		return backToPage(c, "Breaker "+name+" "+verb+".")
+	}
+}
+
+func (g *Gateway) pageReplayOne(c echo.Context) error {
+	ctx := c.Request().Context()
+	d, err := g.store.GetDeadLetter(ctx, c.Param("id"))
+	if errors.Is(err, cache.ErrNotFound) {
+		return backToPage(c, "That dead letter is gone: replayed, discarded or resolved meanwhile.")
+	}
+	if err != nil {
+		return errStore(err)
+	}
+	return backToPage(c, "Replayed "+quoteName(d.Key)+": "+describeReplay(g.replayDeadLetter(ctx, d)))
+}
+
+func describeReplay(r replayResult) string {
+	switch {
+	case r.Error != "":
+		return "not replayed: " + r.Error + "."
+	case r.Status >= 200 && r.Status <= 299 && r.Replayed:
+		return "it was already committed; the dead letter is resolved."
+	case r.Status >= 200 && r.Status <= 299:
+		return fmt.Sprintf("succeeded (%d); the answer is committed under its key.", r.Status)
+	}
+	return fmt.Sprintf("failed again (%d); it stays in the queue.", r.Status)
+}
+
+func (g *Gateway) pageDiscard(c echo.Context) error {
+	err := g.store.DeleteDeadLetter(c.Request().Context(), c.Param("id"))
+	if errors.Is(err, cache.ErrNotFound) {
+		return backToPage(c, "That dead letter is gone already.")
+	}
+	if err != nil {
+		return errStore(err)
+	}
+	g.dlq.poke()
+	g.log.Warn("dead letter discarded by operator", "id", c.Param("id"))
+	return backToPage(c, "Dead letter discarded.")
+}
+
+// pageReplayGroup replays the dead letters of one group as the page shows
+// it — last upstream tried and class — oldest first, at most
+// pageReplayMax per click and dead_letters.replay_per_second, inside the
+// request: the operator sees the result when the page comes back.
+func (g *Gateway) pageReplayGroup(c echo.Context) error {
+	upstream, class := c.FormValue("upstream"), c.FormValue("class")
+	if class == "" {
+		return backToPage(c, "Name the group to replay.")
+	}
+	ctx := c.Request().Context()
+	all, err := g.store.ListDeadLetters(ctx, cache.DeadLetterFilter{Class: class})
+	if err != nil {
+		return errStore(err)
+	}
+	var group []cache.DeadLetter
+	for _, d := range slices.Backward(all) { // oldest first
+		if lastUpstream(d) == upstream {
+			group = append(group, d)
+		}
+	}
+	capped := len(group) > pageReplayMax
+	group = group[:min(len(group), pageReplayMax)]
+	ok, failed, err := g.replayPaced(ctx, group)
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("Replayed %d dead letters of %s on %s: %d succeeded, %d failed.", ok+failed, class, upstream, ok, failed)
+	if capped {
+		msg += fmt.Sprintf(" The group has more than %d; replay it again for the rest.", pageReplayMax)
+	}
+	return backToPage(c, msg)
+}
+
+// replayPaced replays ds at most dead_letters.replay_per_second, so a
+// group replay after a fix does not become the next outage.
+func (g *Gateway) replayPaced(ctx context.Context, ds []cache.DeadLetter) (ok, failed int, err error) {
+	rate := g.cfg.DeadLetters.ReplayPerSecond
+	if rate <= 0 {
+		rate = 5
+	}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	for i, d := range ds {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ok, failed, ctx.Err()
+			case <-tick.C:
+			}
+		}
+		full, err := g.store.GetDeadLetter(ctx, d.ID)
+		if err != nil {
+			continue // resolved meanwhile
+		}
+		if r := g.replayDeadLetter(ctx, full); r.Status >= 200 && r.Status <= 299 {
+			ok++
+		} else {
+			failed++
+		}
+	}
+	return ok, failed, nil
+}

@@ -90,14 +90,14 @@ type Gateway struct {
 	clients  []clientKey
 	admin    [32]byte // SHA-256 of the admin token; zero when admin is disabled
 
-	dlq       *dlqMonitor
+	dlq *dlqMonitor
 	// shared is set when the store shares breaker overrides across
 	// replicas; stopShared ends following them.
 	shared     SharedBreakerOverrides
 	stopShared context.CancelFunc
-	ready     atomic.Bool
-	shutdown  chan struct{}
-	closeOnce atomic.Bool
+	ready      atomic.Bool
+	shutdown   chan struct{}
+	closeOnce  atomic.Bool
 }
 
 // cfg is the configuration plus derived limits.
