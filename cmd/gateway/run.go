@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
 
 	"github.com/llmgate/llmgate/cache"
@@ -81,12 +82,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	log := newLogger(cfg.Log, stderr)
-	store, err := cache.OpenBadger(cache.BadgerOptions{
-		Dir:        cfg.DataDir,
-		SyncWrites: cfg.Store.SyncWrites,
-		GCInterval: cfg.Store.GCInterval.D(),
-		Logger:     log,
-	})
+	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
@@ -119,7 +115,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	addr := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, "llmgate listening on %s\n", addr)
 	log.Info("listening", "addr", ln.Addr().String(), "upstreams", upstreamNames(cfg), "clients", len(cfg.Clients),
-		"store", "badger", "data_dir", cfg.DataDir, "admin", cfg.AdminToken != "")
+		"store", cfg.Store.Kind, "data_dir", cfg.DataDir, "admin", cfg.AdminToken != "")
 	if *demo {
 		fmt.Fprintf(stdout, "demo: a simulated upstream answers every model. Try:\n"+
 			"  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-1' \\\n"+
@@ -166,4 +162,40 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// store is the gateway's store plus Close.
+type store interface {
+	gateway.Store
+	Close() error
+}
+
+// openStore opens the configured store: Badger in data_dir (one process),
+// or Redis shared by several replicas. A Redis that is down at startup is
+// not fatal: the gateway starts, keyed requests get 503 and /readyz says
+// so until it reconnects.
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store, error) {
+	if cfg.Store.Kind == config.StoreRedis {
+		// go-redis logs every failed dial (ten a second while Redis is
+		// down) to stderr; route it to the gateway's log at debug level.
+		// Operators see an outage in /readyz, in 503s and in the request
+		// log instead.
+		redis.SetLogger(redisLogger{log})
+		r := cfg.Store.Redis
+		return cache.OpenRedis(ctx, cache.RedisOptions{
+			URL: r.URL, PoolSize: r.PoolSize, Prefix: r.Prefix, Cluster: r.Cluster, Logger: log,
+		})
+	}
+	return cache.OpenBadger(cache.BadgerOptions{
+		Dir:        cfg.DataDir,
+		SyncWrites: cfg.Store.SyncWrites,
+		GCInterval: cfg.Store.GCInterval.D(),
+		Logger:     log,
+	})
+}
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }

@@ -1,0 +1,764 @@
+package cache
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisOptions configures OpenRedis. Only URL is required.
+type RedisOptions struct {
+	// URL is redis://[user:password@]host:port[/db][?options] or rediss://
+	// for TLS, parsed by redis.ParseURL (redis.ParseClusterURL when Cluster:
+	// further nodes as &addr=host:port). Required. Unless the URL sets them,
+	// dial_timeout, read_timeout and write_timeout are 1s and max_retries is
+	// 1, so that calls fail fast while Redis is down.
+	URL string
+	// PoolSize is the number of connections per node. If <= 0, go-redis's
+	// default (10 per GOMAXPROCS).
+	PoolSize int
+	// Prefix starts every key and channel, so several gateways (or tests)
+	// can share one Redis. If "", "llmgate:". In Cluster mode it must not
+	// contain '{' or '}', which would take over the keys' hash tags.
+	Prefix string
+	// Cluster uses a Redis Cluster client. Every script touches one key, so
+	// no command crosses slots (see the key layout in redis_keys.go).
+	Cluster bool
+	// Now is the clock for leases, CreatedAt and ExpiresAt. If nil,
+	// time.Now. Redis's own expiry (PX) runs on real time.
+	Now func() time.Time
+	// After is the timer Wait uses to wake when a lease runs out, on the
+	// Now clock. If nil, time.After.
+	After func(time.Duration) <-chan time.Time
+	// Logger receives connection trouble and unreadable entries. If nil,
+	// they are discarded.
+	Logger *slog.Logger
+	// PollInterval is how often Wait re-reads a record it waits on, in
+	// case the wake-up message was lost while the pub/sub connection
+	// reconnected; also the retry period of WatchBreakerOverrides. If <= 0,
+	// 1s.
+	PollInterval time.Duration
+}
+
+// Redis is the idempotency store shared by several gateway replicas: one
+// Idempotency-Key means one upstream call across all of them. It has the
+// method set and semantics of Badger, with these differences:
+//
+//   - Owner tokens are random. There is no "previous process" shortcut: a
+//     dead replica's claim is taken over when its lease runs out.
+//   - Waiters are woken by pub/sub across replicas (one PSUBSCRIBE
+//     connection per store, fanned out locally), with a PollInterval
+//     re-read as the fallback for messages lost in a reconnect.
+//   - Stats reports no LSMBytes or VLogBytes.
+//   - Breaker overrides are shared (SetBreakerOverride and friends).
+//
+// A record is one hash (fields in redis_scripts.go) whose data field holds
+// the record in the package's codec, the same bytes Badger stores. Every
+// state change is one Lua script comparing and setting the owner token.
+// Renew and Commit first read the record (one round trip) to build the new
+// bytes in Go, then compare-and-set on the owner.
+//
+// It is safe for concurrent use. Calls while Redis is unreachable fail within
+// about the dial timeout; go-redis reconnects by itself. go-redis resends a
+// command once after a network error (max_retries=1), so a script may run
+// twice: Claim recognises its own owner token and Commit its own per-call
+// nonce, so their retries still succeed; a retried Release or Delete whose
+// first run took effect reports ErrNotOwner or ErrNotFound.
+type Redis struct {
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // nil unless Cluster
+	prefix  string
+	now     func() time.Time
+	after   func(time.Duration) <-chan time.Time
+	log     *slog.Logger
+	poll    time.Duration
+
+	// Pub/sub: one connection, subscribed to the wake pattern and the
+	// breakers channel; dispatch fans messages out to waiters and watchers.
+	ps            *redis.PubSub
+	wakePattern   string
+	psDone        chan struct{} // closed when dispatch returns
+	ready         chan struct{} // closed once both subscriptions are confirmed
+	readyOnce     sync.Once
+	subscriptions atomic.Int64 // wake-pattern (re)subscriptions, for tests
+
+	waiters  broadcast
+	watchMu  sync.Mutex
+	watchers map[*breakerWatcher]struct{}
+
+	closed    atomic.Bool
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+	closeErr  error
+
+	statsMu sync.Mutex
+	stats   Stats
+
+	// waitBlocked, if set (tests), is called each time Wait is about to block.
+	waitBlocked func()
+}
+
+const (
+	defaultRedisPrefix  = "llmgate:"
+	defaultPollInterval = time.Second
+	redisTimeout        = time.Second
+	redisScanCount      = 1000
+	redisBatch          = 256
+	// readyWait bounds how long OpenRedis waits for the pub/sub
+	// subscription when Redis answers: Waits started before it are not
+	// woken by pub/sub but by the PollInterval re-read.
+	readyWait = 2 * time.Second
+)
+
+// OpenRedis connects to Redis. It fails on a bad URL or options, but not
+// when Redis is unreachable: the gateway must start and reconnect by
+// itself, and calls fail meanwhile (Ping reports it). ctx bounds the
+// initial ping and the wait for the pub/sub subscription.
+func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
+	if o.URL == "" {
+		return nil, errors.New("open redis store: RedisOptions.URL is required")
+	}
+	r := &Redis{
+		prefix:   o.Prefix,
+		now:      o.Now,
+		after:    o.After,
+		log:      o.Logger,
+		poll:     o.PollInterval,
+		psDone:   make(chan struct{}),
+		ready:    make(chan struct{}),
+		done:     make(chan struct{}),
+		watchers: make(map[*breakerWatcher]struct{}),
+	}
+	if r.prefix == "" {
+		r.prefix = defaultRedisPrefix
+	}
+	if o.Cluster && strings.ContainsAny(r.prefix, "{}") {
+		return nil, fmt.Errorf("open redis store: Prefix %q must not contain '{' or '}' in Cluster mode: they would take over the keys' hash tags", r.prefix)
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.after == nil {
+		r.after = time.After
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if r.poll <= 0 {
+		r.poll = defaultPollInterval
+	}
+
+	if o.Cluster {
+		opt, err := redis.ParseClusterURL(o.URL)
+		if err != nil {
+			return nil, fmt.Errorf("open redis store: %w", err)
+		}
+		setDefault(&opt.DialTimeout, redisTimeout)
+		setDefault(&opt.ReadTimeout, redisTimeout)
+		setDefault(&opt.WriteTimeout, redisTimeout)
+		setDefault(&opt.MaxRetries, 1)
+		setDefault(&opt.DialerRetries, 1)
+		if o.PoolSize > 0 {
+			opt.PoolSize = o.PoolSize
+		}
+		opt.ContextTimeoutEnabled = true
+		r.cluster = redis.NewClusterClient(opt)
+		r.client = r.cluster
+	} else {
+		opt, err := redis.ParseURL(o.URL)
+		if err != nil {
+			return nil, fmt.Errorf("open redis store: %w", err)
+		}
+		setDefault(&opt.DialTimeout, redisTimeout)
+		setDefault(&opt.ReadTimeout, redisTimeout)
+		setDefault(&opt.WriteTimeout, redisTimeout)
+		setDefault(&opt.MaxRetries, 1)
+		setDefault(&opt.DialerRetries, 1)
+		if o.PoolSize > 0 {
+			opt.PoolSize = o.PoolSize
+		}
+		opt.ContextTimeoutEnabled = true
+		r.client = redis.NewClient(opt)
+	}
+
+	r.wakePattern = globEscape(r.prefix) + redisWakeNS + "*"
+	r.ps = r.client.Subscribe(context.Background())
+	// Both calls remember the subscription even when Redis is down, and
+	// go-redis subscribes again on every reconnection.
+	_ = r.ps.PSubscribe(ctx, r.wakePattern)
+	_ = r.ps.Subscribe(ctx, r.breakersKey())
+	go r.dispatch(r.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)))
+
+	if err := r.Ping(ctx); err != nil {
+		r.log.Warn("redis store unreachable at start; it reconnects by itself", slog.Any("err", err))
+		return r, nil
+	}
+	wait, cancel := context.WithTimeout(ctx, readyWait)
+	defer cancel()
+	select {
+	case <-r.ready:
+	case <-wait.Done():
+		r.log.Warn("redis store: pub/sub not subscribed yet; waiters poll until it is")
+	}
+	return r, nil
+}
+
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// Claim takes the key for the caller, or reports why it cannot, in one
+// script; see Badger.Claim for the outcomes. The owner token is random.
+func (r *Redis) Claim(ctx context.Context, k Key, fingerprint string, lease time.Duration) (Claim, error) {
+	if lease <= 0 {
+		return Claim{}, fmt.Errorf("claim %s: lease %v must be positive", k, lease)
+	}
+	if err := k.Validate(); err != nil {
+		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+	}
+	if err := r.begin(ctx); err != nil {
+		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+	}
+	now := r.now()
+	owner := rand.Text()
+	rec := &Record{
+		State:       InFlight,
+		Fingerprint: fingerprint,
+		Owner:       owner,
+		LeaseUntil:  now.Add(lease),
+		CreatedAt:   now,
+	}
+	res, err := claimScript.Run(ctx, r.client, []string{r.recordKey(recordIdent(k))},
+		fingerprint, luaTime(now), owner, luaTime(rec.LeaseUntil), encodeRecord(rec),
+		pxMillis(lease+inFlightGrace)).Slice()
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim %s: %w", k, r.mapErr(err))
+	}
+	var c Claim
+	switch status, _ := res[0].(int64); status {
+	case 0:
+		return Claim{Status: Claimed, Owner: owner}, nil
+	case 1:
+		c.Status = Busy
+	case 2:
+		c.Status = Done
+	case 3:
+		c.Status = Mismatch
+	default:
+		return Claim{}, fmt.Errorf("claim %s: unexpected script reply %v", k, res)
+	}
+	if len(res) < 2 {
+		return Claim{}, fmt.Errorf("claim %s: unexpected script reply %v", k, res)
+	}
+	data, _ := res[1].(string)
+	if c.Record, err = decodeRecord([]byte(data)); err != nil {
+		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+	}
+	return c, nil
+}
+
+// Renew extends the lease of the caller's in-flight record to now+lease.
+// ErrNotOwner if the key is not in flight under owner. A lease that has run
+// out is still renewed if nobody has taken it over.
+func (r *Redis) Renew(ctx context.Context, k Key, owner string, lease time.Duration) error {
+	if lease <= 0 {
+		return fmt.Errorf("renew %s: lease %v must be positive", k, lease)
+	}
+	if err := k.Validate(); err != nil {
+		return fmt.Errorf("renew %s: %w", k, err)
+	}
+	if err := r.renew(ctx, r.recordKey(recordIdent(k)), owner, lease); err != nil {
+		return fmt.Errorf("renew %s: %w", k, err)
+	}
+	return nil
+}
+
+func (r *Redis) renew(ctx context.Context, key, owner string, lease time.Duration) error {
+	cur, err := r.owned(ctx, key, owner, "data")
+	if err != nil {
+		return err
+	}
+	rec, err := decodeRecord([]byte(cur[0]))
+	if err != nil {
+		return err
+	}
+	rec.LeaseUntil = r.now().Add(lease)
+	ok, err := renewScript.Run(ctx, r.client, []string{key},
+		owner, luaTime(rec.LeaseUntil), encodeRecord(rec), pxMillis(lease+inFlightGrace)).Int()
+	if err != nil {
+		return r.mapErr(err)
+	}
+	if ok != 1 {
+		return ErrNotOwner
+	}
+	return nil
+}
+
+// Commit stores rec as the key's committed record if the key is still in
+// flight under owner (ErrNotOwner otherwise); see Badger.Commit. Redis
+// drops it after ttl. Waiters on every replica are woken.
+func (r *Redis) Commit(ctx context.Context, k Key, owner string, rec *Record, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("commit %s: ttl %v must be positive", k, ttl)
+	}
+	if rec == nil {
+		return fmt.Errorf("commit %s: nil record", k)
+	}
+	if err := k.Validate(); err != nil {
+		return fmt.Errorf("commit %s: %w", k, err)
+	}
+	ident := recordIdent(k)
+	if err := r.commit(ctx, ident, owner, rec, ttl); err != nil {
+		return fmt.Errorf("commit %s: %w", k, err)
+	}
+	// Local waiters need not depend on the pub/sub connection.
+	r.waiters.wake(ident)
+	return nil
+}
+
+func (r *Redis) commit(ctx context.Context, ident, owner string, rec *Record, ttl time.Duration) error {
+	key := r.recordKey(ident)
+	cur, err := r.owned(ctx, key, owner, "fp")
+	if err != nil {
+		return err
+	}
+	now := r.now()
+	stored := *rec
+	stored.State = Committed
+	stored.Fingerprint = cur[0]
+	stored.Owner = ""
+	stored.LeaseUntil = time.Time{}
+	stored.CreatedAt = now
+	stored.ExpiresAt = now.Add(ttl)
+	ok, err := commitScript.Run(ctx, r.client, []string{key},
+		owner, stored.Fingerprint, encodeRecord(&stored), luaTime(stored.ExpiresAt),
+		pxMillis(ttl), r.wakeChannel(ident), rand.Text()).Int()
+	if err != nil {
+		return r.mapErr(err)
+	}
+	if ok != 1 {
+		return ErrNotOwner
+	}
+	return nil
+}
+
+// owned reads fields of the record at key if it is in flight under owner,
+// else returns ErrNotOwner. The scripts check again: this read only
+// supplies what Go needs to build the new value.
+func (r *Redis) owned(ctx context.Context, key, owner string, fields ...string) ([]string, error) {
+	if err := r.begin(ctx); err != nil {
+		return nil, err
+	}
+	if owner == "" {
+		return nil, ErrNotOwner
+	}
+	vals, err := r.client.HMGet(ctx, key, append([]string{"state", "owner"}, fields...)...).Result()
+	if err != nil {
+		return nil, r.mapErr(err)
+	}
+	if vals[0] != "1" || vals[1] != owner {
+		return nil, ErrNotOwner
+	}
+	out := make([]string, len(fields))
+	for i := range fields {
+		s, ok := vals[2+i].(string)
+		if !ok {
+			return nil, ErrNotOwner
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+// Release deletes the caller's in-flight record, so the client may retry,
+// and wakes waiters. ErrNotOwner if the key is not in flight under owner.
+func (r *Redis) Release(ctx context.Context, k Key, owner string) error {
+	if err := k.Validate(); err != nil {
+		return fmt.Errorf("release %s: %w", k, err)
+	}
+	ident := recordIdent(k)
+	err := r.begin(ctx)
+	if err == nil && owner == "" {
+		err = ErrNotOwner
+	}
+	if err == nil {
+		var ok int
+		ok, err = releaseScript.Run(ctx, r.client, []string{r.recordKey(ident)}, owner, r.wakeChannel(ident)).Int()
+		if err == nil && ok != 1 {
+			err = ErrNotOwner
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("release %s: %w", k, r.mapErr(err))
+	}
+	r.waiters.wake(ident)
+	return nil
+}
+
+// Get returns the key's record, in flight or committed. ErrNotFound when
+// absent or expired.
+func (r *Redis) Get(ctx context.Context, k Key) (*Record, error) {
+	if err := k.Validate(); err != nil {
+		return nil, fmt.Errorf("get %s: %w", k, err)
+	}
+	rec, err := r.get(ctx, r.recordKey(recordIdent(k)))
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", k, err)
+	}
+	return rec, nil
+}
+
+func (r *Redis) get(ctx context.Context, key string) (*Record, error) {
+	if err := r.begin(ctx); err != nil {
+		return nil, err
+	}
+	data, err := r.client.HGet(ctx, key, "data").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, r.mapErr(err)
+	}
+	rec, err := decodeRecord(data)
+	if err != nil {
+		return nil, err
+	}
+	if expired(rec.State, rec.ExpiresAt, r.now()) {
+		return nil, ErrNotFound
+	}
+	return rec, nil
+}
+
+// Delete forgets the key, whatever its state (admin), and wakes waiters.
+// ErrNotFound when absent.
+func (r *Redis) Delete(ctx context.Context, k Key) error {
+	if err := k.Validate(); err != nil {
+		return fmt.Errorf("delete %s: %w", k, err)
+	}
+	ident := recordIdent(k)
+	err := r.begin(ctx)
+	if err == nil {
+		var ok int
+		ok, err = deleteScript.Run(ctx, r.client, []string{r.recordKey(ident)}, r.wakeChannel(ident)).Int()
+		if err == nil && ok != 1 {
+			err = ErrNotFound
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", k, r.mapErr(err))
+	}
+	r.waiters.wake(ident)
+	return nil
+}
+
+// Wait blocks until the key's in-flight record may have changed: it was
+// committed, released or deleted (on any replica), or its lease ran out.
+// It returns nil at once if the key is not in flight (or is claimable),
+// ctx.Err() when ctx is done, and ErrClosed when the store closes. As with
+// Badger, a nil return is a hint: the caller loops Claim → Busy → Wait.
+//
+// The waiter is registered before the record is read, and the wake pattern
+// is subscribed for the store's life, so a change published after the read
+// is delivered to it. Messages lost while the pub/sub connection reconnects
+// are covered by a re-read every PollInterval, and every resubscription
+// wakes all waiters.
+func (r *Redis) Wait(ctx context.Context, k Key) error {
+	if err := k.Validate(); err != nil {
+		return fmt.Errorf("wait %s: %w", k, err)
+	}
+	if err := r.begin(ctx); err != nil {
+		return err
+	}
+	ident := recordIdent(k)
+	key := r.recordKey(ident)
+	e, ok := r.waiters.subscribe(ident)
+	if !ok {
+		return ErrClosed
+	}
+	defer r.waiters.unsubscribe(ident, e)
+
+	rec, err := r.get(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("wait %s: %w", k, err)
+	}
+	now := r.now()
+	if rec.State != InFlight || !now.Before(rec.LeaseUntil) {
+		return nil
+	}
+	leaseOut := r.after(rec.LeaseUntil.Sub(now))
+	poll := time.NewTicker(r.poll)
+	defer poll.Stop()
+	for {
+		if r.waitBlocked != nil {
+			r.waitBlocked()
+		}
+		select {
+		case <-e.ch:
+			if r.closed.Load() {
+				return ErrClosed
+			}
+			return nil
+		case <-leaseOut:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-poll.C:
+			cur, err := r.get(ctx, key)
+			if errors.Is(err, ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("wait %s: %w", k, err)
+			}
+			if cur.State != InFlight || cur.Owner != rec.Owner || !r.now().Before(cur.LeaseUntil) {
+				return nil
+			}
+		}
+	}
+}
+
+// Ping reports whether Redis answers PING within ctx.
+func (r *Redis) Ping(ctx context.Context) error {
+	if err := r.begin(ctx); err != nil {
+		return err
+	}
+	if err := r.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ping redis store: %w", r.mapErr(err))
+	}
+	return nil
+}
+
+// Stats counts the records by a SCAN of the record keys (on every master
+// in Cluster mode) and reads their states in pipelined batches. The result
+// is cached for 5 seconds (store clock); when Redis fails, or after Close,
+// the last result is returned. LSMBytes and VLogBytes are 0.
+func (r *Redis) Stats() Stats {
+	r.statsMu.Lock()
+	defer r.statsMu.Unlock()
+	now := r.now()
+	if age := now.Sub(r.stats.At); !r.stats.At.IsZero() && age >= 0 && age < statsMaxAge {
+		return r.stats
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*redisTimeout)
+	defer cancel()
+	if r.begin(ctx) != nil {
+		return r.stats
+	}
+	st := Stats{At: now}
+	var mu sync.Mutex
+	err := r.scan(ctx, globEscape(r.prefix)+redisRecordNS+"*", func(ctx context.Context, c redis.Cmdable, keys []string) error {
+		cmds, err := pipelined(ctx, c, keys, func(p redis.Pipeliner, key string) *redis.StringCmd {
+			return p.HGet(ctx, key, "state")
+		})
+		if err != nil {
+			return err
+		}
+		var recs, inFlight int64
+		for _, cmd := range cmds {
+			state, err := cmd.Result()
+			if errors.Is(err, redis.Nil) {
+				continue // gone since the scan
+			}
+			if err != nil {
+				return err
+			}
+			recs++
+			if state == "1" {
+				inFlight++
+			}
+		}
+		mu.Lock()
+		st.Records += recs
+		st.InFlight += inFlight
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		r.log.Warn("redis store stats", slog.Any("err", r.mapErr(err)))
+		return r.stats
+	}
+	r.stats = st
+	return st
+}
+
+// List returns the metadata of up to limit records of one scope, in key
+// order (endpoint, then id), skipping expired ones. If limit <= 0, 100.
+// Redis has no ordered scan: the scope's keys are collected by SCAN and
+// sorted, and the records are then read in batches until limit is reached.
+func (r *Redis) List(ctx context.Context, scope string, limit int) ([]ListedKey, error) {
+	if strings.IndexByte(scope, 0) >= 0 {
+		return nil, fmt.Errorf("list: %w: scope contains NUL", ErrInvalidKey)
+	}
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	if err := r.begin(ctx); err != nil {
+		return nil, fmt.Errorf("list %q: %w", scope, err)
+	}
+	var b strings.Builder
+	b.WriteString(globEscape(r.prefix) + redisRecordNS + "{")
+	escapePart(&b, scope)
+	b.WriteString(":*")
+	type entry struct {
+		key  string
+		name Key
+	}
+	var mu sync.Mutex
+	var entries []entry
+	err := r.scan(ctx, b.String(), func(_ context.Context, _ redis.Cmdable, keys []string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, key := range keys {
+			if k, ok := r.parseRecordKey(key); ok && k.Scope == scope {
+				entries = append(entries, entry{key, k})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %q: %w", scope, r.mapErr(err))
+	}
+	slices.SortFunc(entries, func(a, b entry) int {
+		return cmp.Or(strings.Compare(a.name.Endpoint, b.name.Endpoint), strings.Compare(a.name.ID, b.name.ID))
+	})
+
+	var out []ListedKey
+	now := r.now()
+	for chunk := range slices.Chunk(entries, redisBatch) {
+		if len(out) >= limit {
+			break
+		}
+		keys := make([]string, len(chunk))
+		for i, e := range chunk {
+			keys[i] = e.key
+		}
+		cmds, err := pipelined(ctx, r.client, keys, func(p redis.Pipeliner, key string) *redis.StringCmd {
+			return p.HGet(ctx, key, "data")
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list %q: %w", scope, r.mapErr(err))
+		}
+		for i, cmd := range cmds {
+			if len(out) >= limit {
+				break
+			}
+			v, err := cmd.Bytes()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("list %q: %w", scope, r.mapErr(err))
+			}
+			rec, size, err := decodeMeta(v)
+			if err != nil {
+				return nil, fmt.Errorf("list %q: %s: %w", scope, chunk[i].name, err)
+			}
+			if expired(rec.State, rec.ExpiresAt, now) {
+				continue
+			}
+			out = append(out, ListedKey{
+				Key: chunk[i].name, State: rec.State, Fingerprint: rec.Fingerprint, Stream: rec.Stream,
+				Status: rec.Status, Size: size, Upstream: rec.Upstream,
+				LeaseUntil: rec.LeaseUntil, CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt,
+			})
+		}
+	}
+	return out, nil
+}
+
+// Close wakes every waiter (their Wait returns ErrClosed), stops the
+// pub/sub connection and breaker watchers, and closes the client. Later
+// calls return ErrClosed. Close is idempotent.
+func (r *Redis) Close() error {
+	r.closeOnce.Do(func() {
+		r.closed.Store(true)
+		close(r.done)
+		r.waiters.close()
+		_ = r.ps.Close()
+		<-r.psDone
+		if err := r.client.Close(); err != nil {
+			r.closeErr = fmt.Errorf("close redis store: %w", err)
+		}
+	})
+	return r.closeErr
+}
+
+// begin fails once ctx is done or the store is closed. Unlike Badger's, it
+// holds nothing: go-redis fails calls racing with Close with its ErrClosed,
+// which mapErr turns into ours.
+func (r *Redis) begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (r *Redis) mapErr(err error) error {
+	if errors.Is(err, redis.ErrClosed) && r.closed.Load() {
+		return ErrClosed
+	}
+	return err
+}
+
+// scan calls fn with each batch of keys matching match, on every master in
+// Cluster mode (concurrently: fn must lock what it shares), with the client
+// of the node the keys are on.
+func (r *Redis) scan(ctx context.Context, match string, fn func(ctx context.Context, c redis.Cmdable, keys []string) error) error {
+	one := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, match, redisScanCount).Result()
+			if err != nil {
+				return err
+			}
+			if len(keys) > 0 {
+				if err := fn(ctx, c, keys); err != nil {
+					return err
+				}
+			}
+			if next == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	}
+	if r.cluster != nil {
+		return r.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return one(ctx, c) })
+	}
+	return one(ctx, r.client)
+}
+
+// pipelined runs one command per key in pipelined batches and returns the
+// commands in key order. Individual errors (redis.Nil) are left in them.
+func pipelined[C redis.Cmder](ctx context.Context, c redis.Cmdable, keys []string, cmd func(redis.Pipeliner, string) C) ([]C, error) {
+	out := make([]C, 0, len(keys))
+	for chunk := range slices.Chunk(keys, redisBatch) {
+		p := c.Pipeline()
+		for _, key := range chunk {
+			out = append(out, cmd(p, key))
+		}
+		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+	}
+	return out, nil
+}

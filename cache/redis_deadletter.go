@@ -1,0 +1,166 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// PutDeadLetter records d (its ID is set from its key), merging with an
+// earlier record of the same key, atomically (WATCH/MULTI on the one key,
+// retried on conflict). It expires after ttl, which must be positive.
+func (r *Redis) PutDeadLetter(ctx context.Context, k Key, d *DeadLetter, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("put dead letter %s: ttl %v must be positive", k, ttl)
+	}
+	d.ID = DeadLetterID(k)
+	d.Client, d.Endpoint, d.Key = k.Scope, k.Endpoint, k.ID
+	key := r.deadLetterKey(d.ID)
+	if err := r.begin(ctx); err != nil {
+		return fmt.Errorf("put dead letter %s: %w", k, err)
+	}
+	var rec DeadLetter
+	txn := func(tx *redis.Tx) error {
+		prev, err := r.loadDeadLetter(ctx, tx, key)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		rec = *d
+		mergeDeadLetter(&rec, prev)
+		rec.ExpiresAt = r.now().Add(ttl)
+		v, err := encodeDeadLetter(&rec)
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, key, v, time.Duration(pxMillis(ttl))*time.Millisecond)
+			return nil
+		})
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		err := r.client.Watch(ctx, txn, key)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, redis.TxFailedErr) || attempt == maxConflictRetries {
+			return fmt.Errorf("put dead letter %s: %w", k, r.mapErr(err))
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("put dead letter %s: %w", k, err)
+		}
+	}
+	*d = rec
+	return nil
+}
+
+// loadDeadLetter reads and decodes the dead letter at key: ErrNotFound when
+// absent or expired by the store's clock.
+func (r *Redis) loadDeadLetter(ctx context.Context, c redis.Cmdable, key string) (*DeadLetter, error) {
+	v, err := c.Get(ctx, key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, r.mapErr(err)
+	}
+	d, err := decodeDeadLetter(v)
+	if err != nil {
+		return nil, err
+	}
+	if !d.ExpiresAt.IsZero() && !r.now().Before(d.ExpiresAt) {
+		return nil, ErrNotFound
+	}
+	return d, nil
+}
+
+// GetDeadLetter returns the dead letter with id, body included.
+// ErrNotFound when there is none.
+func (r *Redis) GetDeadLetter(ctx context.Context, id string) (*DeadLetter, error) {
+	if err := r.begin(ctx); err != nil {
+		return nil, err
+	}
+	return r.loadDeadLetter(ctx, r.client, r.deadLetterKey(id))
+}
+
+// DeleteDeadLetter removes a dead letter; ErrNotFound if there is none.
+// Unlike Badger's, it deletes one that the store's clock says has expired
+// but Redis still holds (DEL reports only whether the key existed).
+func (r *Redis) DeleteDeadLetter(ctx context.Context, id string) error {
+	if err := r.begin(ctx); err != nil {
+		return err
+	}
+	n, err := r.client.Del(ctx, r.deadLetterKey(id)).Result()
+	if err != nil {
+		return fmt.Errorf("delete dead letter %s: %w", id, r.mapErr(err))
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// ListDeadLetters returns the dead letters matching f, newest first (by
+// last failure), without bodies, reading at most 100,000. The keys are
+// found by SCAN (on every master in Cluster mode) and read in pipelined
+// batches.
+func (r *Redis) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
+	if err := r.begin(ctx); err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var out []DeadLetter
+	read := 0
+	now := r.now()
+	err := r.scan(ctx, globEscape(r.prefix)+redisDeadLetterNS+"*", func(ctx context.Context, c redis.Cmdable, keys []string) error {
+		mu.Lock()
+		full := read >= maxDeadLetters
+		read += len(keys)
+		mu.Unlock()
+		if full {
+			return nil
+		}
+		cmds, err := pipelined(ctx, c, keys, func(p redis.Pipeliner, key string) *redis.StringCmd {
+			return p.Get(ctx, key)
+		})
+		if err != nil {
+			return err
+		}
+		var got []DeadLetter
+		for _, cmd := range cmds {
+			v, err := cmd.Bytes()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			d, err := decodeDeadLetter(v)
+			if err != nil {
+				r.log.Warn("skipping unreadable dead letter", slog.String("key", cmd.Args()[1].(string)), slog.Any("err", err))
+				continue
+			}
+			if !d.ExpiresAt.IsZero() && !now.Before(d.ExpiresAt) {
+				continue
+			}
+			if f.match(d) {
+				d.Body = nil
+				got = append(got, *d)
+			}
+		}
+		mu.Lock()
+		out = append(out, got...)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", r.mapErr(err))
+	}
+	SortDeadLetters(out)
+	return out, nil
+}

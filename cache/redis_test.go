@@ -1,0 +1,858 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/redis/go-redis/v9"
+)
+
+// The Redis tests need a real Redis 7. They use LLMGATE_REDIS_ADDR
+// (default 127.0.0.1:6379) and skip when nothing answers there, unless
+// LLMGATE_REQUIRE_REDIS=1, when they fail instead (CI). Each test uses its
+// own random key prefix and deletes its keys at the end.
+
+var redisProbe = sync.OnceValues(func() (string, error) {
+	addr := os.Getenv("LLMGATE_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return addr, c.Ping(pctx).Err()
+})
+
+// redisAddr returns the address of the test Redis, or skips the test (fails
+// it under LLMGATE_REQUIRE_REDIS=1) when it is unreachable.
+func redisAddr(tb testing.TB) string {
+	tb.Helper()
+	addr, err := redisProbe()
+	if err != nil {
+		if os.Getenv("LLMGATE_REQUIRE_REDIS") == "1" {
+			tb.Fatalf("Redis expected at %s (LLMGATE_REQUIRE_REDIS=1) but unreachable: %v", addr, err)
+		}
+		tb.Skipf("Redis unreachable at %s (%v): start one with `redis-server --port 6379 --save '' --appendonly no`, or set LLMGATE_REDIS_ADDR to one; LLMGATE_REQUIRE_REDIS=1 makes this a failure", addr, err)
+	}
+	return addr
+}
+
+// requireBinary returns the path of a Redis binary under the same rule.
+func requireBinary(tb testing.TB, name string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("LLMGATE_REQUIRE_REDIS") == "1" {
+			tb.Fatalf("%s expected (LLMGATE_REQUIRE_REDIS=1): %v", name, err)
+		}
+		tb.Skipf("%s not installed (%v): install Redis 7 to run this test", name, err)
+	}
+	return path
+}
+
+// openTestRedis opens a store on the test Redis (o.URL, if set, instead)
+// under a random prefix (o.Prefix, if set, instead). When the test ends it
+// checks that every key under the prefix has a TTL, except the breakers
+// hash, deletes them and closes the store.
+func openTestRedis(tb testing.TB, o RedisOptions) *Redis {
+	tb.Helper()
+	if o.URL == "" {
+		o.URL = "redis://" + redisAddr(tb)
+	}
+	if o.Prefix == "" {
+		o.Prefix = testPrefix()
+	}
+	r, err := OpenRedis(ctx, o)
+	if err != nil {
+		tb.Fatalf("OpenRedis: %v", err)
+	}
+	tb.Cleanup(func() {
+		defer r.Close()
+		if r.closed.Load() {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		err := r.scan(cctx, globEscape(r.prefix)+"*", func(ctx context.Context, c redis.Cmdable, keys []string) error {
+			for _, key := range keys {
+				if key == r.breakersKey() {
+					c.Del(ctx, key)
+					continue
+				}
+				if d, err := c.PTTL(ctx, key).Result(); err == nil && d < 0 && d != -2*time.Nanosecond {
+					tb.Errorf("key %q has no TTL (PTTL %v)", key, d)
+				}
+				c.Del(ctx, key)
+			}
+			return nil
+		})
+		if err != nil {
+			tb.Logf("cleaning up keys under %q: %v", r.prefix, err)
+		}
+	})
+	return r
+}
+
+func testPrefix() string { return "llmgate-test:" + rand.Text()[:10] + ":" }
+
+// observeRedis wires r's Wait hook and real TTLs into the suite's view.
+func observeRedis(r *Redis) *observed {
+	o := newObserved(r)
+	r.waitBlocked = o.signalBlocked
+	o.ttlOf = func(k Key) time.Duration {
+		return r.client.PTTL(ctx, r.recordKey(recordIdent(k))).Val()
+	}
+	return o
+}
+
+func TestRedisStoreSuite(t *testing.T) {
+	redisAddr(t)
+	runStoreSuite(t, func(t *testing.T, now func() time.Time) store {
+		// A long poll, so that only a wake-up can end a Wait in time.
+		return observeRedis(openTestRedis(t, RedisOptions{Now: now, PollInterval: time.Hour}))
+	})
+}
+
+func TestRedisCrossReplica(t *testing.T) {
+	testCrossReplica(t, RedisOptions{URL: "redis://" + redisAddr(t)})
+}
+
+// testCrossReplica runs two stores on one Redis and prefix, as two gateway
+// replicas, with a poll too long to matter: only pub/sub can wake a waiter
+// of one replica on the other's commit.
+func testCrossReplica(t *testing.T, base RedisOptions) {
+	base.Prefix = testPrefix()
+	base.PollInterval = time.Hour
+	a := openTestRedis(t, base)
+	b := openTestRedis(t, base)
+	bo := observeRedis(b)
+
+	for _, end := range []string{"commit", "release", "delete"} {
+		t.Run("woken by "+end+" on the other replica", func(t *testing.T) {
+			k := Key{Scope: "acme", Endpoint: chatEP, ID: "cross-" + end}
+			c, err := a.Claim(ctx, k, "fp", lease)
+			if err != nil || c.Status != Claimed {
+				t.Fatalf("Claim on a: %+v, %v", c, err)
+			}
+			if cb, err := b.Claim(ctx, k, "fp", lease); err != nil || cb.Status != Busy {
+				t.Fatalf("Claim on b: %+v, %v; want busy", cb, err)
+			}
+			res := make(chan error, 1)
+			go func() { res <- b.Wait(ctx, k) }()
+			select {
+			case <-bo.blocked:
+			case err := <-res:
+				t.Fatalf("Wait on b returned %v instead of blocking", err)
+			}
+			switch end {
+			case "commit":
+				err = a.Commit(ctx, k, c.Owner, streamRecord(), ttl)
+			case "release":
+				err = a.Release(ctx, k, c.Owner)
+			case "delete":
+				err = a.Delete(ctx, k)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := waitResult(t, res); err != nil {
+				t.Fatalf("Wait on b: %v", err)
+			}
+			want := map[string]ClaimStatus{"commit": Done, "release": Claimed, "delete": Claimed}[end]
+			cb, err := b.Claim(ctx, k, "fp", lease)
+			if err != nil || cb.Status != want {
+				t.Fatalf("Claim on b after %s: %+v, %v; want %v", end, cb, err, want)
+			}
+			if want == Done {
+				want := streamRecord()
+				want.State, want.Fingerprint = Committed, "fp"
+				want.CreatedAt, want.ExpiresAt = cb.Record.CreatedAt, cb.Record.CreatedAt.Add(ttl)
+				assertSameRecord(t, cb.Record, want)
+			}
+		})
+	}
+
+	t.Run("one claim across replicas", func(t *testing.T) {
+		k := Key{Endpoint: chatEP, ID: "race"}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		counts := map[ClaimStatus]int{}
+		for i := range 32 {
+			s := a
+			if i%2 == 1 {
+				s = b
+			}
+			wg.Go(func() {
+				c, err := s.Claim(ctx, k, "fp", lease)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				counts[c.Status]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if counts[Claimed] != 1 || counts[Busy] != 31 {
+			t.Fatalf("claims = %v, want 1 claimed, 31 busy", counts)
+		}
+	})
+
+	t.Run("breaker overrides", func(t *testing.T) {
+		testBreakerOverrides(t, a, b)
+	})
+}
+
+type override struct {
+	upstream string
+	open     bool
+}
+
+// watch runs WatchBreakerOverrides on s until the test ends and returns
+// what it reports.
+func watch(t *testing.T, s *Redis) <-chan override {
+	wctx, cancel := context.WithCancel(ctx)
+	got := make(chan override, 100)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.WatchBreakerOverrides(wctx, func(u string, open bool) { got <- override{u, open} })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return got
+}
+
+func expectOverride(t *testing.T, ch <-chan override, want override) {
+	t.Helper()
+	select {
+	case got := <-ch:
+		if got != want {
+			t.Fatalf("override = %+v, want %+v", got, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no override %+v within 10s", want)
+	}
+}
+
+func testBreakerOverrides(t *testing.T, a, b *Redis) {
+	// Set before the replicas watch, without a message that could reach a
+	// watcher after its first read and report the same state twice.
+	if err := a.client.HSet(ctx, a.breakersKey(), "before", "open").Err(); err != nil {
+		t.Fatal(err)
+	}
+	onB := watch(t, b)
+	expectOverride(t, onB, override{"before", true}) // the initial read
+	onA := watch(t, a)
+	expectOverride(t, onA, override{"before", true})
+
+	if err := a.SetBreakerOverride(ctx, "openai", true); err != nil {
+		t.Fatal(err)
+	}
+	expectOverride(t, onB, override{"openai", true})
+	expectOverride(t, onA, override{"openai", true}) // itself included
+	if err := b.SetBreakerOverride(ctx, "before", false); err != nil {
+		t.Fatal(err)
+	}
+	expectOverride(t, onB, override{"before", false})
+	expectOverride(t, onA, override{"before", false})
+	got, err := b.BreakerOverrides(ctx)
+	if err != nil || len(got) != 1 || !got["openai"] {
+		t.Fatalf("BreakerOverrides = %v, %v; want openai only", got, err)
+	}
+	if err := a.SetBreakerOverride(ctx, "", true); err == nil {
+		t.Fatal("SetBreakerOverride of an empty name: no error")
+	}
+
+	// A change b never hears of (written behind its back), then b's pub/sub
+	// connection drops: on resubscribing, b re-reads and converges.
+	if err := b.client.HDel(ctx, b.breakersKey(), "openai").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.HSet(ctx, b.breakersKey(), "azure", "open").Err(); err != nil {
+		t.Fatal(err)
+	}
+	killPubSub(t, b)
+	expectOverride(t, onB, override{"azure", true})
+	expectOverride(t, onB, override{"openai", false})
+}
+
+// killPubSub closes, server side, the connections with pattern
+// subscriptions: the test stores' pub/sub connections.
+func killPubSub(t *testing.T, r *Redis) {
+	t.Helper()
+	kill := func(ctx context.Context, c *redis.Client) error {
+		list, err := c.ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for line := range strings.Lines(list) {
+			var id string
+			psub := false
+			for f := range strings.FieldsSeq(line) {
+				if v, ok := strings.CutPrefix(f, "id="); ok {
+					id = v
+				}
+				if v, ok := strings.CutPrefix(f, "psub="); ok && v != "0" {
+					psub = true
+				}
+			}
+			if psub {
+				c.Do(ctx, "CLIENT", "KILL", "ID", id)
+			}
+		}
+		return nil
+	}
+	var err error
+	if r.cluster != nil {
+		err = r.cluster.ForEachShard(ctx, kill)
+	} else {
+		err = kill(ctx, r.client.(*redis.Client))
+	}
+	if err != nil {
+		t.Fatalf("killing pub/sub connections: %v", err)
+	}
+}
+
+func TestRedisResubscribeWakesWaiters(t *testing.T) {
+	r := openTestRedis(t, RedisOptions{PollInterval: time.Hour})
+	o := observeRedis(r)
+	c, err := r.Claim(ctx, key1, "fp", lease)
+	if err != nil || c.Status != Claimed {
+		t.Fatal(c, err)
+	}
+	res := make(chan error, 1)
+	go func() { res <- r.Wait(ctx, key1) }()
+	<-o.blocked
+	before := r.subscriptions.Load()
+	killPubSub(t, r)
+	// Nothing changed, but a message could have been lost: the waiter
+	// returns to re-claim.
+	if err := waitResult(t, res); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if r.subscriptions.Load() <= before {
+		t.Fatal("woken without a resubscription")
+	}
+}
+
+func TestRedisWaitLeaseTimer(t *testing.T) {
+	clock := newClock()
+	r := openTestRedis(t, RedisOptions{Now: clock.Now, After: clock.After, PollInterval: time.Hour})
+	if _, err := r.Claim(ctx, key1, "fp", lease); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() { res <- r.Wait(ctx, key1) }()
+	if d := <-clock.afterCalls; d != lease {
+		t.Fatalf("lease timer %v, want %v", d, lease)
+	}
+	clock.Advance(lease)
+	if err := waitResult(t, res); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+}
+
+// TestRedisWaitPoll: a change nobody publishes (the record vanishes behind
+// the store's back, as a message lost in a reconnection) is seen by the
+// PollInterval re-read.
+func TestRedisWaitPoll(t *testing.T) {
+	r := openTestRedis(t, RedisOptions{PollInterval: 20 * time.Millisecond})
+	o := observeRedis(r)
+	if _, err := r.Claim(ctx, key1, "fp", lease); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() { res <- r.Wait(ctx, key1) }()
+	<-o.blocked
+	<-o.blocked // one poll re-read found it still in flight
+	if err := r.client.Del(ctx, r.recordKey(recordIdent(key1))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitResult(t, res); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+}
+
+// TestRedisRecordBytes: a committed record is stored in the package codec,
+// the same bytes as Badger's.
+func TestRedisRecordBytes(t *testing.T) {
+	clock := newClock()
+	r := openTestRedis(t, RedisOptions{Now: clock.Now})
+	b := openStore(t, t.TempDir(), clock)
+	for _, s := range []store{r, b} {
+		c, err := s.Claim(ctx, key1, "fp", lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Commit(ctx, key1, c.Owner, streamRecord(), ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fromRedis, err := r.client.HGet(ctx, r.recordKey(recordIdent(key1)), "data").Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromBadger []byte
+	if err := b.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(storageKey(key1))
+		if err != nil {
+			return err
+		}
+		fromBadger, err = item.ValueCopy(nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(fromRedis, fromBadger) {
+		t.Fatalf("stored bytes differ:\nredis  %q\nbadger %q", fromRedis, fromBadger)
+	}
+	fields, err := r.client.HGetAll(ctx, r.recordKey(recordIdent(key1))).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := luaTime(clock.Now().Add(ttl))
+	if fields["state"] != "2" || fields["fp"] != "fp" || fields["exp"] != want || fields["lease"] != "" {
+		t.Fatalf("record fields = %v", fields)
+	}
+}
+
+func TestRedisKeyLayout(t *testing.T) {
+	weird := []Key{
+		{Scope: "a:b{c}", Endpoint: "/v1/chat/completions", ID: "id with spaces %41 *?[x]\\ {tag}"},
+		{Scope: "", Endpoint: "", ID: "~"},
+		{Scope: "ünï\tcode", Endpoint: "/e:p", ID: ":::"},
+	}
+	r := &Redis{prefix: "llmgate:"}
+	for _, k := range weird {
+		ident := recordIdent(k)
+		key := r.recordKey(ident)
+		if strings.Count(key, "{") != 1 || strings.Count(key, "}") != 1 || !strings.HasSuffix(key, "{"+ident+"}") {
+			t.Fatalf("key %q has not exactly one hash tag {%s}", key, ident)
+		}
+		if strings.ContainsAny(ident, `*?[]\ `) {
+			t.Fatalf("ident %q keeps a glob metacharacter or a space", ident)
+		}
+		got, ok := r.parseRecordKey(key)
+		if !ok || got != k {
+			t.Fatalf("parseRecordKey(%q) = %+v, %v; want %+v", key, got, ok, k)
+		}
+	}
+	if got := r.recordKey(recordIdent(key1)); got != "llmgate:r:{acme:/v1/chat/completions:key-1}" {
+		t.Fatalf("recordKey = %q", got)
+	}
+	if got := r.deadLetterKey("abc"); got != "llmgate:d:{abc}" {
+		t.Fatalf("deadLetterKey = %q", got)
+	}
+	for _, bad := range []string{"llmgate:r:{a:b}", "llmgate:r:{a:b:c", "llmgate:r:{a:b:%zz}", "other:r:{a:b:c}", "llmgate:r:{a:b:%4}"} {
+		if k, ok := r.parseRecordKey(bad); ok {
+			t.Fatalf("parseRecordKey(%q) = %+v, want failure", bad, k)
+		}
+	}
+
+	// On a real Redis: the weird keys round-trip through List, and a scope
+	// with glob characters matches only itself.
+	s := openTestRedis(t, RedisOptions{Prefix: testPrefix() + "*?[]"})
+	for _, k := range append(weird, Key{Scope: "a:bx{c}", Endpoint: chatEP, ID: "other-scope"}) {
+		if _, err := s.Claim(ctx, k, "fp", lease); err != nil {
+			t.Fatalf("Claim %+v: %v", k, err)
+		}
+	}
+	for _, k := range weird {
+		list, err := s.List(ctx, k.Scope, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || list[0].Key != k {
+			t.Fatalf("List(%q) = %+v, want only %+v", k.Scope, list, k)
+		}
+	}
+}
+
+func TestRedisOpen(t *testing.T) {
+	for name, o := range map[string]RedisOptions{
+		"no url":         {},
+		"bad scheme":     {URL: "http://127.0.0.1:6379"},
+		"bad db":         {URL: "redis://127.0.0.1:6379/x"},
+		"cluster braces": {URL: "redis://127.0.0.1:6379", Cluster: true, Prefix: "{llmgate}:"},
+	} {
+		if r, err := OpenRedis(ctx, o); err == nil {
+			r.Close()
+			t.Errorf("%s: OpenRedis(%+v) succeeded", name, o)
+		}
+	}
+
+	// Nothing listens on a port just released: Open succeeds, calls fail fast.
+	start := time.Now()
+	r, err := OpenRedis(ctx, RedisOptions{URL: "redis://" + deadAddr(t)})
+	if err != nil {
+		t.Fatalf("OpenRedis on an unreachable Redis: %v", err)
+	}
+	defer r.Close()
+	if _, err := r.Claim(ctx, key1, "fp", lease); err == nil {
+		t.Fatal("Claim on an unreachable Redis: no error")
+	}
+	if err := r.Ping(ctx); err == nil {
+		t.Fatal("Ping on an unreachable Redis: no error")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("Open, Claim and Ping took %v on an unreachable Redis", d)
+	}
+	r.Stats() // does not hang or panic
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// redisServer is a redis-server the test starts, kills and restarts.
+type redisServer struct {
+	t    *testing.T
+	bin  string
+	port int
+	args []string
+	cmd  *exec.Cmd
+}
+
+func startRedisServer(t *testing.T, port int, args ...string) *redisServer {
+	t.Helper()
+	s := &redisServer{t: t, bin: requireBinary(t, "redis-server"), port: port, args: args}
+	s.start()
+	t.Cleanup(s.kill)
+	return s
+}
+
+func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *redisServer) start() {
+	s.t.Helper()
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.t.TempDir()}, s.args...)
+	s.cmd = exec.Command(s.bin, args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer c.Close()
+	eventually(s.t, 5*time.Second, "redis-server answering on "+s.addr(), func() bool {
+		return c.Ping(ctx).Err() == nil
+	})
+}
+
+func (s *redisServer) kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// eventually polls cond until it holds or d passes: for conditions on an
+// external process (a server coming up, a client reconnecting) that send
+// no event the test could wait on.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	_, port, _ := net.SplitHostPort(deadAddr(t))
+	n, _ := strconv.Atoi(port)
+	return n
+}
+
+// TestRedisReconnect kills the store's Redis and restarts it on the same
+// port: calls fail fast meanwhile, and the same store works again after,
+// pub/sub included.
+func TestRedisReconnect(t *testing.T) {
+	srv := startRedisServer(t, freePort(t))
+	url := "redis://" + srv.addr()
+	prefix := testPrefix()
+	r := openTestRedis(t, RedisOptions{URL: url, Prefix: prefix, PollInterval: time.Hour})
+	ro := observeRedis(r)
+	if c, err := r.Claim(ctx, key1, "fp", lease); err != nil || c.Status != Claimed {
+		t.Fatalf("Claim: %+v, %v", c, err)
+	}
+
+	srv.kill()
+	start := time.Now()
+	k2 := Key{Endpoint: chatEP, ID: "while-down"}
+	if _, err := r.Claim(ctx, k2, "fp", lease); err == nil {
+		t.Fatal("Claim with Redis down: no error")
+	} else {
+		t.Logf("Claim with Redis down: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Claim with Redis down took %v", d)
+	}
+	if err := r.Ping(ctx); err == nil {
+		t.Fatal("Ping with Redis down: no error")
+	}
+	if err := r.Wait(ctx, k2); err == nil {
+		t.Fatal("Wait with Redis down: no error")
+	}
+	subs := r.subscriptions.Load()
+
+	srv.start() // empty: no persistence
+	eventually(t, 10*time.Second, "Ping after restart", func() bool { return r.Ping(ctx) == nil })
+	c, err := r.Claim(ctx, k2, "fp", lease)
+	if err != nil || c.Status != Claimed {
+		t.Fatalf("Claim after restart: %+v, %v", c, err)
+	}
+	eventually(t, 15*time.Second, "pub/sub resubscription", func() bool { return r.subscriptions.Load() > subs })
+
+	// Another replica's commit wakes this one's waiter, so pub/sub is back.
+	other := openTestRedis(t, RedisOptions{URL: url, Prefix: prefix, PollInterval: time.Hour})
+	res := make(chan error, 1)
+	go func() { res <- r.Wait(ctx, k2) }()
+	<-ro.blocked
+	if err := other.Commit(ctx, k2, c.Owner, jsonRecord(), ttl); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitResult(t, res); err != nil {
+		t.Fatalf("Wait after restart: %v", err)
+	}
+}
+
+func TestRedisCloseWakesWaitersAndRefusesCalls(t *testing.T) {
+	r := openTestRedis(t, RedisOptions{PollInterval: time.Hour})
+	o := observeRedis(r)
+	c, err := r.Claim(ctx, key1, "fp", lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() { res <- r.Wait(ctx, key1) }()
+	<-o.blocked
+	// Unpublished, so the waiter stays blocked; the store is closed before
+	// openTestRedis's cleanup could delete the key.
+	if err := r.client.Del(ctx, r.recordKey(recordIdent(key1))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	watched := make(chan struct{})
+	go func() {
+		r.WatchBreakerOverrides(ctx, func(string, bool) {})
+		close(watched)
+	}()
+	if err := r.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := waitResult(t, res); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Wait across Close: %v, want ErrClosed", err)
+	}
+	<-watched
+	if err := r.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	_, claimErr := r.Claim(ctx, key1, "fp", lease)
+	_, getErr := r.Get(ctx, key1)
+	_, listErr := r.List(ctx, "", 10)
+	_, dlErr := r.ListDeadLetters(ctx, DeadLetterFilter{})
+	_, boErr := r.BreakerOverrides(ctx)
+	for name, err := range map[string]error{
+		"Claim":            claimErr,
+		"Get":              getErr,
+		"List":             listErr,
+		"ListDeadLetters":  dlErr,
+		"BreakerOverrides": boErr,
+		"Renew":            r.Renew(ctx, key1, c.Owner, lease),
+		"Commit":           r.Commit(ctx, key1, c.Owner, jsonRecord(), ttl),
+		"Release":          r.Release(ctx, key1, c.Owner),
+		"Delete":           r.Delete(ctx, key1),
+		"Wait":             r.Wait(ctx, key1),
+		"Ping":             r.Ping(ctx),
+		"SetBreaker":       r.SetBreakerOverride(ctx, "x", true),
+	} {
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+	_ = r.Stats()
+	r.WatchBreakerOverrides(ctx, func(string, bool) { t.Error("watcher called after Close") })
+}
+
+func TestRedisStats(t *testing.T) {
+	clock := newClock()
+	r := openTestRedis(t, RedisOptions{Now: clock.Now})
+	for i := range 5 {
+		k := Key{Scope: "acme", Endpoint: chatEP, ID: fmt.Sprintf("k%d", i)}
+		c, err := r.Claim(ctx, k, "fp", lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 3 {
+			if err := r.Commit(ctx, k, c.Owner, jsonRecord(), ttl); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Dead letters are not records.
+	if err := r.PutDeadLetter(ctx, key1, &DeadLetter{Class: "transient"}, ttl); err != nil {
+		t.Fatal(err)
+	}
+	st := r.Stats()
+	if st.Records != 5 || st.InFlight != 2 || !st.At.Equal(clock.Now()) || st.LSMBytes != 0 || st.VLogBytes != 0 {
+		t.Fatalf("Stats = %+v, want 5 records, 2 in flight", st)
+	}
+	if _, err := r.Claim(ctx, Key{Endpoint: chatEP, ID: "more"}, "fp", lease); err != nil {
+		t.Fatal(err)
+	}
+	if r.Stats().Records != 5 {
+		t.Fatal("Stats not cached")
+	}
+	clock.Advance(statsMaxAge)
+	if got := r.Stats(); got.Records != 6 || got.InFlight != 3 {
+		t.Fatalf("Stats after cache expiry: %+v, want 6 records, 3 in flight", got)
+	}
+}
+
+// TestRedisCluster starts a three-master Redis Cluster on free loopback
+// ports and runs the suite and the cross-replica tests on it. Opt in with
+// LLMGATE_TEST_REDIS_CLUSTER=1.
+func TestRedisCluster(t *testing.T) {
+	if os.Getenv("LLMGATE_TEST_REDIS_CLUSTER") != "1" {
+		t.Skip("set LLMGATE_TEST_REDIS_CLUSTER=1 to start a local 3-node Redis Cluster (needs redis-server and redis-cli)")
+	}
+	cli := requireBinary(t, "redis-cli")
+	var nodes []*redisServer
+	var addrs []string
+	for len(nodes) < 3 {
+		// The cluster bus listens on port+10000.
+		port := freePort(t)
+		if port+10000 > 65535 || !portFree(port+10000) {
+			continue
+		}
+		dir := t.TempDir()
+		nodes = append(nodes, startRedisServer(t, port, "--cluster-enabled", "yes",
+			"--cluster-config-file", dir+"/nodes.conf", "--cluster-node-timeout", "5000"))
+		addrs = append(addrs, nodes[len(nodes)-1].addr())
+	}
+	start := time.Now()
+	out, err := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...),
+		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		eventually(t, 20*time.Second, "cluster_state:ok on "+a, func() bool {
+			info, err := c.ClusterInfo(ctx).Result()
+			return err == nil && strings.Contains(info, "cluster_state:ok")
+		})
+		c.Close()
+	}
+	t.Logf("cluster of %v ready in %v", addrs, time.Since(start))
+	url := "redis://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]
+
+	t.Run("suite", func(t *testing.T) {
+		runStoreSuite(t, func(t *testing.T, now func() time.Time) store {
+			return observeRedis(openTestRedis(t, RedisOptions{URL: url, Cluster: true, Now: now, PollInterval: time.Hour}))
+		})
+	})
+	t.Run("cross replica", func(t *testing.T) {
+		testCrossReplica(t, RedisOptions{URL: url, Cluster: true})
+	})
+	t.Run("keys spread over the masters", func(t *testing.T) {
+		r := openTestRedis(t, RedisOptions{URL: url, Cluster: true})
+		for i := range 30 {
+			if _, err := r.Claim(ctx, Key{Endpoint: chatEP, ID: fmt.Sprint(i)}, "fp", lease); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var mu sync.Mutex
+		per := map[string]int{}
+		r.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			n, err := c.DBSize(ctx).Result()
+			mu.Lock()
+			per[c.Options().Addr] = int(n)
+			mu.Unlock()
+			return err
+		})
+		used := 0
+		for _, n := range per {
+			if n > 0 {
+				used++
+			}
+		}
+		if used < 2 {
+			t.Fatalf("keys per master = %v: hash tags put them all in one place", per)
+		}
+		st := r.Stats()
+		if st.Records != 30 || st.InFlight != 30 {
+			t.Fatalf("Stats = %+v, want 30 in flight", st)
+		}
+	})
+}
+
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+func BenchmarkRedisClaimCommit(b *testing.B) {
+	r := openTestRedis(b, RedisOptions{})
+	rec := jsonRecord()
+	rec.Body = bytes.Repeat([]byte("x"), 1024)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := Key{Endpoint: chatEP, ID: fmt.Sprintf("bench-%d", i)}
+		i++
+		c, err := r.Claim(ctx, k, "fp", lease)
+		if err != nil || c.Status != Claimed {
+			b.Fatal(c.Status, err)
+		}
+		if err := r.Commit(ctx, k, c.Owner, rec, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRedisGet(b *testing.B) {
+	r := openTestRedis(b, RedisOptions{})
+	rec := jsonRecord()
+	rec.Body = bytes.Repeat([]byte("x"), 1024)
+	c, err := r.Claim(ctx, key1, "fp", lease)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.Commit(ctx, key1, c.Owner, rec, ttl); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Get(ctx, key1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

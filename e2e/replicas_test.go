@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/e2e/fakeupstream"
+)
+
+// redisURL returns the Redis the replica tests share, or skips — unless
+// LLMGATE_REQUIRE_REDIS=1 (CI), where an absent Redis fails the test.
+func redisURL(t *testing.T) string {
+	t.Helper()
+	addr := os.Getenv("LLMGATE_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		if os.Getenv("LLMGATE_REQUIRE_REDIS") == "1" {
+			t.Fatalf("Redis expected at %s (LLMGATE_REQUIRE_REDIS=1) but unreachable: %v", addr, err)
+		}
+		t.Skipf("Redis not reachable at %s (%v): start redis-server, or set LLMGATE_REDIS_ADDR, to run the replica tests", addr, err)
+	}
+	c.Close()
+	return "redis://" + addr + "/0"
+}
+
+func redisConfig(t *testing.T, lease string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("store:\n  kind: redis\n  redis:\n    url: %s\n    prefix: \"llmgate-e2e-%s:\"\nidempotency:\n  lease: %s\n  wait_timeout: 30s\n",
+		redisURL(t), hex.EncodeToString(b[:]), lease)
+}
+
+func TestReplicasShareKeys(t *testing.T) {
+	fake, upURL := newFake(t, fakeupstream.Options{Latency: 300 * time.Millisecond})
+	extra := redisConfig(t, "5s")
+	bin := gatewayBin(t, "")
+	a := start(t, bin, []string{"-config", writeConfig(t, t.TempDir(), upURL, extra)}, nil)
+	b := start(t, bin, []string{"-config", writeConfig(t, t.TempDir(), upURL, extra)}, nil)
+
+	for _, body := range []string{
+		`{"model":"gpt-4o","messages":[{"role":"user","content":"shared"}]}`,
+		`{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"shared stream"}]}`,
+	} {
+		before := fake.Calls("")
+		key := map[string]string{"Idempotency-Key": "replicas/" + fmt.Sprint(before)}
+		var wg sync.WaitGroup
+		answers := make([][]byte, 6)
+		for i := range answers {
+			url := a.URL
+			if i%2 == 1 {
+				url = b.URL
+			}
+			wg.Go(func() {
+				status, _, got := post(t, url+"/v1/chat/completions", body, key)
+				if status != 200 {
+					t.Errorf("replica answer %d: %d %s", i, status, got)
+				}
+				answers[i] = got
+			})
+		}
+		wg.Wait()
+		for i := range answers {
+			if string(answers[i]) != string(answers[0]) {
+				t.Fatalf("replicas answered differently:\n%s\n%s", answers[0], answers[i])
+			}
+		}
+		if n := fake.Calls("") - before; n != 1 {
+			t.Fatalf("one key on two replicas made %d upstream calls", n)
+		}
+	}
+}
+
+func TestReplicaKilledMidRequestIsTakenOver(t *testing.T) {
+	fake, upURL := newFake(t, fakeupstream.Options{})
+	extra := redisConfig(t, "2s")
+	bin := gatewayBin(t, "")
+	a := start(t, bin, []string{"-config", writeConfig(t, t.TempDir(), upURL, extra)}, nil)
+	b := start(t, bin, []string{"-config", writeConfig(t, t.TempDir(), upURL, extra)}, nil)
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"killed"}]}`
+	key := map[string]string{"Idempotency-Key": "replicas/killed"}
+
+	fake.Enqueue(fakeupstream.Step{Hang: true})
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, a.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", key["Idempotency-Key"])
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+	}()
+	waitCalls(t, fake, 1)
+	a.kill() // replica A dies holding the claim
+
+	start := time.Now()
+	status, h, got := post(t, b.URL+"/v1/chat/completions", body, key)
+	if status != 200 || h.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("after takeover: %d replayed=%q %s", status, h.Get("Idempotent-Replayed"), got)
+	}
+	if waited := time.Since(start); waited < time.Second {
+		t.Fatalf("B ran the key after %v, before A's lease could expire", waited)
+	}
+	if n := fake.Calls(""); n != 2 {
+		t.Fatalf("upstream calls %d, want 2 (A's lost one and B's)", n)
+	}
+	status, h, again := post(t, b.URL+"/v1/chat/completions", body, key)
+	if status != 200 || h.Get("Idempotent-Replayed") != "true" || string(again) != string(got) {
+		t.Fatal("the taken-over key was not committed")
+	}
+}
+
+func TestForceOpenAppliesToEveryReplica(t *testing.T) {
+	fake, upURL := newFake(t, fakeupstream.Options{})
+	extra := redisConfig(t, "5s")
+	bin := gatewayBin(t, "")
+	a := start(t, bin, []string{"-config", writeConfig(t, t.TempDir(), upURL, extra)}, nil)
+	b := start(t, bin, []string{"-config", writeConfig(t, t.TempDir(), upURL, extra)}, nil)
+
+	adminReq := func(method, url string) (int, []byte) {
+		req, _ := http.NewRequest(method, url, nil)
+		req.Header.Set("Authorization", "Bearer e2e-admin-token")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, body
+	}
+	if st, body := adminReq(http.MethodPost, a.URL+"/admin/breakers/fake/open"); st != 200 {
+		t.Fatalf("force open on A: %d %s", st, body)
+	}
+	stateOn := func(p *proc) (string, bool) {
+		_, body := adminReq(http.MethodGet, p.URL+"/admin/breakers")
+		var v struct {
+			Breakers []struct {
+				Name, State string
+				Forced      bool
+			}
+			SharedOverrides map[string]bool `json:"shared_overrides"`
+		}
+		_ = json.Unmarshal(body, &v)
+		for _, br := range v.Breakers {
+			if br.Name == "fake" {
+				return br.State, v.SharedOverrides["fake"]
+			}
+		}
+		return "", false
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		state, override := stateOn(b)
+		if state == "open" && override {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B never saw A's force-open: state %q override %v", state, override)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for pub/sub delivery to another process
+	}
+	before := fake.Calls("")
+	if st, _, _ := post(t, b.URL+"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"x"}]}`, nil); st != 503 {
+		t.Fatalf("B with a force-opened breaker answered %d", st)
+	}
+	if fake.Calls("") != before {
+		t.Fatal("B called a force-opened upstream")
+	}
+	if st, body := adminReq(http.MethodPost, b.URL+"/admin/breakers/fake/close"); st != 200 {
+		t.Fatalf("close on B: %d %s", st, body)
+	}
+	for {
+		state, override := stateOn(a)
+		if state == "closed" && !override {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A never saw B's close: %q %v", state, override)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitCalls(t *testing.T, f *fakeupstream.Server, n int) {
+	t.Helper()
+	ctx, cancel := contextWithTimeout(10 * time.Second)
+	defer cancel()
+	if err := f.WaitForCalls(ctx, n); err != nil {
+		t.Fatalf("upstream never got %d calls: %v", n, err)
+	}
+}
