@@ -1,0 +1,471 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Dist summarises a latency distribution, in milliseconds.
+type Dist struct {
+	N    int     `json:"n"`
+	P50  float64 `json:"p50_ms"`
+	P90  float64 `json:"p90_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+	Mean float64 `json:"mean_ms"`
+}
+
+func dist(ds []time.Duration) *Dist {
+	if len(ds) == 0 {
+		return nil
+	}
+	slices.Sort(ds)
+	// Nearest rank: the smallest value with at least q of the samples at
+	// or below it.
+	q := func(p float64) float64 {
+		i := int(p*float64(len(ds))+0.999999) - 1
+		return ms(ds[min(max(i, 0), len(ds)-1)])
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return &Dist{
+		N: len(ds), P50: q(0.50), P90: q(0.90), P99: q(0.99), P999: q(0.999),
+		Max: ms(ds[len(ds)-1]), Mean: ms(sum / time.Duration(len(ds))),
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Leg is one measured leg.
+type Leg struct {
+	Name        string     `json:"name"`
+	Path        string     `json:"path"` // direct, floor or llmgate
+	Kind        string     `json:"kind"` // json, stream or big
+	Keys        keyMode    `json:"keys"`
+	Mode        string     `json:"mode"` // closed or open
+	Concurrency int        `json:"concurrency,omitempty"`
+	Rate        int        `json:"rate,omitempty"`
+	UpstreamMs  float64    `json:"upstream_latency_ms,omitempty"`
+	Requests    int        `json:"requests"`
+	Errors      int        `json:"errors"`
+	FirstErrors []string   `json:"first_errors,omitempty"`
+	SuccessPct  float64    `json:"success_pct"`
+	ElapsedS    float64    `json:"elapsed_s"`
+	RPS         float64    `json:"rps"` // successes per second
+	Latency     *Dist      `json:"latency"`
+	TTFB        *Dist      `json:"ttfb,omitempty"`
+	BodyBytes   int64      `json:"body_bytes"` // received, over successful requests
+	MaxInFlight int64      `json:"max_in_flight"`
+	MaxLagMs    float64    `json:"max_send_lag_ms,omitempty"`
+	Proxy       *ProcUsage `json:"proxy,omitempty"`
+	// ForeignCPUSeconds is the CPU time processes other than this tool
+	// and its children used during the leg (machine user+system time from
+	// /proc/stat minus ours); -1 if unknown. Anything well above zero means
+	// the leg competed with other work for the CPUs.
+	ForeignCPUSeconds float64 `json:"foreign_cpu_seconds"`
+}
+
+func (l *Leg) fill(o outcome) {
+	var lat, ttfb []time.Duration
+	for _, s := range o.samples {
+		if s.err != nil {
+			l.Errors++
+			if len(l.FirstErrors) < 5 && !slices.Contains(l.FirstErrors, s.err.Error()) {
+				l.FirstErrors = append(l.FirstErrors, s.err.Error())
+			}
+			continue
+		}
+		lat = append(lat, s.lat)
+		l.BodyBytes += s.n
+		ttfb = append(ttfb, s.ttfb)
+	}
+	l.Requests = o.issued
+	if o.issued > 0 {
+		l.SuccessPct = 100 * float64(o.issued-l.Errors) / float64(o.issued)
+	}
+	l.ElapsedS = o.elapsed.Seconds()
+	if o.elapsed > 0 {
+		l.RPS = float64(o.issued-l.Errors) / o.elapsed.Seconds()
+	}
+	l.Latency = dist(lat)
+	if l.Kind != "json" {
+		l.TTFB = dist(ttfb)
+	}
+	l.MaxInFlight = o.maxInFlight
+	l.MaxLagMs = ms(o.maxLag)
+}
+
+// GatewayInfo is the gateway's startup and idle footprint.
+type GatewayInfo struct {
+	Binary          string  `json:"binary"`
+	StartupMs       float64 `json:"startup_to_ready_ms"` // exec to the first /readyz 200
+	ListeningMs     float64 `json:"startup_to_listening_ms"`
+	RSSAtReadyMiB   float64 `json:"rss_at_ready_mib"`
+	IdleRSSMiB      float64 `json:"idle_rss_mib"` // after -settle
+	IdleThreads     int     `json:"idle_threads"`
+	IdleAnonMiB     float64 `json:"idle_anon_mib"`
+	IdleFileMiB     float64 `json:"idle_file_mib"`
+	RSSAtEndMiB     float64 `json:"rss_at_end_mib"`
+	AnonAtEndMiB    float64 `json:"anon_at_end_mib"`
+	FileAtEndMiB    float64 `json:"file_at_end_mib"`
+	ThreadsAtEnd    int     `json:"threads_at_end"`
+	CPUTotalSeconds float64 `json:"cpu_total_seconds"`
+}
+
+// paths are the three ways to the fake: directly, through the floor, and
+// through the gateway (whose models route to the fakes).
+type paths struct {
+	fake, slow, big          *child
+	floor, floorSlow, floorB *child
+	gw                       *child
+}
+
+func (p *paths) all() []*child {
+	var out []*child
+	for _, c := range []*child{p.gw, p.floor, p.floorSlow, p.floorB, p.fake, p.slow, p.big} {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// pids are this process's and every child's.
+func (p *paths) pids() []int {
+	pids := []int{os.Getpid()}
+	for _, c := range p.all() {
+		pids = append(pids, c.pid())
+	}
+	return pids
+}
+
+// base returns the URL of /v1/chat/completions on path for model's fake,
+// and the proxy process on that path (nil for direct).
+func (p *paths) base(path, model string) (string, *child) {
+	fake, floor := p.fake, p.floor
+	switch model {
+	case modelSlow:
+		fake, floor = p.slow, p.floorSlow
+	case modelBig:
+		fake, floor = p.big, p.floorB
+	}
+	switch path {
+	case "floor":
+		return floor.URL + "/v1/chat/completions", floor
+	case "llmgate":
+		return p.gw.URL + "/v1/chat/completions", p.gw
+	}
+	return fake.URL + "/v1/chat/completions", nil
+}
+
+// measure starts the processes and runs every leg into rep.
+func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error {
+	logf := func(format string, a ...any) { fmt.Fprintf(logw, "load: "+format+"\n", a...) }
+	tmp, err := os.MkdirTemp("", "llmgate-load-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	env := childEnv()
+	p := &paths{}
+	defer func() {
+		for _, c := range p.all() {
+			c.stop()
+		}
+	}()
+	fake := func(name string, args ...string) (*child, error) {
+		args = append([]string{"-serve-fake", "127.0.0.1:0"}, args...)
+		return startChild(ctx, name, self, args, env, childLine)
+	}
+	floor := func(name string, target *child) (*child, error) {
+		return startChild(ctx, name, self, []string{"-serve-floor", "127.0.0.1:0", "-target", target.URL}, env, childLine)
+	}
+	cb := strconv.Itoa(s.ContentBytes)
+	if p.fake, err = fake("fake", "-content-bytes", cb); err != nil {
+		return err
+	}
+	if p.slow, err = fake("fake-slow", "-content-bytes", cb, "-latency", s.Slow.String()); err != nil {
+		return err
+	}
+	if p.floor, err = floor("floor", p.fake); err != nil {
+		return err
+	}
+	if p.floorSlow, err = floor("floor-slow", p.slow); err != nil {
+		return err
+	}
+	bigURL := ""
+	if s.Big {
+		chunks := strconv.Itoa(max(1, s.BigBytes/s.BigChunkBytes))
+		if p.big, err = fake("fake-big", "-content-bytes", strconv.Itoa(s.BigBytes), "-chunks", chunks); err != nil {
+			return err
+		}
+		if p.floorB, err = floor("floor-big", p.big); err != nil {
+			return err
+		}
+		bigURL = p.big.URL
+	}
+
+	bin := s.Gateway
+	if bin == "" {
+		logf("building ./cmd/gateway")
+		if bin, err = buildGateway(ctx, tmp); err != nil {
+			return err
+		}
+	}
+	cfgPath := filepath.Join(tmp, "gateway.yaml")
+	dataDir := filepath.Join(tmp, "data")
+	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(dataDir, p.fake.URL, p.slow.URL, bigURL)), 0o600); err != nil {
+		return err
+	}
+	gi, err := startGateway(ctx, p, bin, cfgPath, env, s.Settle)
+	if err != nil {
+		return err
+	}
+	rep.Gateway = gi
+	logf("gateway ready in %.0f ms, idle RSS %.1f MiB", gi.StartupMs, gi.IdleRSSMiB)
+	cpu0, _ := readProc(p.gw.pid())
+
+	rep.LoadAvgStart = loadAvg()
+	defer func() { rep.LoadAvgEnd = loadAvg() }()
+	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
+	add := func(l Leg) error {
+		rep.Legs = append(rep.Legs, l)
+		logf("%-34s n=%-7d err=%-4d p50=%.3fms", l.Name, l.Requests, l.Errors, latP50(l))
+		for _, c := range p.all() {
+			if err := c.alive(); err != nil {
+				return err
+			}
+		}
+		return ctx.Err()
+	}
+
+	// Closed loop.
+	for _, conc := range s.Concurrency {
+		for _, kind := range []string{"json", "stream"} {
+			for _, leg := range []struct {
+				path string
+				keys keyMode
+			}{{"direct", noKey}, {"floor", noKey}, {"llmgate", noKey}, {"llmgate", freshKey}, {"llmgate", replay}} {
+				if kind == "stream" && leg.keys == replay {
+					continue // a replayed stream is the replayed JSON's cousin; not asked for
+				}
+				l := Leg{Path: leg.path, Kind: kind, Keys: leg.keys, Mode: "closed", Concurrency: conc}
+				l.Name = legName(l)
+				if !s.runs(l.Name) {
+					continue
+				}
+				url, proxy := p.base(leg.path, modelFast)
+				sh := &shot{url: url, body: chatBody(modelFast, kind == "stream"), stream: kind == "stream", keys: leg.keys,
+					key: fmt.Sprintf("load-%s-c%d-%s-", runID, conc, kind)}
+				c := newClient(conc)
+				if leg.keys == replay {
+					sh.key = fmt.Sprintf("load-%s-c%d-%s-replayed", runID, conc, kind)
+					first := *sh
+					first.keys = freshKey
+					first.key = sh.key
+					if smp := first.do(ctx, c, "", make([]byte, 32<<10)); smp.err != nil {
+						return fmt.Errorf("%s: committing the key to replay: %w", l.Name, smp.err)
+					}
+				}
+				var w *watch
+				var fg *foreign
+				o := closedLoop(ctx, c, sh, conc, s.Warmup, s.Duration, func() {
+					fg = startForeign(p.pids())
+					if proxy != nil {
+						w = startWatch(proxy)
+					}
+				})
+				l.ForeignCPUSeconds = fg.stop()
+				if w != nil {
+					l.Proxy = w.stop()
+				}
+				c.CloseIdleConnections()
+				l.fill(o)
+				if err := add(l); err != nil {
+					return err
+				}
+			}
+		}
+	}
+
+	// Open loop against the slow fake: rate × slow calls in flight.
+	for _, path := range []string{"direct", "floor", "llmgate"} {
+		l := Leg{Path: path, Kind: "json", Keys: noKey, Mode: "open", Rate: s.Rate, UpstreamMs: ms(s.Slow)}
+		l.Name = legName(l)
+		if !s.runs(l.Name) {
+			continue
+		}
+		url, proxy := p.base(path, modelSlow)
+		sh := &shot{url: url, body: chatBody(modelSlow, false), keys: noKey}
+		c := newClient(4 * s.Rate)
+		var w *watch
+		if proxy != nil {
+			w = startWatch(proxy)
+		}
+		fg := startForeign(p.pids())
+		o := openLoop(ctx, c, sh, s.Rate, s.OpenDuration, s.Slow+30*time.Second)
+		l.ForeignCPUSeconds = fg.stop()
+		if w != nil {
+			l.Proxy = w.stop()
+		}
+		c.CloseIdleConnections()
+		l.fill(o)
+		if err := add(l); err != nil {
+			return err
+		}
+	}
+
+	// One big stream per path, for memory.
+	if s.Big {
+		for _, path := range []string{"direct", "floor", "llmgate"} {
+			l := Leg{Path: path, Kind: "big", Keys: noKey, Mode: "closed", Concurrency: 1}
+			l.Name = legName(l)
+			if !s.runs(l.Name) {
+				continue
+			}
+			url, proxy := p.base(path, modelBig)
+			sh := &shot{url: url, body: chatBody(modelBig, true), stream: true, keys: noKey}
+			c := newClient(1)
+			var w *watch
+			if proxy != nil {
+				w = startWatch(proxy)
+			}
+			start := time.Now()
+			fg := startForeign(p.pids())
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			smp := sh.do(rctx, c, "", make([]byte, 64<<10))
+			cancel()
+			l.ForeignCPUSeconds = fg.stop()
+			o := outcome{samples: []sample{smp}, elapsed: time.Since(start), issued: 1, maxInFlight: 1}
+			if w != nil {
+				l.Proxy = w.stop()
+			}
+			c.CloseIdleConnections()
+			l.fill(o)
+			if err := add(l); err != nil {
+				return err
+			}
+		}
+	}
+
+	// When anything failed, what the processes said is the first clue.
+	failed := false
+	for _, l := range rep.Legs {
+		failed = failed || l.Errors > 0
+	}
+	if failed {
+		for _, c := range p.all() {
+			if t := c.stderr.String(); t != "" {
+				logf("%s stderr (tail):\n%s", c.name, t[max(0, len(t)-4096):])
+			}
+		}
+	}
+
+	if end, err := readProc(p.gw.pid()); err == nil {
+		rep.Gateway.RSSAtEndMiB = mib(end.RSSKiB)
+		rep.Gateway.AnonAtEndMiB, rep.Gateway.FileAtEndMiB = mib(end.AnonKiB), mib(end.FileKiB)
+		rep.Gateway.ThreadsAtEnd = end.Threads
+		rep.Gateway.CPUTotalSeconds = (end.CPU - cpu0.CPU).Seconds()
+	}
+	return nil
+}
+
+// runs reports whether -only selects the leg.
+func (s settings) runs(name string) bool { return s.only == nil || s.only.MatchString(name) }
+
+func latP50(l Leg) float64 {
+	if l.Latency == nil {
+		return 0
+	}
+	return l.Latency.P50
+}
+
+func legName(l Leg) string {
+	var name string
+	switch l.Mode {
+	case "open":
+		name = fmt.Sprintf("open %d/s", l.Rate)
+	default:
+		name = fmt.Sprintf("c=%d", l.Concurrency)
+	}
+	switch l.Kind {
+	case "stream":
+		name += " stream"
+	case "big":
+		name = "big stream"
+	}
+	name += " " + l.Path
+	switch l.Keys {
+	case freshKey:
+		name += " keyed"
+	case replay:
+		name += " replay"
+	}
+	return name
+}
+
+// startGateway starts the gateway and measures exec → listening → /readyz
+// 200, then its RSS at ready and after settle.
+func startGateway(ctx context.Context, p *paths, bin, cfgPath string, env []string, settle time.Duration) (GatewayInfo, error) {
+	gi := GatewayInfo{Binary: bin}
+	gw, err := startChild(ctx, "llmgate", bin, []string{"-config", cfgPath}, env, "llmgate listening on ")
+	if err != nil {
+		return gi, err
+	}
+	p.gw = gw
+	gi.ListeningMs = ms(time.Since(gw.started))
+	c := &http.Client{Transport: &http.Transport{}, Timeout: time.Second}
+	defer c.CloseIdleConnections()
+	ready := false
+	// Poll every millisecond for at most ~10s.
+	for range 10000 {
+		res, err := c.Get(gw.URL + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				ready = true
+				break
+			}
+		}
+		if err := gw.alive(); err != nil {
+			return gi, err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !ready {
+		return gi, fmt.Errorf("gateway not ready within 10s\n%s", gw.stderr)
+	}
+	gi.StartupMs = ms(time.Since(gw.started))
+	st, err := readProc(gw.pid())
+	if err != nil {
+		return gi, err
+	}
+	gi.RSSAtReadyMiB = mib(st.RSSKiB)
+	select {
+	case <-time.After(settle):
+	case <-ctx.Done():
+		return gi, ctx.Err()
+	}
+	if st, err = readProc(gw.pid()); err != nil {
+		return gi, err
+	}
+	gi.IdleRSSMiB, gi.IdleThreads = mib(st.RSSKiB), st.Threads
+	gi.IdleAnonMiB, gi.IdleFileMiB = mib(st.AnonKiB), mib(st.FileKiB)
+	return gi, nil
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// settings are the run's parameters, after -quick and the flags.
+type settings struct {
+	Quick         bool          `json:"quick"`
+	Duration      time.Duration `json:"duration_ns"`
+	Warmup        time.Duration `json:"warmup_ns"`
+	Concurrency   []int         `json:"concurrency"`
+	ContentBytes  int           `json:"content_bytes"`
+	Slow          time.Duration `json:"slow_ns"`
+	Rate          int           `json:"rate"`
+	OpenDuration  time.Duration `json:"open_duration_ns"`
+	Big           bool          `json:"big"`
+	BigBytes      int           `json:"big_bytes"`
+	BigChunkBytes int           `json:"big_chunk_bytes"`
+	Settle        time.Duration `json:"settle_ns"`
+	Gateway       string        `json:"gateway"`
+	Only          string        `json:"only,omitempty"`
+	Out           string        `json:"-"`
+
+	only *regexp.Regexp // compiled Only
+}
+
+// run is the whole tool. A first argument of -serve-fake or -serve-floor
+// makes it one of its own child processes instead.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isChildMode(args[0]) {
+		return runChild(ctx, args, stdout, stderr)
+	}
+	s, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	raiseFileLimit()
+
+	rep := &report{
+		Started:  time.Now().UTC(),
+		Settings: s,
+		Host: hostInfo{
+			GoVersion:  runtime.Version(),
+			OS:         runtime.GOOS,
+			Arch:       runtime.GOARCH,
+			NumCPU:     runtime.NumCPU(),
+			GOMAXPROCS: runtime.GOMAXPROCS(0),
+		},
+	}
+	if err := measure(ctx, s, rep, stderr); err != nil {
+		return err
+	}
+	rep.Targets = targets(rep)
+
+	md := rep.markdown()
+	if _, err := io.WriteString(stdout, md); err != nil {
+		return err
+	}
+	if s.Out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(s.Out, 0o755); err != nil {
+		return err
+	}
+	js, err := rep.json()
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"results.md":   []byte(md),
+		"results.json": js,
+		"chart.svg":    chartSVG(rep),
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(s.Out, name), b, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stderr, "load: wrote results.md, results.json and chart.svg to %s\n", s.Out)
+	return nil
+}
+
+func parseFlags(args []string, stderr io.Writer) (settings, error) {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "", "write results.md, results.json and chart.svg to this `dir`")
+	gw := fs.String("gateway", "", "gateway binary `path` (default: go build ./cmd/gateway into a temp dir)")
+	quick := fs.Bool("quick", false, "tiny durations and 100 in flight, for checking the tool (numbers meaningless); no -big")
+	dur := fs.Duration("duration", 5*time.Second, "measured time of each closed-loop leg")
+	warm := fs.Duration("warmup", time.Second, "unmeasured warm-up before each closed-loop leg")
+	conc := fs.String("c", "1,16", "closed-loop concurrencies, comma-separated")
+	content := fs.Int("content-bytes", 1024, "size of the fake's completion content")
+	slow := fs.Duration("slow", time.Second, "the slow fake's latency, for the open-loop legs")
+	rate := fs.Int("rate", 2000, "open-loop request rate per second (rate × slow calls in flight)")
+	openDur := fs.Duration("open-duration", 3*time.Second, "how long the open-loop legs fire requests")
+	big := fs.Bool("big", true, "stream a -big-bytes response through each path and report peak RSS growth (default false with -quick)")
+	bigBytes := fs.Int("big-bytes", 50<<20, "content size of the -big stream")
+	bigChunk := fs.Int("big-chunk-bytes", 64, "content bytes per event of the -big stream")
+	settle := fs.Duration("settle", time.Second, "idle time after the gateway is ready before its idle RSS is read")
+	only := fs.String("only", "", "run only the legs whose names match this `regexp` (e.g. 'open|big'); targets needing others show n/a")
+	if err := fs.Parse(args); err != nil {
+		return settings{}, err
+	}
+	if fs.NArg() > 0 {
+		return settings{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *quick {
+		// Quick mode checks the tool, not the gateway: each default shrinks
+		// unless given explicitly. 400/s against a 250ms upstream for 250ms
+		// holds ~100 calls in flight.
+		short := func(name string, p *time.Duration, v time.Duration) {
+			if !set[name] {
+				*p = v
+			}
+		}
+		short("duration", dur, 300*time.Millisecond)
+		short("warmup", warm, 100*time.Millisecond)
+		short("slow", slow, 250*time.Millisecond)
+		short("open-duration", openDur, 250*time.Millisecond)
+		short("settle", settle, 200*time.Millisecond)
+		if !set["rate"] {
+			*rate = 400
+		}
+		if !set["big"] {
+			*big = false
+		}
+	}
+	s := settings{
+		Quick: *quick, Duration: *dur, Warmup: *warm, ContentBytes: *content,
+		Slow: *slow, Rate: *rate, OpenDuration: *openDur, Big: *big,
+		BigBytes: *bigBytes, BigChunkBytes: *bigChunk, Settle: *settle,
+		Gateway: *gw, Out: *out, Only: *only,
+	}
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			return settings{}, fmt.Errorf("-only: %w", err)
+		}
+		s.only = re
+	}
+	var errs []error
+	for f := range strings.SplitSeq(*conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 4096 {
+			errs = append(errs, fmt.Errorf("-c: %q is not a concurrency in [1, 4096]", f))
+			continue
+		}
+		s.Concurrency = append(s.Concurrency, n)
+	}
+	if s.Duration <= 0 || s.Duration > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("-duration: %v is not in (0, 10m]", s.Duration))
+	}
+	if s.Warmup < 0 || s.Warmup > time.Minute {
+		errs = append(errs, fmt.Errorf("-warmup: %v is not in [0, 1m]", s.Warmup))
+	}
+	if s.Rate < 1 || s.Rate > 20000 {
+		errs = append(errs, fmt.Errorf("-rate: %d is not in [1, 20000]", s.Rate))
+	}
+	if s.OpenDuration <= 0 || s.OpenDuration > time.Minute {
+		errs = append(errs, fmt.Errorf("-open-duration: %v is not in (0, 1m]", s.OpenDuration))
+	}
+	if s.Slow < 0 || s.Slow > time.Minute {
+		errs = append(errs, fmt.Errorf("-slow: %v is not in [0, 1m]", s.Slow))
+	}
+	if s.ContentBytes < 0 || s.ContentBytes > 8<<20 {
+		errs = append(errs, fmt.Errorf("-content-bytes: %d is not in [0, 8 MiB]", s.ContentBytes))
+	}
+	if s.BigBytes < 1 || s.BigBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("-big-bytes: %d is not in [1, 1 GiB]", s.BigBytes))
+	}
+	if s.BigChunkBytes < 1 {
+		errs = append(errs, fmt.Errorf("-big-chunk-bytes: %d is not positive", s.BigChunkBytes))
+	}
+	if s.Settle < 0 || s.Settle > time.Minute {
+		errs = append(errs, fmt.Errorf("-settle: %v is not in [0, 1m]", s.Settle))
+	}
+	return s, errors.Join(errs...)
+}
+
+// raiseFileLimit lifts the soft RLIMIT_NOFILE to the hard limit. Calling
+// Setrlimit explicitly (rather than relying on the Go runtime's own raise)
+// also makes children inherit the raised limit: the runtime restores the
+// original soft limit in children only when the program never set it.
+func raiseFileLimit() {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+}
