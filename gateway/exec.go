@@ -120,6 +120,9 @@ func breakerResult(o classify.Outcome) breaker.Result {
 // It returns the response to give the client, or an *apiError when no
 // upstream produced one.
 func (g *Gateway) execute(ctx context.Context, c *call, primary *upstream) (*response, error) {
+	// Live traffic for the retry budget: requests that reach an upstream
+	// (replays and rejections do not).
+	g.budget.Request()
 	var last *response
 	var lastErr error
 	for i, u := range primary.chain() {

@@ -45,7 +45,7 @@ func (f *faultyStore) Ping(ctx context.Context) error {
 
 func TestStoreFailures(t *testing.T) {
 	var fs *faultyStore
-	h := newHarnessStore(t, nil, func(s Store) Store { fs = &faultyStore{Store: s}; return fs })
+	h := newHarnessStore(t, nil, func(s Store) Store { fs = &faultyStore{Store: s}; return fs }, fakeupstream.Options{})
 
 	// Claim fails: the keyed request is refused with 503, never run
 	// unprotected; an unkeyed one still proxies.

@@ -230,7 +230,6 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		g.budget.Request()
 		if kr != nil {
 			return g.serveKeyed(c, cl, u, kr)
 		}

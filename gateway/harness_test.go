@@ -70,14 +70,14 @@ func testConfig(url string) config.Config {
 
 func newHarness(t *testing.T, mutate func(c *config.Config)) *harness {
 	t.Helper()
-	return newHarnessStore(t, mutate, nil)
+	return newHarnessStore(t, mutate, nil, fakeupstream.Options{})
 }
 
 // newHarnessStore is newHarness with the store wrapped by wrap (fault
-// injection).
-func newHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store) *harness {
+// injection) and the fake upstream built with fo.
+func newHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store, fo fakeupstream.Options) *harness {
 	t.Helper()
-	h := &harness{t: t, fake: fakeupstream.New(fakeupstream.Options{}), logs: &syncBuffer{}}
+	h := &harness{t: t, fake: fakeupstream.New(fo), logs: &syncBuffer{}}
 	h.up = httptest.NewServer(h.fake)
 	t.Cleanup(h.up.Close)
 	t.Cleanup(h.fake.Close)
