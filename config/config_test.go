@@ -35,7 +35,7 @@ var expectedErrors = map[string][]string{
 	"upstream_unknown_fallback.bad.yml": {`upstreams[0].fallbacks[0]: unknown upstream "nope"`},
 	"upstream_self_fallback.bad.yml":    {`upstreams[0].fallbacks[0]: "openai" is the upstream itself`},
 	"upstream_empty_model.bad.yml":      {`upstreams[0].models[1]: empty pattern (use "*" to serve every model)`},
-	"upstreams_none.bad.yml":            {"upstreams: none configured (set OPENAI_API_KEY for the default OpenAI upstream, or list upstreams in the config file)"},
+	"upstreams_none.bad.yml":            {"upstreams: none configured (set OPENAI_API_KEY for the default OpenAI upstream, or list upstreams in the config file; -demo runs a simulated one)"},
 
 	"client_empty_key.bad.yml":          {"clients[0].key: empty (set key, or key_sha256)"},
 	"client_duplicate_name.bad.yml":     {`clients[1].name: duplicate client name "alice" (names must be unique)`},

@@ -154,7 +154,7 @@ func (c *Config) ListenIsLoopback() bool {
 
 func (c *Config) validateUpstreams(p *problems) {
 	if len(c.Upstreams) == 0 {
-		p.add("upstreams", "none configured (set OPENAI_API_KEY for the default OpenAI upstream, or list upstreams in the config file)")
+		p.add("upstreams", "none configured (set OPENAI_API_KEY for the default OpenAI upstream, or list upstreams in the config file; -demo runs a simulated one)")
 		return
 	}
 	names := make(map[string]bool, len(c.Upstreams))
