@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // routing is what the gateway reads from a request body to route it. The
@@ -109,7 +110,7 @@ func (e *syntaxError) Error() string { return fmt.Sprintf("%s (at byte %d)", e.M
 
 func unquote(raw []byte) (string, error) {
 	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') < 0 {
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return string(inner), nil
 	}
 	var s string

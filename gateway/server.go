@@ -256,6 +256,10 @@ func (g *Gateway) routes() *echo.Echo {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = g.errorHandler
+	// The client's address is the connection's: X-Forwarded-For and
+	// X-Real-IP are set by whoever sends the request, so they are not
+	// trusted (GO-2026-6875). Behind a proxy, its access log has the rest.
+	e.IPExtractor = echo.ExtractIPDirect()
 	e.Use(g.recoverer, g.requestLog)
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
