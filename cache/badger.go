@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -53,11 +54,23 @@ type Badger struct {
 	after func(time.Duration) <-chan time.Time
 	log   *slog.Logger
 
-	// ownerPrefix starts every owner token this Open hands out. An in-flight
-	// record whose owner lacks it was claimed by an earlier process, which is
-	// dead: Badger's directory lock admits one process at a time.
+	// ownerPrefix starts every owner token this Open hands out, so tokens
+	// are unique across restarts too.
 	ownerPrefix string
 	ownerSeq    atomic.Uint64
+
+	// flights holds the in-flight records (in memory only) and the per-key
+	// locks; Badger holds committed records and dead letters.
+	flights *flights
+	// dead holds the id of every dead letter in Badger, with its Badger
+	// expiry (Unix seconds, 0 = none), so that resolving the dead letter of
+	// a key that has none — every successful keyed request does — reads
+	// nothing. It is exact because one process owns the directory: filled
+	// at Open, added to before a write and removed from after a delete
+	// under the key's lock, and pruned of expired ids by the sweep. It may
+	// name a dead letter that is gone, never miss one that is there.
+	deadMu sync.Mutex
+	dead   map[string]uint64
 
 	waiters broadcast
 
@@ -67,8 +80,8 @@ type Badger struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
-	done      chan struct{} // closed by Close: stops the GC goroutine
-	gcDone    chan struct{} // closed by the GC goroutine when it returns
+	done      chan struct{} // closed by Close: stops the background goroutines
+	bg        sync.WaitGroup
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -81,10 +94,23 @@ type Badger struct {
 //   - opened, idle: +2 MiB (+1 anonymous); reopened over 20,000 1 KiB and
 //     200 200 KiB records: +10 MiB, almost all clean file pages of the last
 //     value-log file, which Badger reads through on open;
-//   - just after writing those records: +35 MiB anonymous (memtable arena,
-//     pooled table-builder buffers that Badger frees one per 2 s idle; +14
-//     MiB after 25 s) and up to ~70 MiB of page cache for the mmapped files,
-//     which the kernel reclaims under pressure.
+//   - just after writing those records (when claims were written too):
+//     +35 MiB anonymous (memtable arena, pooled table-builder buffers that
+//     Badger frees one per 2 s idle; +14 MiB after 25 s) and up to ~70 MiB of
+//     page cache for the mmapped files, which the kernel reclaims under
+//     pressure.
+//
+// Only committed records and dead letters are written (in-flight records
+// live in memory, see flights), so a keyed request costs one write and the
+// memtables fill, flush and compact half as often as when claims were
+// written too. After 30,000 keyed requests of 1 KiB through the gateway the
+// Go heap holds ~41 MB (was ~48): ~29 MB of table-builder buffers from
+// flushes and compactions, which Badger pools (up to 8, each at least twice
+// its table's size) and frees one per 2 s idle, and ~10 MB of memtable
+// arena. Smaller tables shrink the pool but cost compaction CPU: with
+// BaseTableSize 1 MiB and MemTableSize 4 MiB a 60,000-record burst under
+// random keys left ~56 MiB of heap instead of ~105 and took ~50% more CPU,
+// so the values below stay.
 //
 // Each value:
 //
@@ -125,10 +151,11 @@ const (
 	defaultListLimit   = 100
 	maxConflictRetries = 100
 	// inFlightGrace is how long an in-flight record outlives its lease in
-	// Badger: its Badger TTL is lease + inFlightGrace, renewed with the lease.
-	// A claimant takes over an expired lease long before that; the TTL only
-	// makes sure an orphan nobody claims again disappears, while Badger never
-	// drops a record whose lease is current.
+	// memory before the sweep drops it. A claimant takes over an expired
+	// lease long before that, and until then its owner may still renew it;
+	// the sweep only makes sure an orphan nobody claims again disappears.
+	// (Earlier releases wrote in-flight records to Badger with a TTL of
+	// lease + inFlightGrace; they are ignored and expire on their own.)
 	inFlightGrace = time.Minute
 )
 
@@ -190,32 +217,44 @@ func OpenBadger(o BadgerOptions) (*Badger, error) {
 		return nil, fmt.Errorf("open badger store %s: %w", o.Dir, err)
 	}
 	s.db = db
+	s.flights = newFlights()
+	if s.dead, err = s.loadDeadLetterIDs(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open badger store %s: %w", o.Dir, err)
+	}
 
 	var boot [8]byte
 	rand.Read(boot[:])
 	s.ownerPrefix = hex.EncodeToString(boot[:]) + "."
 
+	s.bg.Add(1)
+	go s.runSweep(inFlightGrace)
 	if !o.InMemory {
 		interval := o.GCInterval
 		if interval <= 0 {
 			interval = defaultGCInterval
 		}
-		s.gcDone = make(chan struct{})
+		s.bg.Add(1)
 		go s.runGC(interval)
 	}
 	return s, nil
 }
 
-// Claim takes the key for the caller, or reports why it cannot, in one
-// read-write transaction (retried on conflict):
+// Claim takes the key for the caller, or reports why it cannot. In-flight
+// records live in memory (see flights), committed ones in Badger; the key's
+// lock is held across both lookups and the insert, so the outcome is atomic:
 //
 //   - absent (or committed and expired): a new in-flight record under a new
 //     owner token, leased until now+lease → Claimed;
 //   - a record with another fingerprint, in flight or committed → Mismatch;
 //   - committed → Done, with the full record;
-//   - in flight whose lease has run out, or whose owner was a previous
-//     process on this directory → taken over under a new owner → Claimed;
+//   - in flight whose lease has run out → taken over under a new owner →
+//     Claimed;
 //   - in flight otherwise → Busy.
+//
+// An in-flight record written to Badger by an earlier release is ignored: its
+// owner was a previous process on this directory, which is dead, so the key
+// is claimable; Badger drops the record when its TTL runs out.
 func (s *Badger) Claim(ctx context.Context, k Key, fingerprint string, lease time.Duration) (Claim, error) {
 	if lease <= 0 {
 		return Claim{}, fmt.Errorf("claim %s: lease %v must be positive", k, lease)
@@ -223,42 +262,45 @@ func (s *Badger) Claim(ctx context.Context, k Key, fingerprint string, lease tim
 	if err := k.Validate(); err != nil {
 		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
-	key := storageKey(k)
-	var c Claim
-	err := s.update(ctx, func(txn *badger.Txn) error {
-		now := s.now()
-		cur, err := s.load(txn, key, now)
-		if err != nil {
-			return err
-		}
-		if cur != nil {
-			switch {
-			case cur.Fingerprint != fingerprint:
-				c = Claim{Status: Mismatch, Record: cur}
-				return nil
-			case cur.State == Committed:
-				c = Claim{Status: Done, Record: cur}
-				return nil
-			case !s.claimable(cur, now):
-				c = Claim{Status: Busy, Record: cur}
-				return nil
-			}
-		}
-		owner := s.ownerPrefix + strconv.FormatUint(s.ownerSeq.Add(1), 36)
-		rec := &Record{
-			State:       InFlight,
-			Fingerprint: fingerprint,
-			Owner:       owner,
-			LeaseUntil:  now.Add(lease),
-			CreatedAt:   now,
-		}
-		c = Claim{Status: Claimed, Owner: owner}
-		return txn.SetEntry(inFlightEntry(key, rec, lease))
-	})
+	unlock, err := s.begin(ctx)
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
-	return c, nil
+	defer unlock()
+	key := storageKey(k)
+	sh := s.flights.lock(key)
+	defer sh.mu.Unlock()
+	now := s.now()
+	if cur := sh.m[string(key)]; cur != nil {
+		switch {
+		case cur.Fingerprint != fingerprint:
+			return Claim{Status: Mismatch, Record: new(*cur)}, nil
+		case now.Before(cur.LeaseUntil):
+			return Claim{Status: Busy, Record: new(*cur)}, nil
+		}
+		// The lease ran out: take it over below.
+	} else {
+		cur, err := s.loadCommitted(key, now)
+		if err != nil {
+			return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+		}
+		switch {
+		case cur == nil:
+		case cur.Fingerprint != fingerprint:
+			return Claim{Status: Mismatch, Record: cur}, nil
+		default:
+			return Claim{Status: Done, Record: cur}, nil
+		}
+	}
+	owner := s.ownerPrefix + strconv.FormatUint(s.ownerSeq.Add(1), 36)
+	s.flights.put(sh, key, &Record{
+		State:       InFlight,
+		Fingerprint: fingerprint,
+		Owner:       owner,
+		LeaseUntil:  now.Add(lease),
+		CreatedAt:   now,
+	})
+	return Claim{Status: Claimed, Owner: owner}, nil
 }
 
 // Renew extends the lease of the caller's in-flight record to now+lease.
@@ -271,19 +313,19 @@ func (s *Badger) Renew(ctx context.Context, k Key, owner string, lease time.Dura
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("renew %s: %w", k, err)
 	}
-	key := storageKey(k)
-	err := s.update(ctx, func(txn *badger.Txn) error {
-		now := s.now()
-		cur, err := s.owned(txn, key, owner, now)
-		if err != nil {
-			return err
-		}
-		cur.LeaseUntil = now.Add(lease)
-		return txn.SetEntry(inFlightEntry(key, cur, lease))
-	})
+	unlock, err := s.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("renew %s: %w", k, err)
 	}
+	defer unlock()
+	key := storageKey(k)
+	sh := s.flights.lock(key)
+	defer sh.mu.Unlock()
+	cur := owned(sh, key, owner)
+	if cur == nil {
+		return fmt.Errorf("renew %s: %w", k, ErrNotOwner)
+	}
+	cur.LeaseUntil = s.now().Add(lease)
 	return nil
 }
 
@@ -292,6 +334,10 @@ func (s *Badger) Renew(ctx context.Context, k Key, owner string, lease time.Dura
 // over). The stored record has State Committed, the fingerprint of the claim,
 // no owner or lease, CreatedAt = now and ExpiresAt = now+ttl; Badger drops it
 // after ttl. rec is not modified. Waiters are woken.
+//
+// It is the one Badger write of a keyed request, and it has returned only
+// once Badger has the record in its write-ahead log: a process crash after
+// Commit loses nothing.
 func (s *Badger) Commit(ctx context.Context, k Key, owner string, rec *Record, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("commit %s: ttl %v must be positive", k, ttl)
@@ -303,12 +349,19 @@ func (s *Badger) Commit(ctx context.Context, k Key, owner string, rec *Record, t
 		return fmt.Errorf("commit %s: %w", k, err)
 	}
 	key := storageKey(k)
-	err := s.update(ctx, func(txn *badger.Txn) error {
-		now := s.now()
-		cur, err := s.owned(txn, key, owner, now)
+	err := func() error {
+		unlock, err := s.begin(ctx)
 		if err != nil {
 			return err
 		}
+		defer unlock()
+		sh := s.flights.lock(key)
+		defer sh.mu.Unlock()
+		cur := owned(sh, key, owner)
+		if cur == nil {
+			return ErrNotOwner
+		}
+		now := s.now()
 		stored := *rec
 		stored.State = Committed
 		stored.Fingerprint = cur.Fingerprint
@@ -318,8 +371,13 @@ func (s *Badger) Commit(ctx context.Context, k Key, owner string, rec *Record, t
 		stored.ExpiresAt = now.Add(ttl)
 		e := badger.NewEntry(key, encodeRecord(&stored)).WithMeta(byte(Committed))
 		e.ExpiresAt = badgerExpiry(ttl)
-		return txn.SetEntry(e)
-	})
+		if err := s.update(func(txn *badger.Txn) error { return txn.SetEntry(e) }); err != nil {
+			// Still in flight: the owner may Release.
+			return err
+		}
+		s.flights.del(sh, key)
+		return nil
+	}()
 	if err != nil {
 		return fmt.Errorf("commit %s: %w", k, err)
 	}
@@ -333,16 +391,19 @@ func (s *Badger) Release(ctx context.Context, k Key, owner string) error {
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("release %s: %w", k, err)
 	}
-	key := storageKey(k)
-	err := s.update(ctx, func(txn *badger.Txn) error {
-		if _, err := s.owned(txn, key, owner, s.now()); err != nil {
-			return err
-		}
-		return txn.Delete(key)
-	})
+	unlock, err := s.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("release %s: %w", k, err)
 	}
+	defer unlock()
+	key := storageKey(k)
+	sh := s.flights.lock(key)
+	if owned(sh, key, owner) == nil {
+		sh.mu.Unlock()
+		return fmt.Errorf("release %s: %w", k, ErrNotOwner)
+	}
+	s.flights.del(sh, key)
+	sh.mu.Unlock()
 	s.waiters.wake(string(key))
 	return nil
 }
@@ -353,31 +414,35 @@ func (s *Badger) Get(ctx context.Context, k Key) (*Record, error) {
 	if err := k.Validate(); err != nil {
 		return nil, fmt.Errorf("get %s: %w", k, err)
 	}
-	rec, err := s.get(ctx, storageKey(k))
+	unlock, err := s.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", k, err)
+	}
+	defer unlock()
+	key := storageKey(k)
+	if rec := s.inFlight(key); rec != nil {
+		return rec, nil
+	}
+	// Commit writes Badger before it forgets the in-flight record, so a key
+	// missed above is in Badger by now if it was committed.
+	rec, err := s.loadCommitted(key, s.now())
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", k, err)
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("get %s: %w", k, ErrNotFound)
 	}
 	return rec, nil
 }
 
-func (s *Badger) get(ctx context.Context, key []byte) (*Record, error) {
-	unlock, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
+// inFlight returns a copy of key's in-flight record, or nil.
+func (s *Badger) inFlight(key []byte) *Record {
+	sh := s.flights.lock(key)
+	defer sh.mu.Unlock()
+	if cur := sh.m[string(key)]; cur != nil {
+		return new(*cur)
 	}
-	defer unlock()
-	var rec *Record
-	err = s.db.View(func(txn *badger.Txn) error {
-		rec, err = s.load(txn, key, s.now())
-		return err
-	})
-	if err != nil {
-		return nil, mapClosed(err)
-	}
-	if rec == nil {
-		return nil, ErrNotFound
-	}
-	return rec, nil
+	return nil
 }
 
 // Delete forgets the key, whatever its state (admin), and wakes waiters.
@@ -387,17 +452,32 @@ func (s *Badger) Delete(ctx context.Context, k Key) error {
 		return fmt.Errorf("delete %s: %w", k, err)
 	}
 	key := storageKey(k)
-	err := s.update(ctx, func(txn *badger.Txn) error {
-		// Not decoded: an admin must be able to delete a record this release
-		// cannot read.
-		if _, err := txn.Get(key); err != nil {
-			if errors.Is(err, badger.ErrKeyNotFound) {
-				return ErrNotFound
-			}
+	err := func() error {
+		unlock, err := s.begin(ctx)
+		if err != nil {
 			return err
 		}
-		return txn.Delete(key)
-	})
+		defer unlock()
+		sh := s.flights.lock(key)
+		defer sh.mu.Unlock()
+		found := s.flights.del(sh, key)
+		err = s.update(func(txn *badger.Txn) error {
+			// Not decoded: an admin must be able to delete a record this
+			// release cannot read.
+			if _, err := txn.Get(key); err != nil {
+				if errors.Is(err, badger.ErrKeyNotFound) {
+					return nil
+				}
+				return err
+			}
+			found = true
+			return txn.Delete(key)
+		})
+		if err == nil && !found {
+			return ErrNotFound
+		}
+		return err
+	}()
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", k, err)
 	}
@@ -418,24 +498,23 @@ func (s *Badger) Wait(ctx context.Context, k Key) error {
 		return err
 	}
 	key := storageKey(k)
-	// Subscribe before reading: a change committed after the read below
-	// closes this channel, so no wake-up between the caller's Claim and this
-	// Wait is missed.
+	// Subscribe before reading: a change made after the read below closes
+	// this channel, so no wake-up between the caller's Claim and this Wait
+	// is missed.
 	e, ok := s.waiters.subscribe(string(key))
 	if !ok {
 		return ErrClosed
 	}
 	defer s.waiters.unsubscribe(string(key), e)
 
-	rec, err := s.get(ctx, key)
-	if errors.Is(err, ErrNotFound) {
-		return nil
-	}
+	unlock, err := s.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("wait %s: %w", k, err)
 	}
+	rec := s.inFlight(key)
+	unlock()
 	now := s.now()
-	if rec.State != InFlight || s.claimable(rec, now) {
+	if rec == nil || !now.Before(rec.LeaseUntil) {
 		return nil
 	}
 	select {
@@ -474,9 +553,9 @@ func (s *Badger) Ping(ctx context.Context) error {
 // pingKey is outside the record namespace and never written.
 var pingKey = []byte{'p', 0}
 
-// Stats counts records with a key-only scan (the state is in Badger's
-// per-entry user byte, so no value is read) and sums the directory's .sst
-// and .vlog files. The result is cached for 5 seconds; after Close the last
+// Stats counts the committed records with a key-only scan (the state is in
+// Badger's per-entry user byte, so no value is read), adds the in-flight
+// ones held in memory, and sums the directory's .sst and .vlog files. The result is cached for 5 seconds; after Close the last
 // result is returned.
 func (s *Badger) Stats() Stats {
 	s.statsMu.Lock()
@@ -490,7 +569,8 @@ func (s *Badger) Stats() Stats {
 		return s.stats
 	}
 	defer unlock()
-	st := Stats{At: now}
+	inFlight := s.flights.n.Load()
+	st := Stats{At: now, Records: inFlight, InFlight: inFlight}
 	err = s.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.PrefetchValues = false
@@ -498,9 +578,9 @@ func (s *Badger) Stats() Stats {
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			st.Records++
-			if it.Item().UserMeta() == byte(InFlight) {
-				st.InFlight++
+			// In flight in Badger: left by an earlier release, ignored.
+			if it.Item().UserMeta() == byte(Committed) {
+				st.Records++
 			}
 		}
 		return nil
@@ -542,7 +622,8 @@ func dirSizes(dir string) (lsm, vlog int64) {
 }
 
 // List returns the metadata of up to limit records of one scope, in key
-// order (endpoint, then id), skipping expired ones. If limit <= 0, 100.
+// order (endpoint, then id), skipping expired ones. If limit <= 0, 100. The
+// in-flight records (memory) are merged into the committed ones (Badger).
 func (s *Badger) List(ctx context.Context, scope string, limit int) ([]ListedKey, error) {
 	if strings.IndexByte(scope, 0) >= 0 {
 		return nil, fmt.Errorf("list: %w: scope contains NUL", ErrInvalidKey)
@@ -555,19 +636,48 @@ func (s *Badger) List(ctx context.Context, scope string, limit int) ([]ListedKey
 		return nil, fmt.Errorf("list %q: %w", scope, err)
 	}
 	defer unlock()
+	prefix := scopeKeyPrefix(scope)
+	flying := s.flights.withPrefix(prefix)
 	var out []ListedKey
+	// takeFlying appends the in-flight records that sort before key (all
+	// of them when key is nil) and reports whether there is room for more.
+	takeFlying := func(key []byte) bool {
+		for len(flying) > 0 && len(out) < limit && (key == nil || bytes.Compare(flying[0].key, key) < 0) {
+			if k, ok := parseStorageKey(flying[0].key); ok {
+				r := &flying[0].rec
+				out = append(out, ListedKey{
+					Key: k, State: r.State, Fingerprint: r.Fingerprint,
+					LeaseUntil: r.LeaseUntil, CreatedAt: r.CreatedAt,
+				})
+			}
+			flying = flying[1:]
+		}
+		return len(out) < limit
+	}
 	now := s.now()
 	err = s.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.PrefetchValues = false
-		opts.Prefix = scopeKeyPrefix(scope)
+		opts.Prefix = prefix
 		it := txn.NewIterator(opts)
 		defer it.Close()
-		for it.Rewind(); it.Valid() && len(out) < limit; it.Next() {
+		for it.Rewind(); it.Valid(); it.Next() {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			item := it.Item()
+			// In flight in Badger: left by an earlier release, ignored.
+			if item.UserMeta() != byte(Committed) {
+				continue
+			}
+			if !takeFlying(item.Key()) {
+				return nil
+			}
+			if len(flying) > 0 && bytes.Equal(flying[0].key, item.Key()) {
+				// Claimed again after its expiry: the in-flight record is
+				// the current one, and comes next.
+				continue
+			}
 			k, ok := parseStorageKey(item.Key())
 			if !ok {
 				continue
@@ -593,6 +703,7 @@ func (s *Badger) List(ctx context.Context, scope string, limit int) ([]ListedKey
 			}
 			out = append(out, lk)
 		}
+		takeFlying(nil)
 		return nil
 	})
 	if err != nil {
@@ -601,9 +712,9 @@ func (s *Badger) List(ctx context.Context, scope string, limit int) ([]ListedKey
 	return out, nil
 }
 
-// Close stops the GC goroutine, wakes every waiter (their Wait returns
-// ErrClosed), waits for operations in progress and closes the database.
-// Later calls return ErrClosed. Close is idempotent.
+// Close stops the background goroutines, wakes every waiter (their Wait
+// returns ErrClosed), waits for operations in progress and closes the
+// database. Later calls return ErrClosed. Close is idempotent.
 func (s *Badger) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
@@ -611,9 +722,7 @@ func (s *Badger) Close() error {
 		close(s.done)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if s.gcDone != nil {
-			<-s.gcDone
-		}
+		s.bg.Wait()
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("close badger store: %w", err)
 		}
@@ -636,76 +745,63 @@ func (s *Badger) begin(ctx context.Context) (unlock func(), err error) {
 }
 
 // update runs fn in a read-write transaction, again on a conflict with a
-// concurrent transaction on the same key. fn must set its results afresh on
-// every run.
-func (s *Badger) update(ctx context.Context, fn func(txn *badger.Txn) error) error {
-	unlock, err := s.begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer unlock()
+// concurrent transaction on the same key (the key locks leave none among
+// this store's own writes; the retry is a safety net). fn must set its
+// results afresh on every run. The caller holds begin's admission.
+func (s *Badger) update(fn func(txn *badger.Txn) error) error {
 	for attempt := 0; ; attempt++ {
 		err := s.db.Update(fn)
 		if !errors.Is(err, badger.ErrConflict) || attempt == maxConflictRetries {
 			return mapClosed(err)
 		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 	}
 }
 
-// load reads and decodes the record under key, or returns nil when there is
-// none or it has expired by the store's clock (Badger's own TTL runs on real
-// time, in whole seconds).
-func (s *Badger) load(txn *badger.Txn, key []byte, now time.Time) (*Record, error) {
-	item, err := txn.Get(key)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	v, err := item.ValueCopy(nil)
-	if err != nil {
-		return nil, err
-	}
-	rec, err := decodeRecord(v)
-	if err != nil {
-		return nil, err
-	}
-	if expired(rec.State, rec.ExpiresAt, now) {
-		return nil, nil
-	}
-	return rec, nil
+// loadCommitted reads and decodes the committed record under key, in a
+// read-only transaction. It returns nil when there is none, when it has
+// expired by the store's clock (Badger's own TTL runs on real time, in
+// whole seconds), and for an in-flight record an earlier release wrote.
+func (s *Badger) loadCommitted(key []byte, now time.Time) (*Record, error) {
+	var rec *Record
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(key)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if item.UserMeta() == byte(InFlight) {
+			return nil
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		r, err := decodeRecord(v)
+		if err != nil {
+			return err
+		}
+		if r.State == Committed && !expired(r.State, r.ExpiresAt, now) {
+			rec = r
+		}
+		return nil
+	})
+	return rec, mapClosed(err)
 }
 
 func expired(st State, expiresAt, now time.Time) bool {
 	return st == Committed && !expiresAt.IsZero() && !now.Before(expiresAt)
 }
 
-// owned returns the key's record if it is in flight under owner, else ErrNotOwner.
-func (s *Badger) owned(txn *badger.Txn, key []byte, owner string, now time.Time) (*Record, error) {
-	cur, err := s.load(txn, key, now)
-	if err != nil {
-		return nil, err
+// owned returns key's in-flight record if owner holds it, else nil. The
+// caller holds sh.mu.
+func owned(sh *flightShard, key []byte, owner string) *Record {
+	cur := sh.m[string(key)]
+	if cur == nil || owner == "" || cur.Owner != owner {
+		return nil
 	}
-	if cur == nil || cur.State != InFlight || owner == "" || cur.Owner != owner {
-		return nil, ErrNotOwner
-	}
-	return cur, nil
-}
-
-// claimable reports whether an in-flight record may be taken over: its lease
-// ran out, or its owner was a previous process on this directory.
-func (s *Badger) claimable(r *Record, now time.Time) bool {
-	return !now.Before(r.LeaseUntil) || !strings.HasPrefix(r.Owner, s.ownerPrefix)
-}
-
-func inFlightEntry(key []byte, r *Record, lease time.Duration) *badger.Entry {
-	e := badger.NewEntry(key, encodeRecord(r)).WithMeta(byte(InFlight))
-	e.ExpiresAt = badgerExpiry(lease + inFlightGrace)
-	return e
+	return cur
 }
 
 // badgerExpiry is the Badger expiry (Unix seconds, real time, as Badger
@@ -722,8 +818,31 @@ func mapClosed(err error) error {
 	return err
 }
 
+// runSweep drops orphaned in-flight records (see flights.sweep) and wakes
+// their waiters, and forgets expired dead-letter ids, every interval.
+func (s *Badger) runSweep(interval time.Duration) {
+	defer s.bg.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		s.sweep()
+		s.forgetExpiredDeadLetters()
+	}
+}
+
+func (s *Badger) sweep() {
+	for _, key := range s.flights.sweep(s.now(), inFlightGrace) {
+		s.waiters.wake(key)
+	}
+}
+
 func (s *Badger) runGC(interval time.Duration) {
-	defer close(s.gcDone)
+	defer s.bg.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

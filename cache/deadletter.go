@@ -124,7 +124,20 @@ func (s *Badger) PutDeadLetter(ctx context.Context, k Key, d *DeadLetter, ttl ti
 	d.ID = DeadLetterID(k)
 	d.Client, d.Endpoint, d.Key = k.Scope, k.Endpoint, k.ID
 	key := deadLetterKey(d.ID)
-	return s.update(ctx, func(txn *badger.Txn) error {
+	unlock, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	sh := s.flights.lock(key)
+	defer sh.mu.Unlock()
+	// Added before the write: the set may name a dead letter that is not
+	// there (the write failed), never miss one that is.
+	exp := badgerExpiry(ttl)
+	s.deadMu.Lock()
+	s.dead[d.ID] = max(s.dead[d.ID], exp)
+	s.deadMu.Unlock()
+	return s.update(func(txn *badger.Txn) error {
 		prev, err := s.loadDeadLetter(txn, key)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return err
@@ -137,7 +150,7 @@ func (s *Badger) PutDeadLetter(ctx context.Context, k Key, d *DeadLetter, ttl ti
 			return err
 		}
 		e := badger.NewEntry(key, v)
-		e.ExpiresAt = badgerExpiry(ttl)
+		e.ExpiresAt = exp
 		if err := txn.SetEntry(e); err != nil {
 			return err
 		}
@@ -185,14 +198,73 @@ func (s *Badger) GetDeadLetter(ctx context.Context, id string) (*DeadLetter, err
 }
 
 // DeleteDeadLetter removes a dead letter; ErrNotFound if there is none.
+// Resolving the dead letter of a key that succeeded is on every keyed
+// request's path and usually finds none, so that case is answered from the
+// in-memory set of ids without touching Badger.
 func (s *Badger) DeleteDeadLetter(ctx context.Context, id string) error {
+	unlock, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	key := deadLetterKey(id)
-	return s.update(ctx, func(txn *badger.Txn) error {
+	sh := s.flights.lock(key)
+	defer sh.mu.Unlock()
+	s.deadMu.Lock()
+	_, ok := s.dead[id]
+	s.deadMu.Unlock()
+	if !ok {
+		return ErrNotFound
+	}
+	err = s.update(func(txn *badger.Txn) error {
 		if _, err := s.loadDeadLetter(txn, key); err != nil {
 			return err
 		}
 		return txn.Delete(key)
 	})
+	if err == nil || errors.Is(err, ErrNotFound) {
+		s.deadMu.Lock()
+		delete(s.dead, id)
+		s.deadMu.Unlock()
+	}
+	return err
+}
+
+// loadDeadLetterIDs returns the ids of the dead letters in Badger and their
+// Badger expiry, with a key-only scan, for the set DeleteDeadLetter
+// consults.
+func (s *Badger) loadDeadLetterIDs() (map[string]uint64, error) {
+	ids := make(map[string]uint64)
+	prefix := []byte{deadLetterNS, 0}
+	err := s.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.PrefetchValues = false
+		opts.Prefix = prefix
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			ids[string(it.Item().Key()[len(prefix):])] = it.Item().ExpiresAt()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list dead-letter ids: %w", err)
+	}
+	return ids, nil
+}
+
+// forgetExpiredDeadLetters drops from the set the ids whose Badger TTL has
+// run out by the real clock (Badger's own): Badger no longer returns them,
+// so they need no delete.
+func (s *Badger) forgetExpiredDeadLetters() {
+	now := uint64(time.Now().Unix())
+	s.deadMu.Lock()
+	defer s.deadMu.Unlock()
+	for id, exp := range s.dead {
+		if exp != 0 && exp <= now {
+			delete(s.dead, id)
+		}
+	}
 }
 
 // ListDeadLetters returns the dead letters matching f, newest first

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -310,32 +311,39 @@ func (g *Gateway) release(ctx context.Context, k cache.Key, owner string) {
 	g.metrics.idemEvent("release")
 }
 
-// renewLease keeps the claim alive while a long call or stream runs.
+// renewLease keeps the claim alive while a long call or stream runs. It is
+// a timer, not a goroutine: most keyed calls end before the first renewal,
+// and then stopping costs no goroutine start and no hand-off. stop waits
+// for a renewal in progress, so none runs after it returns.
 func (g *Gateway) renewLease(ctx context.Context, k cache.Key, owner string) (stop func()) {
 	lease := g.cfg.Idempotency.Lease.D()
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(lease/3, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped || ctx.Err() != nil {
+			return
+		}
+		if err := g.store.Renew(ctx, k, owner, lease); err != nil {
+			g.log.Warn("renewing idempotency lease failed", "idempotency_key", hashKey(k.ID), "err", err)
+			if errors.Is(err, cache.ErrNotOwner) {
 				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := g.store.Renew(ctx, k, owner, lease); err != nil {
-					g.log.Warn("renewing idempotency lease failed", "idempotency_key", hashKey(k.ID), "err", err)
-					if errors.Is(err, cache.ErrNotOwner) {
-						return
-					}
-				}
 			}
 		}
-	}()
-	return func() { close(done); <-finished }
+		t.Reset(lease / 3)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // recordHeader is what a committed record keeps of the response headers.

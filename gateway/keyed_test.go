@@ -282,3 +282,26 @@ func TestAdminIdempotencyRecord(t *testing.T) {
 		t.Fatalf("stats %d %s", r.status, r.body)
 	}
 }
+
+// TestLeaseRenewedDuringLongCall: a call longer than the lease keeps its
+// claim (renewed every lease/3), so a duplicate waits instead of taking the
+// key over and calling the upstream a second time.
+func TestLeaseRenewedDuringLongCall(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Idempotency.Lease = config.Duration(150 * time.Millisecond) })
+	h.fake.Enqueue(fakeupstream.Step{Delay: time.Second})
+	done := make(chan result)
+	go func() { done <- h.chat(chatBody, key("long")) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.fake.WaitForCalls(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	dup := h.chat(chatBody, key("long"))
+	first := <-done
+	if first.status != 200 || dup.status != 200 || string(dup.body) != string(first.body) {
+		t.Fatalf("first %d, duplicate %d", first.status, dup.status)
+	}
+	if n := h.fake.Calls(""); n != 1 {
+		t.Fatalf("the lease lapsed during the call: %d upstream calls", n)
+	}
+}
