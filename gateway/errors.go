@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -36,6 +37,11 @@ func (e *apiError) Error() string {
 }
 
 func (e *apiError) Unwrap() error { return e.Err }
+
+// errClientGone answers (for the log and metrics) a client that left
+// before the gateway could: nginx's 499.
+var errClientGone = &apiError{Status: 499, Type: "invalid_request_error", Code: "client_closed_request",
+	Message: "The client closed the request.", Err: context.Canceled}
 
 func errInvalid(param, msg string) *apiError {
 	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: msg}

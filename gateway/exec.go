@@ -81,6 +81,8 @@ func (s *liveStream) close() {
 func (s *liveStream) next() ([]byte, error) {
 	s.timer.Reset(s.idle)
 	ev, err := s.rd.next()
+	// Time spent writing to a slow client is not upstream idleness.
+	s.timer.Stop()
 	if err != nil {
 		if c := context.Cause(s.ctx); c == errIdleTimeout || c == errAttemptTimeout {
 			err = c
@@ -161,8 +163,15 @@ func (g *Gateway) execute(ctx context.Context, c *call, primary *upstream) (*res
 			resp.done = done
 			return resp, nil
 		}
-		done(breakerResult(outcome), string(outcome.Class))
-		if outcome.Class.Retryable() && ctx.Err() == nil && stats.Stop != retry.StopDeadline {
+		res := breakerResult(outcome)
+		if ctx.Err() != nil {
+			// The request's own deadline or client, not the upstream: a
+			// client with a short X-Llmgate-Deadline must not be able to
+			// open the breaker for everyone.
+			res = breaker.Excluded
+		}
+		done(res, string(outcome.Class))
+		if outcome.Class.Retryable() && ctx.Err() == nil && stats.Stop != retry.StopDeadline && stats.Stop != retry.StopCanceled {
 			// Retries ended transient: the next upstream in the chain, if
 			// any, gets its turn; the deadline still bounds the whole.
 			last.discard()
@@ -193,6 +202,8 @@ func (g *Gateway) attempt(ctx context.Context, c *call, u *upstream) *response {
 	fail := func(err error) *response {
 		timer.Stop()
 		cancel(context.Canceled)
+		// Whatever status came before the failure is not the answer.
+		resp.status, resp.header, resp.body = 0, nil, nil
 		if cause := context.Cause(actx); cause == errAttemptTimeout || cause == errIdleTimeout {
 			err = cause
 		}

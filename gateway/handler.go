@@ -264,7 +264,7 @@ func (g *Gateway) writeResponse(c echo.Context, resp *response) error {
 		h[k] = v
 	}
 	setGatewayHeaders(h, resp.upstream.cfg.Name, resp.outcome)
-	if resp.status < 200 || resp.status > 299 {
+	if resp.status < 200 || resp.status > 299 || (resp.rest == nil && !committable(resp.outcome)) {
 		// The gateway already retried what was worth retrying.
 		h.Set("X-Should-Retry", "false")
 	}
@@ -275,7 +275,11 @@ func (g *Gateway) writeResponse(c echo.Context, resp *response) error {
 	_, _ = w.Write(resp.body)
 	if resp.rest != nil {
 		defer resp.rest.Close()
-		_, _ = io.Copy(w, resp.rest)
+		if _, err := io.Copy(w, resp.rest); err != nil {
+			// Headers are sent: abort, so the client sees a cut response
+			// rather than a short one that looks complete.
+			panic(http.ErrAbortHandler)
+		}
 	}
 	return nil
 }

@@ -186,7 +186,7 @@ func (g *Gateway) serveKeyed(c echo.Context, cl *call, u *upstream, kr *keyedReq
 		return nil
 	}
 
-	if resp.status >= 200 && resp.status <= 299 && resp.rest == nil {
+	if resp.status >= 200 && resp.status <= 299 && resp.rest == nil && committable(resp.outcome) {
 		failpoint("before-commit")
 		err := g.store.Commit(work, kr.key, owner, &cache.Record{
 			Fingerprint: kr.fp, Status: resp.status, Header: recordHeader(resp.header, resp.outcome),
@@ -231,7 +231,7 @@ func (g *Gateway) claim(c echo.Context, kr *keyedReq) (owner string, err error) 
 		cl, err := g.store.Claim(r.Context(), kr.key, kr.fp, lease)
 		if err != nil {
 			if r.Context().Err() != nil {
-				return "", r.Context().Err()
+				return "", errClientGone
 			}
 			g.metrics.idemEvent("store_error")
 			return "", errStore(err)
@@ -253,7 +253,7 @@ func (g *Gateway) claim(c echo.Context, kr *keyedReq) (owner string, err error) 
 			}
 			if err := g.store.Wait(waitCtx, kr.key); err != nil {
 				if r.Context().Err() != nil {
-					return "", r.Context().Err()
+					return "", errClientGone
 				}
 				if errors.Is(err, context.DeadlineExceeded) {
 					g.metrics.idemEvent("conflict")

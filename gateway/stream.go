@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/classify"
 )
@@ -100,21 +102,24 @@ func (g *Gateway) relayStream(c echo.Context, resp *response, rec *recorder, sta
 			obs.Observe(eventData(ev))
 			rec.add(ev)
 			send(ev)
+			if obs.SawDone() {
+				// [DONE] is the end: what follows (a connection held open,
+				// a reset) is not the stream's and must not fail it.
+				outcome = obs.Outcome()
+				break
+			}
 			continue
 		}
 		switch {
-		case errors.Is(err, io.EOF) && obs.SawDone():
-			outcome = obs.Outcome()
 		case errors.Is(err, io.EOF):
 			// A stream that ends without [DONE] was cut short.
 			outcome = classify.Outcome{Class: classify.Transient, Reason: "stream ended without [DONE]", Status: resp.status}
+		case errors.Is(err, errEventTooLarge):
+			outcome = classify.Outcome{Class: classify.Transient, Reason: "stream event too large", Status: resp.status}
 		default:
 			outcome = classify.FromError(err)
-			if errors.Is(err, errEventTooLarge) {
-				outcome = classify.Outcome{Class: classify.Transient, Reason: "stream event too large", Status: resp.status}
-			}
 		}
-		if outcome.Class.BreakerFailure() && !obs.SawDone() {
+		if outcome.Class.BreakerFailure() {
 			msg := "The upstream stream failed before it finished: " + outcome.Reason + "."
 			if outcome.Timeout {
 				msg = "The upstream stream stalled and was ended by the gateway."
@@ -124,7 +129,13 @@ func (g *Gateway) relayStream(c echo.Context, resp *response, rec *recorder, sta
 		break
 	}
 	if resp.done != nil {
-		resp.done(breakerResult(outcome), string(outcome.Class))
+		res := breakerResult(outcome)
+		if errors.Is(context.Cause(s.ctx), context.DeadlineExceeded) || errors.Is(context.Cause(s.ctx), context.Canceled) && c.Request().Context().Err() != nil {
+			// The request's own deadline, or an unkeyed client that left:
+			// nothing the upstream did.
+			res = breaker.Excluded
+		}
+		resp.done(res, string(outcome.Class))
 	}
 	resp.outcome = outcome
 	if info := infoOf(c); info != nil {
