@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -172,7 +173,7 @@ func wantOpenAIError(t *testing.T, r result, status int) map[string]any {
 	var e struct {
 		Error map[string]any `json:"error"`
 	}
-	if err := jsonUnmarshal(r.body, &e); err != nil || e.Error == nil {
+	if err := json.Unmarshal(r.body, &e); err != nil || e.Error == nil {
 		t.Fatalf("body is not an OpenAI error object: %s", r.body)
 	}
 	for _, f := range []string{"message", "type", "param", "code"} {
@@ -205,7 +206,3 @@ func readAllBody(t *testing.T, res *http.Response) []byte {
 	}
 	return b
 }
-
-func stringsReader(s string) io.Reader { return strings.NewReader(s) }
-
-func ioCopyDiscard(r io.Reader) (int64, error) { return io.Copy(io.Discard, r) }

@@ -146,10 +146,7 @@ func (g *Gateway) serveKeyed(c echo.Context, cl *call, u *upstream, kr *keyedReq
 	failpoint("before-upstream")
 	resp, err := g.execute(work, cl, u)
 	if err != nil {
-		g.release(work, kr.key, owner)
-		if f, ok := deadLetterFailure(nil, err, cl.tried); ok && !kr.cache {
-			g.recordDeadLetter(work, cl, kr, f, start)
-		}
+		g.releaseFailed(work, cl, kr, owner, nil, err, start)
 		return err
 	}
 	g.note(info, resp)
@@ -161,10 +158,7 @@ func (g *Gateway) serveKeyed(c echo.Context, cl *call, u *upstream, kr *keyedReq
 		defer func() { c.Response().Header().Set(CommittedTrailer, strconv.FormatBool(committed)) }()
 		switch {
 		case !committable(out):
-			g.release(work, kr.key, owner)
-			if f, ok := deadLetterFailure(resp, nil, cl.tried); ok && !kr.cache {
-				g.recordDeadLetter(work, cl, kr, f, start)
-			}
+			g.releaseFailed(work, cl, kr, owner, resp, nil, start)
 		case rec.over:
 			g.metrics.idemEvent("uncommitted")
 			info.committed = "false: stream over the record limit"
@@ -201,10 +195,7 @@ func (g *Gateway) serveKeyed(c echo.Context, cl *call, u *upstream, kr *keyedReq
 			g.metrics.idemEvent("uncommitted")
 			info.committed = "false: response over the record limit"
 		}
-		g.release(work, kr.key, owner)
-		if f, ok := deadLetterFailure(resp, nil, cl.tried); ok && !kr.cache {
-			g.recordDeadLetter(work, cl, kr, f, start)
-		}
+		g.releaseFailed(work, cl, kr, owner, resp, nil, start)
 	}
 	return g.writeResponse(c, resp)
 }
@@ -309,6 +300,17 @@ func (g *Gateway) release(ctx context.Context, k cache.Key, owner string) {
 		g.log.Warn("releasing idempotency key failed; it frees itself when its lease expires", "idempotency_key", hashKey(k.ID), "err", err)
 	}
 	g.metrics.idemEvent("release")
+}
+
+// releaseFailed releases the key of a request that did not produce a
+// committable answer (so the client's retry runs again) and, when its
+// failure is one a dead letter is for, records it. Content-keyed cache
+// entries are not dead letters: no client is waiting to retry them.
+func (g *Gateway) releaseFailed(ctx context.Context, cl *call, kr *keyedReq, owner string, resp *response, err error, first time.Time) {
+	g.release(ctx, kr.key, owner)
+	if f, ok := deadLetterFailure(resp, err, cl.tried); ok && !kr.cache {
+		g.recordDeadLetter(ctx, cl, kr, f, first)
+	}
 }
 
 // renewLease keeps the claim alive while a long call or stream runs. It is

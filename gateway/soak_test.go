@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,7 +41,7 @@ func TestSoak(t *testing.T) {
 	defer client.CloseIdleConnections()
 
 	send := func(body string, hdr map[string]string) int {
-		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/chat/completions", stringsReader(body))
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/chat/completions", strings.NewReader(body))
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
@@ -48,7 +50,7 @@ func TestSoak(t *testing.T) {
 			return 0
 		}
 		defer res.Body.Close()
-		_, _ = ioCopyDiscard(res.Body)
+		_, _ = io.Copy(io.Discard, res.Body)
 		return res.StatusCode
 	}
 	// Warm up, then take the baseline.
