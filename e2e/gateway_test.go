@@ -16,12 +16,12 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/llmgate/llmgate/e2e/fakeupstream"
+	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
-func newFake(t *testing.T, o fakeupstream.Options) (*fakeupstream.Server, string) {
+func newFake(t *testing.T, o simupstream.Options) (*simupstream.Server, string) {
 	t.Helper()
-	f := fakeupstream.New(o)
+	f := simupstream.New(o)
 	s := httptest.NewServer(f)
 	t.Cleanup(s.Close)
 	t.Cleanup(f.Close)
@@ -35,7 +35,7 @@ func openaiClient(baseURL string) *openai.Client {
 }
 
 func TestSDKThroughGateway(t *testing.T) {
-	fake, upURL := newFake(t, fakeupstream.Options{})
+	fake, upURL := newFake(t, simupstream.Options{})
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "")}, nil)
 	client := openaiClient(p.URL)
 	ctx := context.Background()
@@ -102,7 +102,7 @@ func TestSDKThroughGateway(t *testing.T) {
 }
 
 func TestSDKSeesGatewayErrors(t *testing.T) {
-	_, upURL := newFake(t, fakeupstream.Options{})
+	_, upURL := newFake(t, simupstream.Options{})
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "clients:\n  - name: team-a\n    key: team-a-key\n")}, nil)
 	_, err := openaiClient(p.URL).CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "gpt-4o"})
 	var apiErr *openai.APIError
@@ -112,7 +112,7 @@ func TestSDKSeesGatewayErrors(t *testing.T) {
 }
 
 func TestGracefulShutdownFinishesStream(t *testing.T) {
-	fake, upURL := newFake(t, fakeupstream.Options{ChunkDelay: 100 * time.Millisecond, Chunks: 10})
+	fake, upURL := newFake(t, simupstream.Options{ChunkDelay: 100 * time.Millisecond, Chunks: 10})
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "")}, nil)
 	req, _ := http.NewRequest(http.MethodPost, p.URL+"/v1/chat/completions",
 		strings.NewReader(`{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"long"}]}`))
@@ -144,7 +144,7 @@ func TestGracefulShutdownFinishesStream(t *testing.T) {
 }
 
 func TestDataDirLockedIsAClearError(t *testing.T) {
-	_, upURL := newFake(t, fakeupstream.Options{})
+	_, upURL := newFake(t, simupstream.Options{})
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, upURL, "")
 	start(t, gatewayBin(t, ""), []string{"-config", cfg}, nil)
@@ -158,7 +158,7 @@ func TestDataDirLockedIsAClearError(t *testing.T) {
 }
 
 func TestCheckConfig(t *testing.T) {
-	_, upURL := newFake(t, fakeupstream.Options{})
+	_, upURL := newFake(t, simupstream.Options{})
 	good := writeConfig(t, t.TempDir(), upURL, "")
 	out, err := exec.Command(gatewayBin(t, ""), "-check-config", "-config", good).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "configuration OK") || strings.Contains(string(out), "sk-e2e-upstream-key") {

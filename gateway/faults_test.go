@@ -11,7 +11,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/e2e/fakeupstream"
+	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // faultyStore fails the operations a test switches on, like a full disk.
@@ -45,7 +45,7 @@ func (f *faultyStore) Ping(ctx context.Context) error {
 
 func TestStoreFailures(t *testing.T) {
 	var fs *faultyStore
-	h := newHarnessStore(t, nil, func(s Store) Store { fs = &faultyStore{Store: s}; return fs }, fakeupstream.Options{})
+	h := newHarnessStore(t, nil, func(s Store) Store { fs = &faultyStore{Store: s}; return fs }, simupstream.Options{})
 
 	// Claim fails: the keyed request is refused with 503, never run
 	// unprotected; an unkeyed one still proxies.
@@ -126,7 +126,7 @@ func TestStreamOverRecordLimitServedNotCommitted(t *testing.T) {
 
 func TestTruncatedJSONIsRetried(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(fakeupstream.Step{Body: `{"id":"x","object":"chat.completion","choices":[{"index":0,"mess`}, fakeupstream.Step{})
+	h.fake.Enqueue(simupstream.Step{Body: `{"id":"x","object":"chat.completion","choices":[{"index":0,"mess`}, simupstream.Step{})
 	r := h.chat(chatBody, key("trunc"))
 	if r.status != 200 || h.fake.Calls("") != 2 {
 		t.Fatalf("status %d calls %d", r.status, h.fake.Calls(""))

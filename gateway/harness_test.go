@@ -15,14 +15,14 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/e2e/fakeupstream"
+	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // harness is a gateway in front of a scripted fake upstream, both real HTTP
 // servers on loopback, with a real Badger store in a temp dir.
 type harness struct {
 	t     *testing.T
-	fake  *fakeupstream.Server
+	fake  *simupstream.Server
 	up    *httptest.Server
 	gw    *Gateway
 	srv   *httptest.Server
@@ -71,14 +71,14 @@ func testConfig(url string) config.Config {
 
 func newHarness(t *testing.T, mutate func(c *config.Config)) *harness {
 	t.Helper()
-	return newHarnessStore(t, mutate, nil, fakeupstream.Options{})
+	return newHarnessStore(t, mutate, nil, simupstream.Options{})
 }
 
 // newHarnessStore is newHarness with the store wrapped by wrap (fault
 // injection) and the fake upstream built with fo.
-func newHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store, fo fakeupstream.Options) *harness {
+func newHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store, fo simupstream.Options) *harness {
 	t.Helper()
-	h := &harness{t: t, fake: fakeupstream.New(fo), logs: &syncBuffer{}}
+	h := &harness{t: t, fake: simupstream.New(fo), logs: &syncBuffer{}}
 	h.up = httptest.NewServer(h.fake)
 	t.Cleanup(h.up.Close)
 	t.Cleanup(h.fake.Close)

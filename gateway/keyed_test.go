@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/e2e/fakeupstream"
+	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 func key(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
@@ -61,7 +61,7 @@ func TestSameKeyDifferentBodyIs422(t *testing.T) {
 
 func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(fakeupstream.Step{Delay: 300 * time.Millisecond})
+	h.fake.Enqueue(simupstream.Step{Delay: 300 * time.Millisecond})
 	var wg sync.WaitGroup
 	results := make([]result, 6)
 	for i := range results {
@@ -80,7 +80,7 @@ func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
 
 func TestInFlightPastWaitBoundIs409(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Idempotency.WaitTimeout = config.Duration(100 * time.Millisecond) })
-	h.fake.Enqueue(fakeupstream.Step{Delay: 2 * time.Second})
+	h.fake.Enqueue(simupstream.Step{Delay: 2 * time.Second})
 	done := make(chan result)
 	go func() { done <- h.chat(chatBody, key("slow")) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -125,7 +125,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 
 func TestFailureIsNotCommitted(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Retry.MaxAttempts = 1 })
-	h.fake.Enqueue(fakeupstream.Step{Status: 503}, fakeupstream.Step{Status: 400})
+	h.fake.Enqueue(simupstream.Step{Status: 503}, simupstream.Step{Status: 400})
 	if r := h.chat(chatBody, key("f")); r.status != 503 {
 		t.Fatalf("first %d", r.status)
 	}
@@ -143,7 +143,7 @@ func TestFailureIsNotCommitted(t *testing.T) {
 
 func TestContentFilterAndEmptyAreCommitted(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(fakeupstream.Step{FinishReason: "content_filter"})
+	h.fake.Enqueue(simupstream.Step{FinishReason: "content_filter"})
 	first := h.chat(chatBody, key("cf"))
 	again := h.chat(chatBody, key("cf"))
 	if string(first.body) != string(again.body) || again.header.Get("X-Llmgate-Outcome") != "content_filter" {
@@ -174,7 +174,7 @@ func TestStreamReplayIsIdentical(t *testing.T) {
 
 func TestCutStreamIsNotCommitted(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(fakeupstream.Step{StopAfter: 2})
+	h.fake.Enqueue(simupstream.Step{StopAfter: 2})
 	h.chat(streamBody, key("s2"))
 	r := h.chat(streamBody, key("s2"))
 	if r.header.Get("Idempotent-Replayed") != "" || !strings.HasSuffix(string(r.body), "data: [DONE]\n\n") {
@@ -189,7 +189,7 @@ func TestClientDisconnectStillCommits(t *testing.T) {
 	for _, tc := range []struct{ name, body string }{{"json", chatBody}, {"stream", streamBody}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, nil)
-			h.fake.Enqueue(fakeupstream.Step{Delay: 300 * time.Millisecond, ChunkDelay: 20 * time.Millisecond})
+			h.fake.Enqueue(simupstream.Step{Delay: 300 * time.Millisecond, ChunkDelay: 20 * time.Millisecond})
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() {
 				_ = h.fake.WaitForCalls(ctx, 1)
@@ -212,7 +212,7 @@ func TestClientDisconnectStillCommits(t *testing.T) {
 
 func TestUnkeyedDisconnectCancelsUpstream(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(fakeupstream.Step{Hang: true})
+	h.fake.Enqueue(simupstream.Step{Hang: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		_ = h.fake.WaitForCalls(ctx, 1)
@@ -288,7 +288,7 @@ func TestAdminIdempotencyRecord(t *testing.T) {
 // key over and calling the upstream a second time.
 func TestLeaseRenewedDuringLongCall(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Idempotency.Lease = config.Duration(150 * time.Millisecond) })
-	h.fake.Enqueue(fakeupstream.Step{Delay: time.Second})
+	h.fake.Enqueue(simupstream.Step{Delay: time.Second})
 	done := make(chan result)
 	go func() { done <- h.chat(chatBody, key("long")) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

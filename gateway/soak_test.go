@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/e2e/fakeupstream"
+	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // TestSoak runs mixed traffic — JSON and streams, keyed and unkeyed,
@@ -34,9 +34,9 @@ func TestSoak(t *testing.T) {
 	}
 	h := newHarnessStore(t, func(c *config.Config) {
 		c.Breaker.ConsecutiveFailures = 1000 // failures are part of the mix, not a reason to stop it
-	}, nil, fakeupstream.Options{KeepRequests: -1}) // the fake keeps no request: its memory is not the gateway's
+	}, nil, simupstream.Options{KeepRequests: -1}) // the fake keeps no request: its memory is not the gateway's
 
-	h.fake.SetDefault(fakeupstream.Step{})
+	h.fake.SetDefault(simupstream.Step{})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer client.CloseIdleConnections()
 
@@ -87,7 +87,7 @@ func TestSoak(t *testing.T) {
 						body = chatBody
 					}
 					if rng.IntN(10) == 0 {
-						h.fake.Enqueue(fakeupstream.Step{Status: 503}) // a failure somewhere in the mix
+						h.fake.Enqueue(simupstream.Step{Status: 503}) // a failure somewhere in the mix
 					}
 					if st := send(body, hdr); st != 200 {
 						failures.Add(1)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/e2e/fakeupstream"
+	"github.com/llmgate/llmgate/gateway/simupstream"
 	"github.com/llmgate/llmgate/gateway"
 )
 
@@ -45,7 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return fmt.Errorf("demo upstream: %w", err)
 		}
-		fake := &http.Server{Handler: fakeupstream.New(fakeupstream.Options{ChunkDelay: 40 * time.Millisecond, KeepRequests: -1}), ReadHeaderTimeout: 10 * time.Second}
+		fake := &http.Server{Handler: simupstream.New(simupstream.Options{ChunkDelay: 40 * time.Millisecond, KeepRequests: -1}), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = fake.Serve(ln) }()
 		defer fake.Close()
 		demoURL = "http://" + ln.Addr().String() + "/v1"

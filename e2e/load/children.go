@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/llmgate/llmgate/e2e/fakeupstream"
+	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // childLine prefixes the line a child prints once it listens; the address
@@ -51,7 +51,7 @@ func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	addr := *fakeAddr
 	switch {
 	case *fakeAddr != "" && *floorAddr == "":
-		fake := fakeupstream.New(fakeupstream.Options{
+		fake := simupstream.New(simupstream.Options{
 			Latency: *latency, ChunkDelay: *chunkDelay, ContentBytes: *content, Chunks: *chunks,
 			KeepRequests: -1,
 		})

@@ -1,4 +1,4 @@
-package fakeupstream
+package simupstream
 
 import (
 	"encoding/json"
@@ -297,7 +297,7 @@ func (x *exchange) writeHeader(status int, contentType string) {
 }
 
 // errTruncated ends an exchange whose connection ResetAfter reset.
-var errTruncated = errors.New("fakeupstream: connection reset after ResetAfter bytes")
+var errTruncated = errors.New("simupstream: connection reset after ResetAfter bytes")
 
 // write writes body bytes, resetting the connection once ResetAfter bytes
 // have gone out.

@@ -1,4 +1,4 @@
-package fakeupstream
+package simupstream
 
 import (
 	"encoding/base64"

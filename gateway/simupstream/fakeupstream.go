@@ -1,4 +1,4 @@
-// Package fakeupstream is a scriptable, OpenAI-compatible upstream: a real
+// Package simupstream is a scriptable, OpenAI-compatible upstream: a real
 // http.Handler that answers /v1/chat/completions, /v1/completions,
 // /v1/embeddings and /v1/models with generated answers, and can be told,
 // request by request, to fail in the ways real providers fail (error
@@ -13,7 +13,7 @@
 //
 // Every wait (latency, chunk delay, hang, stall) selects on the request's
 // context and on Close, so no handler outlives its client or the Server.
-package fakeupstream
+package simupstream
 
 import (
 	"context"
@@ -327,7 +327,7 @@ func (s *Server) authorized(r *http.Request) bool {
 
 // errAbort means the connection must be dropped without (the rest of) a
 // response; ServeHTTP turns it into panic(http.ErrAbortHandler).
-var errAbort = errors.New("fakeupstream: abort connection")
+var errAbort = errors.New("simupstream: abort connection")
 
 // pause waits d, or until the client goes away or the Server is closed.
 func (s *Server) pause(ctx context.Context, d time.Duration) error {
