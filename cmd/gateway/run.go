@@ -17,8 +17,8 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 	"github.com/llmgate/llmgate/gateway"
+	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // run is the whole program: flags, config, store, server, and an ordered
