@@ -12,6 +12,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -157,6 +159,31 @@ type Client struct {
 	// Load lower-cases it.
 	KeySHA256 string `yaml:"key_sha256"`
 }
+
+// Digest is the SHA-256 of the client's key, from Key or KeySHA256: what
+// the gateway compares a presented key's KeyDigest with.
+func (c Client) Digest() ([sha256.Size]byte, error) {
+	var d [sha256.Size]byte
+	switch {
+	case c.Key != "":
+		return KeyDigest(c.Key), nil
+	case c.KeySHA256 != "":
+		b, err := hex.DecodeString(c.KeySHA256)
+		if err != nil || len(b) != sha256.Size {
+			return d, &digestError{field: "key_sha256", msg: "not 64 hex characters (the hex SHA-256 of the key)", client: c.Name}
+		}
+		copy(d[:], b)
+		return d, nil
+	}
+	return d, &digestError{field: "key", msg: "empty (set key, or key_sha256)", client: c.Name}
+}
+
+// KeyDigest is how a client key is compared: its SHA-256.
+func KeyDigest(key string) [sha256.Size]byte { return sha256.Sum256([]byte(key)) }
+
+type digestError struct{ field, msg, client string }
+
+func (e *digestError) Error() string { return "clients: " + e.client + ": " + e.field + ": " + e.msg }
 
 // Retry configures the one retry layer.
 type Retry struct {

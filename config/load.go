@@ -254,21 +254,28 @@ func applyEnv(c *Config, getenv func(string) string) {
 // OPENAI_API_KEY when OPENAI_BASE_URL is unset.
 const DefaultOpenAIBaseURL = "https://api.openai.com/v1"
 
+// WithDefaults is u with every unset field at its default: the one place
+// upstream defaults live (Load applies it; so does the gateway, for a
+// Config built in code).
+func (u Upstream) WithDefaults() Upstream {
+	u.BaseURL = strings.TrimRight(u.BaseURL, "/")
+	if u.Timeout <= 0 {
+		u.Timeout = Duration(DefaultUpstreamTimeout)
+	}
+	if len(u.Models) == 0 {
+		u.Models = []string{"*"}
+	}
+	if u.MaxIdleConns <= 0 {
+		u.MaxIdleConns = DefaultUpstreamMaxIdleConns
+	}
+	return u
+}
+
 // applyDefaults fills the per-upstream defaults and normalizes values that
 // have one obvious spelling.
 func (c *Config) applyDefaults() {
 	for i := range c.Upstreams {
-		u := &c.Upstreams[i]
-		u.BaseURL = strings.TrimRight(u.BaseURL, "/")
-		if u.Timeout == 0 {
-			u.Timeout = Duration(DefaultUpstreamTimeout)
-		}
-		if len(u.Models) == 0 {
-			u.Models = []string{"*"}
-		}
-		if u.MaxIdleConns == 0 {
-			u.MaxIdleConns = DefaultUpstreamMaxIdleConns
-		}
+		c.Upstreams[i] = c.Upstreams[i].WithDefaults()
 	}
 	for i := range c.Clients {
 		c.Clients[i].KeySHA256 = strings.ToLower(c.Clients[i].KeySHA256)

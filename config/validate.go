@@ -2,7 +2,6 @@ package config
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -214,22 +213,14 @@ func (c *Config) validateClients(p *problems) {
 		}
 		names[cl.Name] = true
 
-		var digest [sha256.Size]byte
-		switch {
-		case cl.Key != "" && cl.KeySHA256 != "":
+		if cl.Key != "" && cl.KeySHA256 != "" {
 			p.add(f, "both key and key_sha256 are set (set exactly one)")
 			continue
-		case cl.Key != "":
-			digest = sha256.Sum256([]byte(cl.Key))
-		case cl.KeySHA256 != "":
-			b, err := hex.DecodeString(cl.KeySHA256)
-			if err != nil || len(b) != sha256.Size {
-				p.add(f+".key_sha256", "not 64 hex characters (the hex SHA-256 of the key)")
-				continue
-			}
-			copy(digest[:], b)
-		default:
-			p.add(f+".key", "empty (set key, or key_sha256)")
+		}
+		digest, err := cl.Digest()
+		var de *digestError
+		if errors.As(err, &de) {
+			p.add(f+"."+de.field, "%s", de.msg)
 			continue
 		}
 		// Keys are compared by digest so a plain key and the hash of the
@@ -241,7 +232,7 @@ func (c *Config) validateClients(p *problems) {
 		}
 	}
 	if c.AdminToken != "" {
-		if j, dup := keys[sha256.Sum256([]byte(c.AdminToken))]; dup {
+		if j, dup := keys[KeyDigest(c.AdminToken)]; dup {
 			p.add("admin_token", "same as the key of clients[%d] (%q); the admin token must not be a client key", j, c.Clients[j].Name)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/admin"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
@@ -64,7 +65,7 @@ func (h *harness) login() []*http.Cookie {
 	}
 	var out []*http.Cookie
 	for _, c := range r.cookies {
-		if c.Name == adminCookie && c.Path == "/admin" {
+		if c.Name == admin.Cookie && c.Path == "/admin" {
 			out = append(out, c)
 		}
 	}
@@ -78,7 +79,7 @@ func (h *harness) login() []*http.Cookie {
 func flashOf(t *testing.T, r pageResult) []*http.Cookie {
 	t.Helper()
 	for _, c := range r.cookies {
-		if c.Name == flashCookie {
+		if c.Name == "llmgate_flash" {
 			return []*http.Cookie{c}
 		}
 	}
@@ -144,7 +145,7 @@ func TestAdminPageLogin(t *testing.T) {
 	}
 	paths := map[string]bool{}
 	for _, c := range r.cookies {
-		if c.Name != adminCookie {
+		if c.Name != admin.Cookie {
 			continue
 		}
 		paths[c.Path] = true
@@ -170,7 +171,7 @@ func TestAdminPageLogin(t *testing.T) {
 		t.Fatalf("logout: %d %v", r.status, r.header)
 	}
 	for _, c := range r.cookies {
-		if c.Name == adminCookie && c.MaxAge >= 0 {
+		if c.Name == admin.Cookie && c.MaxAge >= 0 {
 			t.Fatalf("logout left cookie %s", c.String())
 		}
 	}
@@ -184,7 +185,7 @@ func TestAdminPageRequiresToken(t *testing.T) {
 		hdr     map[string]string
 	}{
 		{name: "nothing"},
-		{name: "wrong cookie", cookies: []*http.Cookie{{Name: adminCookie, Value: "nope"}}},
+		{name: "wrong cookie", cookies: []*http.Cookie{{Name: admin.Cookie, Value: "nope"}}},
 		{name: "wrong bearer", hdr: map[string]string{"Authorization": "Bearer nope"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -277,7 +278,7 @@ func TestAdminPageRefusesCrossOrigin(t *testing.T) {
 			if tc.want == http.StatusForbidden && st.Forced {
 				t.Fatal("refused post forced the breaker")
 			}
-			if err := h.gw.setBreakerForced(context.Background(), "primary", false); err != nil {
+			if err := h.gw.admin.SetBreakerForced(context.Background(), "primary", false); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -378,12 +379,12 @@ func TestAdminPageDisabled(t *testing.T) {
 		{http.MethodPost, "/admin/login", url.Values{"token": {""}}},
 		{http.MethodPost, "/admin/ui/breakers/primary/open", nil},
 	} {
-		r := h.page(tc.method, tc.path, tc.form, []*http.Cookie{{Name: adminCookie, Value: ""}}, nil)
+		r := h.page(tc.method, tc.path, tc.form, []*http.Cookie{{Name: admin.Cookie, Value: ""}}, nil)
 		if r.status != http.StatusForbidden {
 			t.Errorf("%s %s: %d, want 403", tc.method, tc.path, r.status)
 		}
 		for _, c := range r.cookies {
-			if c.Name == adminCookie {
+			if c.Name == admin.Cookie {
 				t.Errorf("%s %s set the admin cookie", tc.method, tc.path)
 			}
 		}
@@ -412,7 +413,7 @@ func TestAdminPageTokenCharacters(t *testing.T) {
 			}
 			var ck []*http.Cookie
 			for _, c := range r.cookies {
-				if c.Name == adminCookie && c.Path == "/admin" {
+				if c.Name == admin.Cookie && c.Path == "/admin" {
 					ck = append(ck, c)
 				}
 			}

@@ -15,13 +15,14 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 type dlqList struct {
 	DeadLetters []cache.DeadLetter `json:"dead_letters"`
 	Total       int
-	Summary     []dlqGroup
+	Summary     []deadletter.GroupCount
 }
 
 func listDLQ(t *testing.T, h *harness, query string) dlqList {
@@ -114,7 +115,7 @@ func TestDeadLetterSummaryAndGroupReplay(t *testing.T) {
 	if l.Total != 5 {
 		t.Fatalf("total %d", l.Total)
 	}
-	want := []dlqGroup{{Upstream: "primary", Class: "transient", Count: 3}, {Upstream: "other", Class: "rate_limited", Count: 2}}
+	want := []deadletter.GroupCount{{Upstream: "primary", Class: "transient", Count: 3}, {Upstream: "other", Class: "rate_limited", Count: 2}}
 	if len(l.Summary) != 2 || l.Summary[0] != want[0] || l.Summary[1] != want[1] {
 		t.Fatalf("summary %+v", l.Summary)
 	}

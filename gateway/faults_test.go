@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
@@ -98,8 +99,8 @@ func TestStreamOverRecordLimitServedNotCommitted(t *testing.T) {
 	if !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
 		t.Fatalf("stream not served in full: %q", b)
 	}
-	if got := res.Trailer.Get(CommittedTrailer); got != "false" {
-		t.Fatalf("trailer %s = %q, want false", CommittedTrailer, got)
+	if got := res.Trailer.Get(idempotency.CommittedTrailer); got != "false" {
+		t.Fatalf("trailer %s = %q, want false", idempotency.CommittedTrailer, got)
 	}
 	if !strings.Contains(h.logs.String(), "not committed") {
 		t.Fatal("no log line says the stream was not committed")
@@ -119,7 +120,7 @@ func TestStreamOverRecordLimitServedNotCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	readAllBody(t, res)
-	if got := res.Trailer.Get(CommittedTrailer); got != "true" {
+	if got := res.Trailer.Get(idempotency.CommittedTrailer); got != "true" {
 		t.Fatalf("trailer = %q, want true", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
@@ -241,22 +242,22 @@ func TestContentKeyedCache(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Upstreams[0].Cache = true })
 	a := h.chat(chatBody, nil)
 	b := h.chat(chatBody, nil)
-	if a.header.Get(CacheHeader) != "miss" || b.header.Get(CacheHeader) != "hit" || string(a.body) != string(b.body) {
-		t.Fatalf("cache: %q then %q", a.header.Get(CacheHeader), b.header.Get(CacheHeader))
+	if a.header.Get(idempotency.CacheHeader) != "miss" || b.header.Get(idempotency.CacheHeader) != "hit" || string(a.body) != string(b.body) {
+		t.Fatalf("cache: %q then %q", a.header.Get(idempotency.CacheHeader), b.header.Get(idempotency.CacheHeader))
 	}
 	if h.fake.Calls("") != 1 {
 		t.Fatalf("calls %d", h.fake.Calls(""))
 	}
 	// no-cache skips the lookup; off turns it off.
 	h.chat(chatBody, map[string]string{"Cache-Control": "no-cache"})
-	h.chat(chatBody, map[string]string{CacheHeader: "off"})
+	h.chat(chatBody, map[string]string{idempotency.CacheHeader: "off"})
 	if h.fake.Calls("") != 3 {
 		t.Fatalf("calls %d", h.fake.Calls(""))
 	}
 	// no-store: a miss is served but not stored.
 	other := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`
 	h.chat(other, map[string]string{"Cache-Control": "no-store"})
-	if r := h.chat(other, nil); r.header.Get(CacheHeader) != "miss" {
+	if r := h.chat(other, nil); r.header.Get(idempotency.CacheHeader) != "miss" {
 		t.Fatalf("no-store response was stored")
 	}
 }

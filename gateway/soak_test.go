@@ -57,7 +57,7 @@ func TestSoak(t *testing.T) {
 	send(chatBody, nil)
 	send(streamBody, nil)
 	client.CloseIdleConnections()
-	h.gw.router.close()
+	h.gw.router.Close()
 	runtime.GC()
 	baseG := runtime.NumGoroutine()
 	var ms runtime.MemStats
@@ -101,7 +101,7 @@ func TestSoak(t *testing.T) {
 		h.srv.CloseClientConnections()
 		// Idle pooled connections to the upstream are a pool, not a leak:
 		// close them so what remains is what would grow without bound.
-		h.gw.router.close()
+		h.gw.router.Close()
 		deadline := time.Now().Add(10 * time.Second)
 		var g int
 		for {

@@ -1,4 +1,7 @@
-package gateway
+// Package metrics holds every Prometheus series llmgate exports, with
+// bounded label values, and the small methods the rooms of the request path
+// call to count what they did. It knows nothing of HTTP or the store.
+package metrics
 
 import (
 	"strconv"
@@ -11,13 +14,12 @@ import (
 	"github.com/llmgate/llmgate/classify"
 )
 
-// metrics holds every Prometheus series the gateway exports. Label values
+// Metrics holds every Prometheus series the gateway exports. Label values
 // are bounded: endpoints, upstreams and classes are fixed sets; models are
 // the configured names plus at most maxModelLabels names that matched a
 // wildcard and that an upstream answered successfully; anything else folds
 // into "other". Keys, clients' raw strings and secrets are never labels.
-type metrics struct {
-	dlqMetrics
+type Metrics struct {
 	requests      *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	attempts      *prometheus.CounterVec
@@ -29,7 +31,12 @@ type metrics struct {
 	fallbacks     *prometheus.CounterVec
 	idem          *prometheus.CounterVec
 	ttfb          *prometheus.HistogramVec
-	inflight      prometheus.Gauge
+	Inflight      prometheus.Gauge
+
+	DLQSize     *prometheus.GaugeVec
+	DLQAlert    prometheus.Gauge
+	DLQReplays  *prometheus.CounterVec
+	DLQRecorded *prometheus.CounterVec
 
 	mu         sync.Mutex
 	models     map[string]bool
@@ -39,9 +46,11 @@ type metrics struct {
 
 const maxModelLabels = 64
 
-func newMetrics(reg prometheus.Registerer, exactModels []string) *metrics {
+// New registers every series with reg. exactModels are the configured
+// model names, always their own label value.
+func New(reg prometheus.Registerer, exactModels []string) *Metrics {
 	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
-	m := &metrics{
+	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmgate_requests_total", Help: "Client requests by endpoint, model, upstream, status and outcome class.",
 		}, []string{"endpoint", "model", "upstream", "status", "outcome"}),
@@ -76,9 +85,21 @@ func newMetrics(reg prometheus.Registerer, exactModels []string) *metrics {
 		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "llmgate_stream_ttfb_seconds", Help: "Time from request to the first streamed event sent to the client.", Buckets: buckets,
 		}, []string{"upstream"}),
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmgate_requests_in_flight", Help: "Client requests being served.",
 		}),
+		DLQSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgate_deadletters", Help: "Dead letters waiting, by final class.",
+		}, []string{"class"}),
+		DLQAlert: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmgate_deadletter_alert", Help: "1 while the dead-letter queue is over its alert threshold.",
+		}),
+		DLQReplays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_deadletter_replays_total", Help: "Dead-letter replays by result.",
+		}, []string{"result"}),
+		DLQRecorded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_deadletters_recorded_total", Help: "Keyed requests recorded as dead letters, by final class.",
+		}, []string{"class"}),
 		models:     map[string]bool{},
 		exact:      map[string]bool{},
 		idemTotals: map[string]int64{},
@@ -86,15 +107,15 @@ func newMetrics(reg prometheus.Registerer, exactModels []string) *metrics {
 	for _, e := range exactModels {
 		m.exact[e] = true
 	}
-	m.dlqMetrics = newDLQMetrics(reg)
+	reg.MustRegister(m.DLQSize, m.DLQAlert, m.DLQReplays, m.DLQRecorded)
 	reg.MustRegister(m.requests, m.duration, m.attempts, m.retries, m.budget, m.breakerState,
-		m.breakerTrans, m.breakerReject, m.fallbacks, m.idem, m.ttfb, m.inflight)
+		m.breakerTrans, m.breakerReject, m.fallbacks, m.idem, m.ttfb, m.Inflight)
 	return m
 }
 
-// modelLabel bounds the model label's values. learn is true when an
+// ModelLabel bounds the model label's values. learn is true when an
 // upstream accepted the model, which lets a wildcard-matched name in.
-func (m *metrics) modelLabel(model string, routed, learn bool) string {
+func (m *Metrics) ModelLabel(model string, routed, learn bool) string {
 	if !routed {
 		return "unknown"
 	}
@@ -113,35 +134,35 @@ func (m *metrics) modelLabel(model string, routed, learn bool) string {
 	return "other"
 }
 
-func (m *metrics) request(endpoint, model, upstream string, status int, outcome string, d time.Duration) {
+func (m *Metrics) Request(endpoint, model, upstream string, status int, outcome string, d time.Duration) {
 	s := strconv.Itoa(status)
 	m.requests.WithLabelValues(endpoint, model, upstream, s, outcome).Inc()
 	m.duration.WithLabelValues(endpoint, model, upstream, s, outcome).Observe(d.Seconds())
 }
 
-func (m *metrics) attempt(upstream string, o classify.Outcome) {
+func (m *Metrics) Attempt(upstream string, o classify.Outcome) {
 	m.attempts.WithLabelValues(upstream, string(o.Class)).Inc()
 }
 
-func (m *metrics) retry(upstream string, o classify.Outcome) {
+func (m *Metrics) Retry(upstream string, o classify.Outcome) {
 	m.retries.WithLabelValues(upstream, string(o.Class)).Inc()
 }
 
-func (m *metrics) budgetRejected(upstream string) { m.budget.WithLabelValues(upstream).Inc() }
+func (m *Metrics) BudgetRejected(upstream string) { m.budget.WithLabelValues(upstream).Inc() }
 
-func (m *metrics) breakerRejected(upstream string) { m.breakerReject.WithLabelValues(upstream).Inc() }
+func (m *Metrics) BreakerRejected(upstream string) { m.breakerReject.WithLabelValues(upstream).Inc() }
 
-func (m *metrics) fallback(from, to string) { m.fallbacks.WithLabelValues(from, to).Inc() }
+func (m *Metrics) Fallback(from, to string) { m.fallbacks.WithLabelValues(from, to).Inc() }
 
-func (m *metrics) idemEvent(event string) {
+func (m *Metrics) IdemEvent(event string) {
 	m.idem.WithLabelValues(event).Inc()
 	m.mu.Lock()
 	m.idemTotals[event]++
 	m.mu.Unlock()
 }
 
-// idemCounts returns the idempotency events since start, for /admin/stats.
-func (m *metrics) idemCounts() map[string]int64 {
+// IdemCounts returns the idempotency events since start, for /admin/stats.
+func (m *Metrics) IdemCounts() map[string]int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make(map[string]int64, len(m.idemTotals))
@@ -151,11 +172,11 @@ func (m *metrics) idemCounts() map[string]int64 {
 	return out
 }
 
-func (m *metrics) streamTTFB(upstream string, d time.Duration) {
+func (m *Metrics) StreamTTFB(upstream string, d time.Duration) {
 	m.ttfb.WithLabelValues(upstream).Observe(d.Seconds())
 }
 
-func (m *metrics) breakerChange(upstream string, from, to breaker.State) {
+func (m *Metrics) BreakerChange(upstream string, from, to breaker.State) {
 	m.breakerTrans.WithLabelValues(upstream, string(from), string(to)).Inc()
 	m.breakerState.WithLabelValues(upstream).Set(breakerGauge(to))
 }

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 // The operator's page: one server-rendered HTML page at /admin/ with the
 // breakers, the dead-letter queue and the idempotency store, and HTML forms
@@ -15,9 +15,6 @@ package gateway
 
 import (
 	"bytes"
-	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	_ "embed"
 	"encoding/base64"
 	"errors"
@@ -34,9 +31,11 @@ import (
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/deadletter"
 )
 
-//go:embed adminpage.html
+//go:embed page.html
 var adminPageHTML string
 
 var adminPageTmpl = template.Must(template.New("adminpage").Funcs(template.FuncMap{
@@ -67,45 +66,30 @@ var adminCookiePaths = []string{"/admin", "/metrics"}
 
 // adminPageRoutes registers the operator's HTML page. e is the root (for
 // the login form, which needs no token); admin is the token-guarded group.
-func (g *Gateway) adminPageRoutes(e *echo.Echo, admin *echo.Group) {
+func (a *Admin) pageRoutes(e *echo.Echo, admin *echo.Group) {
 	// The page itself is on the root, not the group: a browser without a
 	// valid token is sent to the login form, where adminAuth would answer
 	// an API client's 401.
 	e.GET("/admin", func(c echo.Context) error { return c.Redirect(http.StatusSeeOther, "/admin/") })
-	e.GET("/admin/", g.pageIndex)
-	e.GET("/admin/login", g.pageLoginForm)
-	e.POST("/admin/login", g.pageLogin, g.sameOrigin)
-	e.POST("/admin/logout", g.pageLogout, g.sameOrigin)
+	e.GET("/admin/", a.pageIndex)
+	e.GET("/admin/login", a.pageLoginForm)
+	e.POST("/admin/login", a.pageLogin, a.sameOrigin)
+	e.POST("/admin/logout", a.pageLogout, a.sameOrigin)
 
-	ui := admin.Group("/ui", g.sameOrigin)
-	ui.POST("/breakers/:name/open", g.pageForce(true))
-	ui.POST("/breakers/:name/close", g.pageForce(false))
-	ui.POST("/deadletters/replay", g.pageReplayGroup)
-	ui.POST("/deadletters/:id/replay", g.pageReplayOne)
-	ui.POST("/deadletters/:id/discard", g.pageDiscard)
-}
-
-// adminTokenOK compares tok with the admin token as adminAuth does: as
-// SHA-256 digests, in constant time. It is false when admin is disabled.
-func (g *Gateway) adminTokenOK(tok string) bool {
-	if g.admin == ([32]byte{}) {
-		return false
-	}
-	sum := sha256.Sum256([]byte(tok))
-	return subtle.ConstantTimeCompare(sum[:], g.admin[:]) == 1
+	ui := admin.Group("/ui", a.sameOrigin)
+	ui.POST("/breakers/:name/open", a.pageForce(true))
+	ui.POST("/breakers/:name/close", a.pageForce(false))
+	ui.POST("/deadletters/replay", a.pageReplayGroup)
+	ui.POST("/deadletters/:id/replay", a.pageReplayOne)
+	ui.POST("/deadletters/:id/discard", a.pageDiscard)
 }
 
 // pageAuthorized reports whether the request carries the admin token, as a
 // Bearer header or as the cookie.
-func (g *Gateway) pageAuthorized(c echo.Context) bool {
-	if tok, ok := bearer(c.Request().Header.Get("Authorization")); ok {
-		return g.adminTokenOK(tok)
-	}
-	ck, err := c.Cookie(adminCookie)
-	return err == nil && g.adminTokenOK(ck.Value)
+func (a *Admin) pageAuthorized(c echo.Context) bool {
+	tok, ok := a.credential(c)
+	return ok && a.tokenOK(tok)
 }
-
-func (g *Gateway) adminEnabled() bool { return g.admin != ([32]byte{}) }
 
 // pageHeaders sets the headers every HTML response of the page carries.
 // The policy allows no script, no frame, no other origin, and inline style
@@ -128,7 +112,7 @@ var crossOrigin = http.NewCrossOriginProtection()
 // sameOrigin refuses a state-changing request that a browser says came
 // from another origin. Requests with none of Sec-Fetch-Site, Origin and
 // Referer are not a browser's, and pass: they still need the token.
-func (g *Gateway) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
+func (a *Admin) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		err := crossOrigin.Check(r)
@@ -140,8 +124,8 @@ func (g *Gateway) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		}
 		if err != nil {
-			g.log.Warn("admin page: cross-origin form post refused", "path", r.URL.Path, "err", err)
-			return &apiError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "cross_origin",
+			a.log.Warn("admin page: cross-origin form post refused", "path", r.URL.Path, "err", err)
+			return &apierror.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "cross_origin",
 				Message: "Cross-origin request refused.", Err: err}
 		}
 		return next(c)
@@ -150,7 +134,7 @@ func (g *Gateway) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 
 // render executes a template into a buffer first, so that a template
 // error is a clean 500 rather than half a page.
-func (g *Gateway) render(c echo.Context, status int, name string, data any) error {
+func (a *Admin) render(c echo.Context, status int, name string, data any) error {
 	var buf bytes.Buffer
 	if err := adminPageTmpl.ExecuteTemplate(&buf, name, data); err != nil {
 		return fmt.Errorf("render admin page %s: %w", name, err)
@@ -165,40 +149,40 @@ type loginView struct {
 	Disabled bool
 }
 
-func (g *Gateway) pageDisabled(c echo.Context) error {
-	return g.render(c, http.StatusForbidden, "login", loginView{Title: "llmgate admin", Disabled: true})
+func (a *Admin) pageDisabled(c echo.Context) error {
+	return a.render(c, http.StatusForbidden, "login", loginView{Title: "llmgate admin", Disabled: true})
 }
 
-func (g *Gateway) pageLoginForm(c echo.Context) error {
-	if !g.adminEnabled() {
-		return g.pageDisabled(c)
+func (a *Admin) pageLoginForm(c echo.Context) error {
+	if !a.enabled() {
+		return a.pageDisabled(c)
 	}
-	return g.render(c, http.StatusOK, "login", loginView{Title: "llmgate admin"})
+	return a.render(c, http.StatusOK, "login", loginView{Title: "llmgate admin"})
 }
 
-func (g *Gateway) pageLogin(c echo.Context) error {
-	if !g.adminEnabled() {
-		return g.pageDisabled(c)
+func (a *Admin) pageLogin(c echo.Context) error {
+	if !a.enabled() {
+		return a.pageDisabled(c)
 	}
-	if !g.adminTokenOK(c.FormValue("token")) {
-		g.log.Warn("admin page: login with a wrong token", "remote", c.RealIP())
-		return g.render(c, http.StatusUnauthorized, "login", loginView{Title: "llmgate admin", Error: "Wrong admin token."})
+	if !a.tokenOK(c.FormValue("token")) {
+		a.log.Warn("admin page: login with a wrong token", "remote", c.RealIP())
+		return a.render(c, http.StatusUnauthorized, "login", loginView{Title: "llmgate admin", Error: "Wrong admin token."})
 	}
 	tok := c.FormValue("token")
 	if !cookieSafe(tok) {
 		// net/http would drop these bytes from the cookie, which would then
 		// never match: say so rather than loop back to this form.
-		return g.render(c, http.StatusBadRequest, "login", loginView{Title: "llmgate admin",
+		return a.render(c, http.StatusBadRequest, "login", loginView{Title: "llmgate admin",
 			Error: "This admin token has characters a cookie cannot carry; use it as a Bearer header instead."})
 	}
 	for _, p := range adminCookiePaths {
 		c.SetCookie(&http.Cookie{
-			Name: adminCookie, Value: tok, Path: p,
+			Name: Cookie, Value: tok, Path: p,
 			MaxAge: int(adminCookieMaxAge / time.Second), HttpOnly: true,
 			SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil,
 		})
 	}
-	g.log.Info("admin page: operator logged in", "remote", c.RealIP())
+	a.log.Info("admin page: operator logged in", "remote", c.RealIP())
 	return c.Redirect(http.StatusSeeOther, "/admin/")
 }
 
@@ -213,9 +197,9 @@ func cookieSafe(v string) bool {
 	return true
 }
 
-func (g *Gateway) pageLogout(c echo.Context) error {
+func (a *Admin) pageLogout(c echo.Context) error {
 	for _, p := range adminCookiePaths {
-		c.SetCookie(&http.Cookie{Name: adminCookie, Path: p, MaxAge: -1, HttpOnly: true,
+		c.SetCookie(&http.Cookie{Name: Cookie, Path: p, MaxAge: -1, HttpOnly: true,
 			SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil})
 	}
 	return c.Redirect(http.StatusSeeOther, "/admin/login")
@@ -259,7 +243,7 @@ type pageView struct {
 	Breakers []breakerRow
 
 	DeadTotal    int
-	DeadGroups   []dlqGroup
+	DeadGroups   []deadletter.GroupCount
 	DeadLetters  []deadLetterRow
 	DeadAlerting bool
 	DeadError    string
@@ -288,19 +272,19 @@ type idemEvent struct {
 // other event counted follows, sorted.
 var idemEventOrder = []string{"claim", "commit", "replay", "wait", "conflict", "mismatch", "store_error", "cache_hit", "cache_miss"}
 
-func (g *Gateway) pageIndex(c echo.Context) error {
-	if !g.adminEnabled() {
-		return g.pageDisabled(c)
+func (a *Admin) pageIndex(c echo.Context) error {
+	if !a.enabled() {
+		return a.pageDisabled(c)
 	}
-	if !g.pageAuthorized(c) {
+	if !a.pageAuthorized(c) {
 		pageHeaders(c)
 		return c.Redirect(http.StatusSeeOther, "/admin/login")
 	}
-	now := g.now()
+	now := a.now()
 	host, _ := os.Hostname()
 	v := pageView{Title: "llmgate", Host: host, Now: now.UTC().Format("2006-01-02 15:04:05 UTC"), Flash: takeFlash(c)}
 
-	for _, st := range g.breakers.Snapshot() {
+	for _, st := range a.breakers.Snapshot() {
 		row := breakerRow{Status: st}
 		if st.LastFailureAt != nil {
 			row.LastFailure = when(*st.LastFailureAt, now)
@@ -314,25 +298,23 @@ func (g *Gateway) pageIndex(c echo.Context) error {
 		v.Breakers = append(v.Breakers, row)
 	}
 
-	all, err := g.store.ListDeadLetters(c.Request().Context(), cache.DeadLetterFilter{})
+	all, err := a.store.ListDeadLetters(c.Request().Context(), cache.DeadLetterFilter{})
 	if err != nil {
-		g.log.Warn("admin page: listing dead letters failed", "err", err)
+		a.log.Warn("admin page: listing dead letters failed", "err", err)
 		v.DeadError = "The dead letters could not be read from the store; see the gateway's log."
 	}
 	v.DeadTotal = len(all)
-	v.DeadGroups = groupDeadLetters(all)
+	v.DeadGroups = deadletter.Group(all)
 	for _, d := range all[:min(len(all), pageDeadLetters)] { // newest first
 		v.DeadLetters = append(v.DeadLetters, deadLetterRow{
 			ID: d.ID, Time: when(d.LastAt, now), Client: d.Client, Key: d.Key, Model: d.Model,
-			Class: d.Class, Message: d.Message, Upstream: lastUpstream(d), Failures: d.Failures, Truncated: d.BodyTruncated,
+			Class: d.Class, Message: d.Message, Upstream: deadletter.LastUpstream(d), Failures: d.Failures, Truncated: d.BodyTruncated,
 		})
 	}
-	g.dlq.mu.Lock()
-	v.DeadAlerting = g.dlq.alerting
-	g.dlq.mu.Unlock()
+	v.DeadAlerting = a.dlq.Alerting()
 
-	v.Store = g.store.Stats()
-	counts := g.metrics.idemCounts()
+	v.Store = a.store.Stats()
+	counts := a.metrics.IdemCounts()
 	for _, name := range idemEventOrder {
 		v.IdemEvents = append(v.IdemEvents, idemEvent{Name: name, Count: counts[name]})
 	}
@@ -346,14 +328,7 @@ func (g *Gateway) pageIndex(c echo.Context) error {
 	for _, name := range extra {
 		v.IdemEvents = append(v.IdemEvents, idemEvent{Name: name, Count: counts[name]})
 	}
-	return g.render(c, http.StatusOK, "page", v)
-}
-
-func lastUpstream(d cache.DeadLetter) string {
-	if len(d.Upstreams) == 0 {
-		return ""
-	}
-	return d.Upstreams[len(d.Upstreams)-1]
+	return a.render(c, http.StatusOK, "page", v)
 }
 
 // when renders t in UTC with how long ago (or how soon) it is.
@@ -394,11 +369,11 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-func (g *Gateway) pageForce(open bool) echo.HandlerFunc {
+func (a *Admin) pageForce(open bool) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		name, err := url.PathUnescape(c.Param("name"))
 		if err == nil {
-			err = g.setBreakerForced(c.Request().Context(), name, open)
+			err = a.setBreakerForced(c.Request().Context(), name, open)
 		}
 		if err != nil {
 			return backToPage(c, "No upstream is named "+quoteName(name)+".")
@@ -407,24 +382,24 @@ func (g *Gateway) pageForce(open bool) echo.HandlerFunc {
 		if open {
 			verb = "forced open"
 		}
-		g.log.Warn("breaker forced by operator", "upstream", name, "open", open, "via", "admin page")
+		a.log.Warn("breaker forced by operator", "upstream", name, "open", open, "via", "admin page")
 		return backToPage(c, "Breaker "+name+" "+verb+".")
 	}
 }
 
-func (g *Gateway) pageReplayOne(c echo.Context) error {
+func (a *Admin) pageReplayOne(c echo.Context) error {
 	ctx := c.Request().Context()
-	d, err := g.store.GetDeadLetter(ctx, c.Param("id"))
+	d, err := a.store.GetDeadLetter(ctx, c.Param("id"))
 	if errors.Is(err, cache.ErrNotFound) {
 		return backToPage(c, "That dead letter is gone: replayed, discarded or resolved meanwhile.")
 	}
 	if err != nil {
-		return errStore(err)
+		return storeErr(err)
 	}
-	return backToPage(c, "Replayed "+quoteName(d.Key)+": "+describeReplay(g.replayDeadLetter(ctx, d)))
+	return backToPage(c, "Replayed "+quoteName(d.Key)+": "+describeReplay(a.dlq.Replay(ctx, d)))
 }
 
-func describeReplay(r replayResult) string {
+func describeReplay(r deadletter.ReplayResult) string {
 	switch {
 	case r.Error != "":
 		return "not replayed: " + r.Error + "."
@@ -436,16 +411,16 @@ func describeReplay(r replayResult) string {
 	return fmt.Sprintf("failed again (%d); it stays in the queue.", r.Status)
 }
 
-func (g *Gateway) pageDiscard(c echo.Context) error {
-	err := g.store.DeleteDeadLetter(c.Request().Context(), c.Param("id"))
+func (a *Admin) pageDiscard(c echo.Context) error {
+	err := a.store.DeleteDeadLetter(c.Request().Context(), c.Param("id"))
 	if errors.Is(err, cache.ErrNotFound) {
 		return backToPage(c, "That dead letter is gone already.")
 	}
 	if err != nil {
-		return errStore(err)
+		return storeErr(err)
 	}
-	g.dlq.poke()
-	g.log.Warn("dead letter discarded by operator", "id", c.Param("id"))
+	a.dlq.Poke()
+	a.log.Warn("dead letter discarded by operator", "id", c.Param("id"))
 	return backToPage(c, "Dead letter discarded.")
 }
 
@@ -453,61 +428,38 @@ func (g *Gateway) pageDiscard(c echo.Context) error {
 // it — last upstream tried and class — oldest first, at most
 // pageReplayMax per click and dead_letters.replay_per_second, inside the
 // request: the operator sees the result when the page comes back.
-func (g *Gateway) pageReplayGroup(c echo.Context) error {
+func (a *Admin) pageReplayGroup(c echo.Context) error {
 	upstream, class := c.FormValue("upstream"), c.FormValue("class")
 	if class == "" {
 		return backToPage(c, "Name the group to replay.")
 	}
 	ctx := c.Request().Context()
-	all, err := g.store.ListDeadLetters(ctx, cache.DeadLetterFilter{Class: class})
+	all, err := a.store.ListDeadLetters(ctx, cache.DeadLetterFilter{Class: class})
 	if err != nil {
-		return errStore(err)
+		return storeErr(err)
 	}
 	var group []cache.DeadLetter
 	for _, d := range slices.Backward(all) { // oldest first
-		if lastUpstream(d) == upstream {
+		if deadletter.LastUpstream(d) == upstream {
 			group = append(group, d)
 		}
 	}
 	capped := len(group) > pageReplayMax
 	group = group[:min(len(group), pageReplayMax)]
-	ok, failed, err := g.replayPaced(ctx, group)
+	results, err := a.dlq.ReplayPaced(ctx, group)
 	if err != nil {
 		return err
 	}
+	ok := 0
+	for _, r := range results {
+		if r.OK() {
+			ok++
+		}
+	}
+	failed := len(results) - ok
 	msg := fmt.Sprintf("Replayed %d dead letters of %s on %s: %d succeeded, %d failed.", ok+failed, class, upstream, ok, failed)
 	if capped {
 		msg += fmt.Sprintf(" The group has more than %d; replay it again for the rest.", pageReplayMax)
 	}
 	return backToPage(c, msg)
-}
-
-// replayPaced replays ds at most dead_letters.replay_per_second, so a
-// group replay after a fix does not become the next outage.
-func (g *Gateway) replayPaced(ctx context.Context, ds []cache.DeadLetter) (ok, failed int, err error) {
-	rate := g.cfg.DeadLetters.ReplayPerSecond
-	if rate <= 0 {
-		rate = 5
-	}
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer tick.Stop()
-	for i, d := range ds {
-		if i > 0 {
-			select {
-			case <-ctx.Done():
-				return ok, failed, ctx.Err()
-			case <-tick.C:
-			}
-		}
-		full, err := g.store.GetDeadLetter(ctx, d.ID)
-		if err != nil {
-			continue // resolved meanwhile
-		}
-		if r := g.replayDeadLetter(ctx, full); r.Status >= 200 && r.Status <= 299 {
-			ok++
-		} else {
-			failed++
-		}
-	}
-	return ok, failed, nil
 }

@@ -1,9 +1,11 @@
-package gateway
+package admin
 
 import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/llmgate/llmgate/gateway/apierror"
 )
 
 // SharedBreakerOverrides is implemented by a store that several replicas
@@ -22,14 +24,14 @@ type SharedBreakerOverrides interface {
 // so it converges even if it missed a published change.
 const overrideReconcile = 10 * time.Second
 
-// startOverrides follows the shared overrides until ctx ends.
-func (g *Gateway) startOverrides(ctx context.Context, s SharedBreakerOverrides) {
-	go s.WatchBreakerOverrides(ctx, g.applyOverride)
+// followOverrides follows the shared overrides until ctx ends.
+func (a *Admin) followOverrides(ctx context.Context, s SharedBreakerOverrides) {
+	go s.WatchBreakerOverrides(ctx, a.applyOverride)
 	go func() {
 		t := time.NewTicker(overrideReconcile)
 		defer t.Stop()
 		for {
-			g.reconcileOverrides(ctx, s)
+			a.reconcileOverrides(ctx, s)
 			select {
 			case <-ctx.Done():
 				return
@@ -40,56 +42,55 @@ func (g *Gateway) startOverrides(ctx context.Context, s SharedBreakerOverrides) 
 }
 
 // applyOverride makes this replica's breaker match an override.
-func (g *Gateway) applyOverride(upstream string, open bool) {
-	st, ok := g.breakers.Status(upstream)
+func (a *Admin) applyOverride(upstream string, open bool) {
+	st, ok := a.breakers.Status(upstream)
 	if !ok {
 		return // an upstream another replica has and this one does not
 	}
 	switch {
 	case open && !st.Forced:
-		_ = g.breakers.ForceOpen(upstream)
-		g.log.Warn("breaker forced open by a shared override", "upstream", upstream)
+		_ = a.breakers.ForceOpen(upstream)
+		a.log.Warn("breaker forced open by a shared override", "upstream", upstream)
 	case !open && st.Forced:
-		_ = g.breakers.ForceClose(upstream)
-		g.log.Warn("breaker override cleared by a shared override", "upstream", upstream)
+		_ = a.breakers.ForceClose(upstream)
+		a.log.Warn("breaker override cleared by a shared override", "upstream", upstream)
 	}
 }
 
-func (g *Gateway) reconcileOverrides(ctx context.Context, s SharedBreakerOverrides) {
+func (a *Admin) reconcileOverrides(ctx context.Context, s SharedBreakerOverrides) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	m, err := s.BreakerOverrides(rctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			g.log.Warn("reading shared breaker overrides failed", "err", err)
+			a.log.Warn("reading shared breaker overrides failed", "err", err)
 		}
 		return
 	}
-	for _, name := range g.breakers.Names() {
-		g.applyOverride(name, m[name])
+	for _, name := range a.breakers.Names() {
+		a.applyOverride(name, m[name])
 	}
 }
 
 // setBreakerForced is an operator's force-open (open) or close: stored as
 // a shared override when the store is shared, and applied here at once.
-func (g *Gateway) setBreakerForced(ctx context.Context, name string, open bool) error {
-	if _, ok := g.breakers.Status(name); !ok {
-		return &apiError{Status: 404, Type: "invalid_request_error", Code: "unknown_upstream",
-			Message: "No upstream is named " + quoteName(name) + "."}
+func (a *Admin) setBreakerForced(ctx context.Context, name string, open bool) error {
+	if _, ok := a.breakers.Status(name); !ok {
+		return apierror.NotFound("unknown_upstream", "", "No upstream is named "+quoteName(name)+".")
 	}
-	if g.shared != nil {
-		if err := g.shared.SetBreakerOverride(ctx, name, open); err != nil {
-			return errStore(fmt.Errorf("set shared breaker override: %w", err))
+	if a.shared != nil {
+		if err := a.shared.SetBreakerOverride(ctx, name, open); err != nil {
+			return &apierror.StoreUnavailable{Err: fmt.Errorf("set shared breaker override: %w", err)}
 		}
 	}
 	var err error
 	if open {
-		err = g.breakers.ForceOpen(name)
+		err = a.breakers.ForceOpen(name)
 	} else {
-		err = g.breakers.ForceClose(name)
+		err = a.breakers.ForceClose(name)
 	}
 	if err == nil {
-		g.log.Warn("breaker forced by operator", "upstream", name, "open", open, "shared", g.shared != nil)
+		a.log.Warn("breaker forced by operator", "upstream", name, "open", open, "shared", a.shared != nil)
 	}
 	return err
 }

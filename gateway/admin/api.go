@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"encoding/base64"
@@ -13,22 +13,24 @@ import (
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/idempotency"
 )
 
-func (g *Gateway) adminRoutes(a *echo.Group) {
-	a.GET("/breakers", g.adminBreakers)
-	a.POST("/breakers/:name/open", g.adminForce(true))
-	a.POST("/breakers/:name/close", g.adminForce(false))
-	a.GET("/idempotency/*", g.adminGetKey)
-	a.DELETE("/idempotency/*", g.adminDeleteKey)
-	a.GET("/stats", g.adminStats)
-	a.GET("/deadletters", g.adminListDeadLetters)
-	a.POST("/deadletters/replay", g.adminReplayGroup)
-	a.GET("/deadletters/:id", g.adminGetDeadLetter)
-	a.DELETE("/deadletters/:id", g.adminDeleteDeadLetter)
-	a.POST("/deadletters/:id/replay", g.adminReplayDeadLetter)
-	pprofRoutes(a)
-	a.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
+func (a *Admin) apiRoutes(grp *echo.Group) {
+	grp.GET("/breakers", a.adminBreakers)
+	grp.POST("/breakers/:name/open", a.adminForce(true))
+	grp.POST("/breakers/:name/close", a.adminForce(false))
+	grp.GET("/idempotency/*", a.adminGetKey)
+	grp.DELETE("/idempotency/*", a.adminDeleteKey)
+	grp.GET("/stats", a.adminStats)
+	grp.GET("/deadletters", a.adminListDeadLetters)
+	grp.POST("/deadletters/replay", a.adminReplayGroup)
+	grp.GET("/deadletters/:id", a.adminGetDeadLetter)
+	grp.DELETE("/deadletters/:id", a.adminDeleteDeadLetter)
+	grp.POST("/deadletters/:id/replay", a.adminReplayDeadLetter)
+	pprofRoutes(grp)
+	grp.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 }
 
 // breakersView is this replica's breakers plus, when the store is shared,
@@ -38,12 +40,12 @@ type breakersView struct {
 	SharedOverrides map[string]bool  `json:"shared_overrides,omitempty"`
 }
 
-func (g *Gateway) adminBreakers(c echo.Context) error {
-	v := breakersView{Breakers: g.breakers.Snapshot()}
-	if g.shared != nil {
-		m, err := g.shared.BreakerOverrides(c.Request().Context())
+func (a *Admin) adminBreakers(c echo.Context) error {
+	v := breakersView{Breakers: a.breakers.Snapshot()}
+	if a.shared != nil {
+		m, err := a.shared.BreakerOverrides(c.Request().Context())
 		if err != nil {
-			return errStore(err)
+			return storeErr(err)
 		}
 		v.SharedOverrides = m
 		if v.SharedOverrides == nil {
@@ -53,13 +55,13 @@ func (g *Gateway) adminBreakers(c echo.Context) error {
 	return c.JSON(http.StatusOK, v)
 }
 
-func (g *Gateway) adminForce(open bool) echo.HandlerFunc {
+func (a *Admin) adminForce(open bool) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		name := c.Param("name")
-		if err := g.setBreakerForced(c.Request().Context(), name, open); err != nil {
+		if err := a.setBreakerForced(c.Request().Context(), name, open); err != nil {
 			return err
 		}
-		st, _ := g.breakers.Status(name)
+		st, _ := a.breakers.Status(name)
 		return c.JSON(http.StatusOK, st)
 	}
 }
@@ -101,11 +103,11 @@ func tp(t time.Time) *time.Time {
 // adminKeys resolves the key and endpoints an admin request names:
 // /admin/idempotency/<key>?client=NAME[&endpoint=/v1/chat/completions].
 // The key is the rest of the path, unescaped, so keys with '/' work.
-func adminKeys(c echo.Context) ([]cache.Key, error) {
+func (a *Admin) adminKeys(c echo.Context) ([]cache.Key, error) {
 	raw := c.Param("*")
 	id, err := url.PathUnescape(raw)
 	if err != nil || id == "" {
-		return nil, errInvalid("key", "Name the key: /admin/idempotency/<key>?client=<name>.")
+		return nil, apierror.Invalid("key", "Name the key: /admin/idempotency/<key>?client=<name>.")
 	}
 	client := c.QueryParam("client")
 	eps := []string{}
@@ -115,9 +117,7 @@ func adminKeys(c echo.Context) ([]cache.Key, error) {
 		}
 		eps = append(eps, ep)
 	} else {
-		for _, e := range postEndpoints {
-			eps = append(eps, e.path)
-		}
+		eps = append(eps, a.endpoints...)
 	}
 	keys := make([]cache.Key, 0, len(eps))
 	for _, ep := range eps {
@@ -126,20 +126,20 @@ func adminKeys(c echo.Context) ([]cache.Key, error) {
 	return keys, nil
 }
 
-func (g *Gateway) adminGetKey(c echo.Context) error {
-	keys, err := adminKeys(c)
+func (a *Admin) adminGetKey(c echo.Context) error {
+	keys, err := a.adminKeys(c)
 	if err != nil {
 		return err
 	}
 	withBody := c.QueryParam("body") == "1"
 	var views []recordView
 	for _, k := range keys {
-		rec, err := g.store.Get(c.Request().Context(), k)
+		rec, err := a.store.Get(c.Request().Context(), k)
 		if errors.Is(err, cache.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return errStore(err)
+			return storeErr(err)
 		}
 		v := recordView{
 			Client: k.Scope, Endpoint: k.Endpoint, State: rec.State.String(), Fingerprint: rec.Fingerprint,
@@ -167,40 +167,38 @@ func (g *Gateway) adminGetKey(c echo.Context) error {
 		views = append(views, v)
 	}
 	if len(views) == 0 {
-		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "idempotency_key_not_found",
-			Message: "No record for this key and client."}
+		return apierror.NotFound("idempotency_key_not_found", "", "No record for this key and client.")
 	}
 	return c.JSON(http.StatusOK, map[string]any{"records": views})
 }
 
-func (g *Gateway) adminDeleteKey(c echo.Context) error {
-	keys, err := adminKeys(c)
+func (a *Admin) adminDeleteKey(c echo.Context) error {
+	keys, err := a.adminKeys(c)
 	if err != nil {
 		return err
 	}
 	deleted := 0
 	for _, k := range keys {
-		err := g.store.Delete(c.Request().Context(), k)
+		err := a.store.Delete(c.Request().Context(), k)
 		if errors.Is(err, cache.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return errStore(err)
+			return storeErr(err)
 		}
 		deleted++
 	}
 	if deleted == 0 {
-		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "idempotency_key_not_found",
-			Message: "No record for this key and client."}
+		return apierror.NotFound("idempotency_key_not_found", "", "No record for this key and client.")
 	}
-	g.log.Warn("idempotency key forgotten by operator", "idempotency_key", hashKey(keys[0].ID), "client", keys[0].Scope)
+	a.log.Warn("idempotency key forgotten by operator", "idempotency_key", idempotency.HashKey(keys[0].ID), "client", keys[0].Scope)
 	return c.JSON(http.StatusOK, map[string]int{"deleted": deleted})
 }
 
-func (g *Gateway) adminStats(c echo.Context) error {
+func (a *Admin) adminStats(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{
-		"store":       g.store.Stats(),
-		"idempotency": g.metrics.idemCounts(),
+		"store":       a.store.Stats(),
+		"idempotency": a.metrics.IdemCounts(),
 	})
 }
 

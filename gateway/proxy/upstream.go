@@ -1,4 +1,4 @@
-package gateway
+package proxy
 
 import (
 	"bytes"
@@ -14,24 +14,21 @@ import (
 	"github.com/llmgate/llmgate/config"
 )
 
-// upstream is one configured provider with its own connection pool.
-type upstream struct {
-	cfg     config.Upstream
+// Upstream is one configured provider with its own connection pool.
+type Upstream struct {
+	Cfg     config.Upstream
 	base    *url.URL
 	client  *http.Client
 	timeout time.Duration
 	// fallbacks are resolved at startup, in order.
-	fallbacks []*upstream
+	fallbacks []*Upstream
 }
 
-func newUpstream(cfg config.Upstream) (*upstream, error) {
-	base, err := url.Parse(strings.TrimSuffix(cfg.BaseURL, "/"))
+func newUpstream(cfg config.Upstream) (*Upstream, error) {
+	cfg = cfg.WithDefaults()
+	base, err := url.Parse(cfg.BaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: base_url: %w", cfg.Name, err)
-	}
-	idle := cfg.MaxIdleConns
-	if idle <= 0 {
-		idle = 256
 	}
 	// One transport per upstream, pooled and sized for many long-lived LLM
 	// calls. It has no response-header timeout: a non-streaming completion
@@ -46,20 +43,16 @@ func newUpstream(cfg config.Upstream) (*upstream, error) {
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
 		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          idle,
-		MaxIdleConnsPerHost:   idle,
+		MaxIdleConns:          cfg.MaxIdleConns,
+		MaxIdleConnsPerHost:   cfg.MaxIdleConns,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}
-	timeout := cfg.Timeout.D()
-	if timeout <= 0 {
-		timeout = 120 * time.Second
-	}
-	return &upstream{
-		cfg:     cfg,
+	return &Upstream{
+		Cfg:     cfg,
 		base:    base,
-		timeout: timeout,
+		timeout: cfg.Timeout.D(),
 		client: &http.Client{
 			Transport: tr,
 			// Never follow redirects: the upstream is only ever base_url.
@@ -69,19 +62,20 @@ func newUpstream(cfg config.Upstream) (*upstream, error) {
 }
 
 // chain returns the upstreams to try for a request, primary first.
-func (u *upstream) chain() []*upstream {
-	return append([]*upstream{u}, u.fallbacks...)
+func (u *Upstream) chain() []*Upstream {
+	return append([]*Upstream{u}, u.fallbacks...)
 }
 
-// router maps a model name to its upstream: the first configured upstream
+// Router maps a model name to its upstream: the first configured upstream
 // whose models match, exact names before wildcards.
-type router struct {
-	upstreams []*upstream
-	byName    map[string]*upstream
+type Router struct {
+	upstreams []*Upstream
+	byName    map[string]*Upstream
 }
 
-func newRouter(cfgs []config.Upstream) (*router, error) {
-	r := &router{byName: map[string]*upstream{}}
+// NewRouter builds every configured upstream and resolves fallbacks.
+func NewRouter(cfgs []config.Upstream) (*Router, error) {
+	r := &Router{byName: map[string]*Upstream{}}
 	for _, c := range cfgs {
 		u, err := newUpstream(c)
 		if err != nil {
@@ -91,10 +85,10 @@ func newRouter(cfgs []config.Upstream) (*router, error) {
 		r.byName[c.Name] = u
 	}
 	for _, u := range r.upstreams {
-		for _, f := range u.cfg.Fallbacks {
+		for _, f := range u.Cfg.Fallbacks {
 			fu, ok := r.byName[f]
 			if !ok {
-				return nil, fmt.Errorf("upstream %s: fallback %q is not a configured upstream", u.cfg.Name, f)
+				return nil, fmt.Errorf("upstream %s: fallback %q is not a configured upstream", u.Cfg.Name, f)
 			}
 			u.fallbacks = append(u.fallbacks, fu)
 		}
@@ -102,23 +96,28 @@ func newRouter(cfgs []config.Upstream) (*router, error) {
 	return r, nil
 }
 
-func (r *router) route(model string) *upstream {
+// Route returns the upstream that serves model, or nil.
+func (r *Router) Route(model string) *Upstream {
 	for _, u := range r.upstreams {
-		for _, m := range u.cfg.Models {
+		for _, m := range u.Cfg.Models {
 			if m == model {
 				return u
 			}
 		}
 	}
 	for _, u := range r.upstreams {
-		if u.cfg.Serves(model) {
+		if u.Cfg.Serves(model) {
 			return u
 		}
 	}
 	return nil
 }
 
-func (r *router) close() {
+// Upstreams returns every upstream in config order.
+func (r *Router) Upstreams() []*Upstream { return r.upstreams }
+
+// Close releases idle upstream connections.
+func (r *Router) Close() {
 	for _, u := range r.upstreams {
 		u.client.CloseIdleConnections()
 	}
@@ -134,7 +133,7 @@ var forwardedRequestHeaders = []string{
 
 // newUpstreamRequest builds the request for one attempt. The URL is always
 // base_url + the path after /v1: nothing from the client chooses the host.
-func (u *upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suffix string, body []byte, idemKey string) (*http.Request, error) {
+func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suffix string, body []byte, idemKey string) (*http.Request, error) {
 	target := *u.base
 	target.Path = u.base.Path + suffix
 	target.RawPath = ""
@@ -153,8 +152,8 @@ func (u *upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suf
 			req.Header[k] = v
 		}
 	}
-	if u.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+u.cfg.APIKey)
+	if u.Cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+u.Cfg.APIKey)
 	}
 	if idemKey != "" {
 		// An upstream that honours Idempotency-Key (another llmgate, some

@@ -1,4 +1,9 @@
-package gateway
+// Package sse is llmgate's one implementation of text/event-stream framing:
+// a reader that splits an upstream stream into events as the exact bytes
+// received, a recorder that keeps a keyed stream's events for its commit,
+// and the data payload of an event. It knows nothing of HTTP, upstreams or
+// the store.
+package sse
 
 import (
 	"bufio"
@@ -8,11 +13,11 @@ import (
 	"sync"
 )
 
-// sseReader splits an upstream text/event-stream into events, each returned
+// Reader splits an upstream text/event-stream into events, each returned
 // as the exact bytes received, blank line included, so that what the client
 // gets (and what a keyed stream commits) is byte for byte what the upstream
 // sent. Lines may end in \n or \r\n.
-type sseReader struct {
+type Reader struct {
 	br       *bufio.Reader
 	maxEvent int
 	event    []byte
@@ -20,17 +25,19 @@ type sseReader struct {
 
 var bufioPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 32<<10) }}
 
-// errEventTooLarge ends a stream whose single event exceeds the limit.
-var errEventTooLarge = errors.New("SSE event too large")
+// ErrEventTooLarge ends a stream whose single event exceeds the limit.
+var ErrEventTooLarge = errors.New("SSE event too large")
 
-func newSSEReader(r io.Reader, maxEvent int) *sseReader {
+// NewReader reads events from r; an event over maxEvent bytes (when > 0)
+// ends the stream with ErrEventTooLarge. Call Release when done.
+func NewReader(r io.Reader, maxEvent int) *Reader {
 	br := bufioPool.Get().(*bufio.Reader)
 	br.Reset(r)
-	return &sseReader{br: br, maxEvent: maxEvent}
+	return &Reader{br: br, maxEvent: maxEvent}
 }
 
-// release returns the reader's buffer to the pool; the reader is unusable after.
-func (s *sseReader) release() {
+// Release returns the reader's buffer to the pool; the reader is unusable after.
+func (s *Reader) Release() {
 	if s.br != nil {
 		s.br.Reset(nil)
 		bufioPool.Put(s.br)
@@ -38,16 +45,16 @@ func (s *sseReader) release() {
 	}
 }
 
-// next returns the next whole event. The slice is valid until the next call.
+// Next returns the next whole event. The slice is valid until the next call.
 // At a clean end of stream it returns io.EOF; a stream cut inside an event
 // returns io.ErrUnexpectedEOF.
-func (s *sseReader) next() ([]byte, error) {
+func (s *Reader) Next() ([]byte, error) {
 	s.event = s.event[:0]
 	for {
 		line, err := s.br.ReadSlice('\n')
 		if len(line) > 0 {
 			if s.maxEvent > 0 && len(s.event)+len(line) > s.maxEvent {
-				return nil, errEventTooLarge
+				return nil, ErrEventTooLarge
 			}
 			s.event = append(s.event, line...)
 		}
@@ -78,10 +85,10 @@ func isBlankLine(line []byte) bool {
 	return len(line) == 1 || (len(line) == 2 && line[0] == '\r')
 }
 
-// eventData returns the data payload of one event: its "data:" lines joined
+// Data returns the data payload of one event: its "data:" lines joined
 // by \n, per the SSE spec (one optional space after the colon is dropped).
 // Events with a single data line, the common case, return a sub-slice of ev.
-func eventData(ev []byte) []byte {
+func Data(ev []byte) []byte {
 	var out []byte
 	n := 0
 	for len(ev) > 0 {

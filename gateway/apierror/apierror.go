@@ -1,0 +1,241 @@
+// Package apierror holds the typed errors of the request path and the one
+// function that turns any of them into what a client sees: a status, an
+// OpenAI error object ({"error":{"message","type","param","code"}}),
+// Retry-After and x-should-retry.
+//
+// The core (proxy, idempotency, relay) returns these types and never
+// decides a status or a wire code; readers such as dead letters inspect the
+// type with errors.As, not the wire code. It knows nothing of echo, of
+// upstreams' configuration or of the store.
+package apierror
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Error is an error whose wire form is fixed where it arises: request
+// validation, authentication, unknown routes. The client sees Message (and
+// Type, Code, Param); the log sees Err. Model: tailscale's tsweb.HTTPError.
+type Error struct {
+	Status  int
+	Type    string // OpenAI error.type: invalid_request_error, server_error, ...
+	Code    string // OpenAI error.code, may be empty
+	Param   string
+	Message string
+	// RetryAfter, when > 0, is sent as Retry-After (whole seconds, rounded up).
+	RetryAfter time.Duration
+	// ShouldRetry sets x-should-retry: true. The gateway is the retry layer,
+	// so it is false everywhere except where a later retry can succeed
+	// without another upstream call.
+	ShouldRetry bool
+	Err         error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Invalid is a 400 invalid_request_error about param.
+func Invalid(param, msg string) *Error {
+	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: msg}
+}
+
+// InvalidCode is Invalid with an error code.
+func InvalidCode(code, param, msg string, err error) *Error {
+	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Param: param, Message: msg, Err: err}
+}
+
+// NotFound is a 404 invalid_request_error.
+func NotFound(code, param, msg string) *Error {
+	return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: code, Param: param, Message: msg}
+}
+
+// The typed errors of the core. Each says what happened; Wire says what the
+// client gets for it.
+
+// BreakerOpen: an upstream's circuit breaker refused the request.
+type BreakerOpen struct {
+	Upstream   string
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *BreakerOpen) Error() string { return "upstream " + e.Upstream + ": circuit breaker open" }
+func (e *BreakerOpen) Unwrap() error { return e.Err }
+
+// DeadlineSpent: the request's deadline passed before an upstream could be
+// tried.
+type DeadlineSpent struct{}
+
+func (e *DeadlineSpent) Error() string { return "deadline passed before an upstream could be tried" }
+
+// StoreUnavailable: the idempotency store failed, so a keyed request was not
+// run (or its answer was not committed).
+type StoreUnavailable struct{ Err error }
+
+func (e *StoreUnavailable) Error() string { return "idempotency store unavailable: " + errString(e.Err) }
+func (e *StoreUnavailable) Unwrap() error { return e.Err }
+
+// Transport: no upstream answered; Reason is classify's, Timeout whether it
+// was a timeout.
+type Transport struct {
+	Upstream string
+	Reason   string
+	Timeout  bool
+}
+
+func (e *Transport) Error() string { return "upstream " + e.Upstream + ": " + e.Reason }
+
+// ClientGone: the client left before the gateway answered (nginx's 499).
+var ClientGone = &clientGone{}
+
+type clientGone struct{}
+
+func (*clientGone) Error() string { return "client closed the request" }
+func (*clientGone) Unwrap() error { return context.Canceled }
+
+// TooLarge: a request body over the limit.
+type TooLarge struct{ Limit int64 }
+
+func (e *TooLarge) Error() string { return fmt.Sprintf("request body over %d bytes", e.Limit) }
+
+// KeyReused: the Idempotency-Key was used with another body (422).
+type KeyReused struct{}
+
+func (*KeyReused) Error() string { return "idempotency key reused with a different body" }
+
+// KeyInFlight: the key's first request is still running and the wait for
+// it ended (409, retry later).
+type KeyInFlight struct{}
+
+func (*KeyInFlight) Error() string { return "idempotency key in flight" }
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// Wire maps any error to what the client gets. It is the one place a
+// status, an error type/code, Retry-After and x-should-retry are chosen for
+// a typed error; an *Error passes through; anything unknown is a 500 whose
+// detail stays in the log.
+func Wire(err error) *Error {
+	var (
+		e  *Error
+		bo *BreakerOpen
+		su *StoreUnavailable
+		tr *Transport
+		tl *TooLarge
+	)
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.As(err, &bo):
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "upstream_unavailable",
+			Message:    fmt.Sprintf("Upstream %s is unavailable: its circuit breaker is open. Retry after the Retry-After interval.", bo.Upstream),
+			RetryAfter: bo.RetryAfter, Err: err}
+	case errors.As(err, new(*DeadlineSpent)):
+		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "deadline_exceeded",
+			Message: "The request's deadline passed before an upstream could be tried.", Err: err}
+	case errors.As(err, &su):
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "idempotency_store_unavailable",
+			Message:    "The idempotency store is unavailable, so this keyed request was not run (it would not be protected against duplicates). Retry later.",
+			RetryAfter: time.Second, Err: su.Err}
+	case errors.As(err, &tr):
+		if tr.Timeout {
+			return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout",
+				Message: fmt.Sprintf("Upstream %s timed out.", tr.Upstream), Err: errors.New(tr.Reason)}
+		}
+		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
+			Message: fmt.Sprintf("Upstream %s could not be reached (%s).", tr.Upstream, tr.Reason), Err: errors.New(tr.Reason)}
+	case errors.Is(err, ClientGone):
+		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request",
+			Message: "The client closed the request.", Err: context.Canceled}
+	case errors.As(err, &tl):
+		return &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("Request body exceeds the gateway's limit of %d bytes.", tl.Limit)}
+	case errors.As(err, new(*KeyReused)):
+		return &Error{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "idempotency_key_reused", Param: "Idempotency-Key",
+			Message: "This Idempotency-Key was already used for a different request body. Use a new key for a new request, or resend the original body."}
+	case errors.As(err, new(*KeyInFlight)):
+		return &Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "idempotency_key_in_flight", Param: "Idempotency-Key",
+			Message:    "A request with this Idempotency-Key is still in progress. Retry after the Retry-After interval to get its result.",
+			RetryAfter: time.Second, ShouldRetry: true}
+	}
+	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+		Message: "The gateway failed to handle the request; see its log for details.", Err: err}
+}
+
+// Body renders e in OpenAI's error shape.
+func Body(e *Error) []byte {
+	b, _ := json.Marshal(wireError{Error: wireBody{
+		Message: e.Message, Type: e.Type, Param: nullable(e.Param), Code: nullable(e.Code),
+	}})
+	return b
+}
+
+type wireError struct {
+	Error wireBody `json:"error"`
+}
+
+type wireBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Write maps err and writes it to w: the one place a gateway error becomes
+// an HTTP response.
+func Write(w http.ResponseWriter, err error) *Error {
+	e := Wire(err)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", RetryAfterSeconds(e.RetryAfter))
+	}
+	h.Set("X-Should-Retry", strconv.FormatBool(e.ShouldRetry))
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(Body(e))
+	return e
+}
+
+// StreamEvent is the SSE event that ends a stream which broke after its
+// first byte reached the client: OpenAI's error shape, so SDKs raise an
+// error instead of seeing a clean-looking end.
+func StreamEvent(msg, code string) []byte {
+	b := Body(&Error{Type: "server_error", Code: code, Message: msg})
+	out := make([]byte, 0, len(b)+8)
+	out = append(out, "data: "...)
+	out = append(out, b...)
+	return append(out, "\n\n"...)
+}
+
+// RetryAfterSeconds renders d as whole seconds, rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	return strconv.FormatInt(s, 10)
+}

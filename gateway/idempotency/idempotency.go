@@ -1,0 +1,303 @@
+// Package idempotency runs a keyed request's life in the store: claim the
+// key (or replay its committed answer, wait for an in-flight duplicate,
+// refuse another body), keep the lease alive while the call runs, and
+// commit or release it as the settled outcome says. Commits and releases
+// are the owner's alone (an owner token the store compares atomically).
+//
+// It takes http.ResponseWriter and *http.Request, never echo types, and
+// does not know of upstreams or breakers: what to commit is decided by
+// package outcome, and the call itself is the proxy's.
+package idempotency
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/classify"
+	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/metrics"
+)
+
+// Store is what a keyed request needs of the idempotency store: an atomic
+// claim with a lease and an owner token, renewal while the call runs,
+// commit or release by the owner, a way to wait for another request's
+// commit, and a lookup for Cache-Control: no-store.
+type Store interface {
+	Claim(ctx context.Context, k cache.Key, fingerprint string, lease time.Duration) (cache.Claim, error)
+	Renew(ctx context.Context, k cache.Key, owner string, lease time.Duration) error
+	Commit(ctx context.Context, k cache.Key, owner string, rec *cache.Record, ttl time.Duration) error
+	Release(ctx context.Context, k cache.Key, owner string) error
+	Wait(ctx context.Context, k cache.Key) error
+	Get(ctx context.Context, k cache.Key) (*cache.Record, error)
+}
+
+// Options configure a Keeper. Store and Metrics are required.
+type Options struct {
+	Store   Store
+	Metrics *metrics.Metrics
+	// Lease is how long a claim lives without renewal; it is renewed every
+	// Lease/3 while the call runs.
+	Lease time.Duration
+	// WaitTimeout bounds how long a duplicate waits for the first request.
+	WaitTimeout time.Duration
+	// Logger: if nil, logs are discarded.
+	Logger *slog.Logger
+}
+
+// Keeper runs keyed requests against the store.
+type Keeper struct {
+	store   Store
+	metrics *metrics.Metrics
+	lease   time.Duration
+	wait    time.Duration
+	log     *slog.Logger
+}
+
+// New returns a Keeper.
+func New(o Options) *Keeper {
+	k := &Keeper{store: o.Store, metrics: o.Metrics, lease: o.Lease, wait: o.WaitTimeout, log: o.Logger}
+	if k.log == nil {
+		k.log = slog.New(slog.DiscardHandler)
+	}
+	return k
+}
+
+// Request is a request that runs under an idempotency record: the client's
+// Idempotency-Key, or a key derived from the body for content-keyed
+// caching.
+type Request struct {
+	Key cache.Key
+	// Raw is the client's Idempotency-Key, forwarded upstream; empty for a
+	// content-derived key.
+	Raw         string
+	Fingerprint string
+	TTL         time.Duration
+	// Cache marks a content-derived key (X-Llmgate-Cache: hit|miss).
+	Cache bool
+	// NoStore: Cache-Control: no-store — look up, but never commit.
+	NoStore bool
+}
+
+// CacheHeader turns content-keyed caching on or off for one request,
+// overriding the upstream's cache setting: "on" or "off". Responses carry
+// it too: "hit" or "miss".
+const CacheHeader = "X-Llmgate-Cache"
+
+// CommittedTrailer ends a keyed stream: "true" when it was committed and a
+// retry with its key will replay it, "false" when it was served but not
+// committed (cut short, failed, or over the record limits).
+const CommittedTrailer = "X-Llmgate-Committed"
+
+// HashKey is how an idempotency key appears in logs: enough to correlate
+// lines, not the key itself (it may embed business identifiers).
+func HashKey(k string) string {
+	s := sha256.Sum256([]byte(k))
+	return hex.EncodeToString(s[:6])
+}
+
+// Event names what the claim ended in, for the log line.
+type Event struct {
+	// Replayed: a committed answer was written to the client.
+	Replayed bool
+	// Upstream is the replayed answer's upstream.
+	Upstream string
+	// Class is "replayed", "idempotency_mismatch" or
+	// "idempotency_in_flight" when the claim answered the client itself.
+	Class string
+}
+
+// Lookup answers a Cache-Control: no-store request from a committed record
+// with the same fingerprint, if there is one.
+func (k *Keeper) Lookup(w http.ResponseWriter, r *http.Request, kr *Request) (Event, bool) {
+	rec, err := k.store.Get(r.Context(), kr.Key)
+	if err == nil && rec.State == cache.Committed && rec.Fingerprint == kr.Fingerprint {
+		return k.replay(w, kr, rec), true
+	}
+	k.metrics.IdemEvent("cache_miss")
+	return Event{}, false
+}
+
+// Claim loops until this request owns the key — it returns a Lease — or it
+// has answered the client itself: a replay (nil Lease, nil error), or an
+// error (422, 409, 503, 499) for the caller to write.
+func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request) (*Lease, Event, error) {
+	ctx := r.Context()
+	waitCtx, cancel := context.WithTimeout(ctx, k.wait)
+	defer cancel()
+	waited := false
+	for {
+		cl, err := k.store.Claim(ctx, kr.Key, kr.Fingerprint, k.lease)
+		if err != nil {
+			return nil, Event{}, k.storeErr(ctx, err)
+		}
+		switch cl.Status {
+		case cache.Claimed:
+			k.metrics.IdemEvent("claim")
+			if kr.Cache {
+				k.metrics.IdemEvent("cache_miss")
+			}
+			return &Lease{k: k, req: kr, owner: cl.Owner}, Event{}, nil
+		case cache.Done:
+			return nil, k.replay(w, kr, cl.Record), nil
+		case cache.Mismatch:
+			k.metrics.IdemEvent("mismatch")
+			return nil, Event{Class: "idempotency_mismatch"}, &apierror.KeyReused{}
+		case cache.Busy:
+			if !waited {
+				k.metrics.IdemEvent("wait")
+				waited = true
+			}
+			if err := k.store.Wait(waitCtx, kr.Key); err != nil {
+				if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+					k.metrics.IdemEvent("conflict")
+					return nil, Event{Class: "idempotency_in_flight"}, &apierror.KeyInFlight{}
+				}
+				return nil, Event{}, k.storeErr(ctx, err)
+			}
+		}
+	}
+}
+
+// storeErr is a store failure while claiming, or the client leaving.
+func (k *Keeper) storeErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return apierror.ClientGone
+	}
+	k.metrics.IdemEvent("store_error")
+	return &apierror.StoreUnavailable{Err: err}
+}
+
+func (k *Keeper) replay(w http.ResponseWriter, kr *Request, rec *cache.Record) Event {
+	if kr.Cache {
+		w.Header().Set(CacheHeader, "hit")
+		k.metrics.IdemEvent("cache_hit")
+	} else {
+		k.metrics.IdemEvent("replay")
+	}
+	Replay(w, rec)
+	return Event{Replayed: true, Upstream: rec.Upstream, Class: "replayed"}
+}
+
+// Replay writes a committed record back to the client: the same status,
+// headers and bytes; for a stream, the same events in order, each flushed.
+func Replay(w http.ResponseWriter, rec *cache.Record) {
+	h := w.Header()
+	for k, v := range rec.Header {
+		h[k] = v
+	}
+	h.Set("X-Llmgate-Upstream", rec.Upstream)
+	h.Set("Idempotent-Replayed", "true")
+	if rec.Stream {
+		h.Del("Content-Length")
+		if h.Get("Content-Type") == "" {
+			h.Set("Content-Type", "text/event-stream")
+		}
+		w.WriteHeader(rec.Status)
+		f, _ := w.(http.Flusher)
+		for _, ev := range rec.Events {
+			if _, err := w.Write(ev); err != nil {
+				return
+			}
+			if f != nil {
+				f.Flush()
+			}
+		}
+		return
+	}
+	h.Set("Content-Length", strconv.Itoa(len(rec.Body)))
+	w.WriteHeader(rec.Status)
+	_, _ = w.Write(rec.Body)
+}
+
+// Lease is a claimed key: its owner commits or releases it.
+type Lease struct {
+	k     *Keeper
+	req   *Request
+	owner string
+	stop  func()
+}
+
+// Renew keeps the claim alive while a long call or stream runs, until the
+// returned stop is called. It is a timer, not a goroutine: most keyed calls
+// end before the first renewal, and then stopping costs no goroutine start
+// and no hand-off. stop waits for a renewal in progress, so none runs
+// after it returns.
+func (l *Lease) Renew(ctx context.Context) (stop func()) {
+	lease := l.k.lease
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(lease/3, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped || ctx.Err() != nil {
+			return
+		}
+		if err := l.k.store.Renew(ctx, l.req.Key, l.owner, lease); err != nil {
+			l.k.log.Warn("renewing idempotency lease failed", "idempotency_key", HashKey(l.req.Key.ID), "err", err)
+			if errors.Is(err, cache.ErrNotOwner) {
+				return
+			}
+		}
+		t.Reset(lease / 3)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
+}
+
+// Commit stores rec under the key. On failure the completion exists but is
+// not committed: the key is released and the error is a StoreUnavailable,
+// so the client gets a 503 rather than an answer a retry could contradict.
+func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
+	rec.Fingerprint = l.req.Fingerprint
+	err := l.k.store.Commit(ctx, l.req.Key, l.owner, rec, l.req.TTL)
+	if err == nil {
+		l.k.metrics.IdemEvent("commit")
+		return nil
+	}
+	l.k.metrics.IdemEvent("store_error")
+	l.k.log.Error("commit failed", "idempotency_key", HashKey(l.req.Key.ID), "err", err)
+	if !errors.Is(err, cache.ErrNotOwner) {
+		l.Release(ctx)
+	}
+	return &apierror.StoreUnavailable{Err: err}
+}
+
+// Release gives the key up, so the client's retry runs again.
+func (l *Lease) Release(ctx context.Context) {
+	if err := l.k.store.Release(ctx, l.req.Key, l.owner); err != nil && !errors.Is(err, cache.ErrNotOwner) {
+		l.k.log.Warn("releasing idempotency key failed; it frees itself when its lease expires", "idempotency_key", HashKey(l.req.Key.ID), "err", err)
+	}
+	l.k.metrics.IdemEvent("release")
+}
+
+// Uncommitted counts an answer that was served but not committed.
+func (l *Lease) Uncommitted() { l.k.metrics.IdemEvent("uncommitted") }
+
+// RecordHeader is what a committed record keeps of the response headers.
+func RecordHeader(h http.Header, o classify.Outcome) map[string][]string {
+	out := make(map[string][]string, len(h)+1)
+	for k, v := range h {
+		out[k] = v
+	}
+	if o.Class != classify.Success && o.Class != "" {
+		out["X-Llmgate-Outcome"] = []string{string(o.Class)}
+	}
+	return out
+}

@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/llmgate/llmgate/classify"
+)
+
+// summary is what a request's handler returns for its log line and
+// metrics. The handler fills its own copy and returns it; only the route
+// adapter (post) stores it where requestLog reads it.
+type summary struct {
+	endpoint  string
+	model     string
+	routed    bool
+	upstream  string
+	class     classify.Class
+	attempts  int
+	idemKey   string // hashed, never the key itself
+	replayed  bool
+	cache     string
+	committed string
+}
+
+const summaryKey = "llmgate.summary"
+
+// requestLog assigns the request id and, for /v1, writes one structured
+// line per request plus its metrics, in a defer: a request whose response
+// was aborted (http.ErrAbortHandler) is logged and counted too.
+func (g *Gateway) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := g.now()
+		r := c.Request()
+		id := requestID(r)
+		c.Response().Header().Set("X-Llmgate-Request-Id", id)
+		if !strings.HasPrefix(r.URL.Path, "/v1/") {
+			return next(c)
+		}
+		g.metrics.Inflight.Inc()
+		s := &summary{}
+		c.Set(summaryKey, s)
+		var err error
+		defer func() {
+			g.metrics.Inflight.Dec()
+			p := recover()
+			g.logRequest(c, id, s, err, p != nil, g.now().Sub(start))
+			if p != nil {
+				panic(p)
+			}
+		}()
+		if err = next(c); err != nil {
+			c.Error(err)
+		}
+		return nil
+	}
+}
+
+// logRequest writes the request's line and counts it.
+func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, aborted bool, d time.Duration) {
+	r := c.Request()
+	status := c.Response().Status
+	class := s.class
+	switch {
+	case class == "" && err != nil:
+		class = "gateway_error"
+	case class == "":
+		class = classify.Success
+	}
+	level := slog.LevelInfo
+	if status >= 500 || aborted {
+		level = slog.LevelWarn
+	}
+	attrs := []slog.Attr{
+		slog.String("request_id", id),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.String("client", clientOf(r)),
+		slog.String("model", s.model),
+		slog.String("upstream", s.upstream),
+		slog.Int("status", status),
+		slog.String("class", string(class)),
+		slog.Int("attempts", s.attempts),
+		slog.Duration("duration", d),
+	}
+	if s.idemKey != "" {
+		attrs = append(attrs, slog.String("idempotency_key", s.idemKey), slog.Bool("replayed", s.replayed))
+	}
+	if s.cache != "" {
+		attrs = append(attrs, slog.String("cache", s.cache))
+	}
+	if s.committed != "" {
+		attrs = append(attrs, slog.String("committed", s.committed))
+	}
+	if aborted {
+		attrs = append(attrs, slog.Bool("aborted", true))
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		attrs = append(attrs, slog.Any("err", err))
+	}
+	g.log.LogAttrs(context.Background(), level, "request", attrs...)
+	if s.endpoint != "" {
+		model := g.metrics.ModelLabel(s.model, s.routed, status >= 200 && status < 300)
+		up := s.upstream
+		if up == "" {
+			up = "none"
+		}
+		g.metrics.Request(s.endpoint, model, up, status, string(class), d)
+	}
+}
+
+// post adapts a handler that returns its summary to echo, storing the
+// summary for requestLog.
+func (g *Gateway) post(h func(w http.ResponseWriter, r *http.Request) (summary, error)) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		s, err := h(c.Response(), c.Request())
+		if slot, ok := c.Get(summaryKey).(*summary); ok {
+			*slot = s
+		}
+		return err
+	}
+}
+
+// requestID takes a client's X-Request-Id when it is short and tame, else
+// makes one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 {
+		ok := true
+		for i := 0; i < len(id); i++ {
+			if c := id[i]; c < 0x21 || c > 0x7e {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return id
+		}
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,161 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/llmgate/llmgate/classify"
+	"github.com/llmgate/llmgate/gateway/sse"
+)
+
+// maxErrorBody bounds what is read of an upstream error response.
+const maxErrorBody = 1 << 20
+
+// attempt sends one request to u. It never retries.
+func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
+	resp := &Response{Upstream: u}
+	actx, cancel := context.WithCancelCause(ctx)
+	// One timer bounds the attempt until its response (for a stream, its
+	// first event) and then, for a stream, the gap between events.
+	timer := time.AfterFunc(u.timeout, func() { cancel(errAttemptTimeout) })
+	a := &inAttempt{resp: resp, ctx: ctx, actx: actx, cancel: cancel, timer: timer}
+	req, err := u.newUpstreamRequest(actx, c.In, c.Suffix, c.Body, c.IdemKey)
+	if err != nil {
+		return a.fail(err)
+	}
+	res, err := u.client.Do(req)
+	if err != nil {
+		return a.fail(err)
+	}
+	resp.Status = res.StatusCode
+	resp.Header = responseHeaders(res.Header)
+	if res.StatusCode < 200 || res.StatusCode > 299 {
+		body, err := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+		res.Body.Close()
+		if err != nil && len(body) == 0 {
+			return a.fail(err)
+		}
+		a.end()
+		resp.Body = body
+		resp.Outcome = classify.FromResponse(res.StatusCode, res.Header, body, p.now())
+		return resp
+	}
+	if c.Stream && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		return p.startStream(a, res.Body)
+	}
+	return p.readBody(a, c, res.Body)
+}
+
+// inAttempt is one attempt's context and timer, ended once.
+type inAttempt struct {
+	resp   *Response
+	ctx    context.Context // the request's
+	actx   context.Context // the attempt's
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+}
+
+func (a *inAttempt) end() {
+	a.timer.Stop()
+	a.cancel(context.Canceled)
+}
+
+// fail ends the attempt with err classified; whatever status came before
+// the failure is not the answer.
+func (a *inAttempt) fail(err error) *Response {
+	a.end()
+	resp := a.resp
+	resp.Status, resp.Header, resp.Body = 0, nil, nil
+	if cause := context.Cause(a.actx); cause == errAttemptTimeout || cause == errIdleTimeout {
+		err = cause
+	}
+	if a.ctx.Err() != nil {
+		err = a.ctx.Err()
+	}
+	resp.Outcome = classify.FromError(err)
+	return resp
+}
+
+// startStream waits for a stream's first event: until then the attempt can
+// still be retried.
+func (p *Proxy) startStream(a *inAttempt, body io.ReadCloser) *Response {
+	rd := sse.NewReader(body, p.maxEventBytes())
+	first, err := rd.Next()
+	if err != nil {
+		body.Close()
+		rd.Release()
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return a.fail(err)
+	}
+	resp := a.resp
+	resp.Stream = &LiveStream{body: body, rd: rd, first: append([]byte(nil), first...),
+		timer: a.timer, cancel: a.cancel, ctx: a.actx, idle: p.cfg.Limits.StreamIdleTimeout.D()}
+	resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
+	return resp
+}
+
+// readBody buffers a 2xx body up to the record limit and classifies it.
+func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
+	resp := a.resp
+	limit := p.cfg.Idempotency.MaxRecordBytes
+	b, err := io.ReadAll(io.LimitReader(body, limit+1))
+	if err != nil {
+		body.Close()
+		return a.fail(err)
+	}
+	if int64(len(b)) > limit {
+		// Too large to buffer: relay the prefix and copy the rest as it
+		// comes. It is not classified from its content, nor committed.
+		resp.Body = b
+		resp.Rest = &cancelOnClose{ReadCloser: body, cancel: a.end}
+		resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
+		return resp
+	}
+	body.Close()
+	a.end()
+	resp.Body = b
+	if c.Completion {
+		resp.Outcome = classify.FromCompletion(b)
+		resp.Outcome.Status = resp.Status
+	} else {
+		resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
+	}
+	return resp
+}
+
+// maxEventBytes bounds one SSE event: one larger than a whole record could
+// never be committed; it also bounds the memory one stream can pin.
+func (p *Proxy) maxEventBytes() int {
+	if m := p.cfg.Idempotency.MaxRecordBytes; m > 0 && m < 16<<20 {
+		return int(m)
+	}
+	return 16 << 20
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel func()
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}
+
+var (
+	errAttemptTimeout = timeoutError("upstream timed out")
+	errIdleTimeout    = timeoutError("upstream stream idle timeout")
+)
+
+// timeoutError is a net.Error-shaped timeout, so classify sees a timeout.
+type timeoutError string
+
+func (e timeoutError) Error() string   { return string(e) }
+func (e timeoutError) Timeout() bool   { return true }
+func (e timeoutError) Temporary() bool { return true }

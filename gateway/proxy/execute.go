@@ -1,0 +1,231 @@
+// Package proxy sends a request to its upstream chain and relays the
+// answer: for each upstream, its circuit breaker decides whether to try at
+// all, the one retry loop (package retry) decides how often, and each
+// attempt sends the body exactly as the client wrote it. It relays JSON
+// bodies and SSE streams byte for byte.
+//
+// It takes http.ResponseWriter and *http.Request, never echo types; it
+// does not know of idempotency keys beyond forwarding one, nor of the store.
+// How a request ends (commit, breaker, dead letter) is package outcome's to
+// decide: Execute reports breaker results for upstreams it passed over, and
+// leaves the final one to the caller's Settle.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/llmgate/llmgate/breaker"
+	"github.com/llmgate/llmgate/classify"
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/metrics"
+	"github.com/llmgate/llmgate/gateway/outcome"
+	"github.com/llmgate/llmgate/gateway/retry"
+)
+
+// Options configure a Proxy. Router, Breakers, Budget and Metrics are
+// required.
+type Options struct {
+	Config   config.Config
+	Router   *Router
+	Breakers *breaker.Registry
+	Budget   *retry.Budget
+	Metrics  *metrics.Metrics
+	// Logger: if nil, logs are discarded.
+	Logger *slog.Logger
+	// Now is the clock. If nil, time.Now.
+	Now func() time.Time
+	// Shutdown, when closed, ends every retry wait.
+	Shutdown <-chan struct{}
+}
+
+// Proxy executes calls against upstream chains.
+type Proxy struct {
+	cfg      config.Config
+	router   *Router
+	breakers *breaker.Registry
+	budget   *retry.Budget
+	metrics  *metrics.Metrics
+	log      *slog.Logger
+	now      func() time.Time
+	shutdown <-chan struct{}
+}
+
+// New returns a Proxy.
+func New(o Options) *Proxy {
+	p := &Proxy{cfg: o.Config, router: o.Router, breakers: o.Breakers, budget: o.Budget,
+		metrics: o.Metrics, log: o.Logger, now: o.Now, shutdown: o.Shutdown}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	return p
+}
+
+// Call is one client request on its way through the retry layer.
+type Call struct {
+	In *http.Request
+	// Suffix is appended to an upstream's base_url ("/chat/completions").
+	Suffix string
+	// Completion: a 200 body is a completion that classify inspects
+	// (content_filter, empty output).
+	Completion bool
+	Body       []byte
+	// Model is the body's model, for logs and dead letters.
+	Model      string
+	Stream     bool
+	// IdemKey is forwarded to the upstream when set.
+	IdemKey  string
+	Deadline time.Time
+	// Tried lists the upstreams the call reached or was refused by, in
+	// order, for its dead letter.
+	Tried []string
+}
+
+// Response is what an upstream produced for a call: a buffered body, a
+// buffered prefix with the rest still to copy (too large to buffer), a live
+// stream whose first event has arrived, or — Status 0 — no answer at all
+// (Outcome says why).
+type Response struct {
+	Upstream *Upstream
+	Status   int
+	Header   http.Header
+	Body     []byte
+	// Rest, when set, is the remainder of a body too large to buffer.
+	Rest io.ReadCloser
+	// Stream, when set, is a live SSE stream.
+	Stream   *LiveStream
+	Outcome  classify.Outcome
+	Attempts int
+	// ctxEnded: the request's own context ended the last attempt.
+	ctxEnded bool
+	// done reports the outcome to the upstream's breaker; Report calls it.
+	done func(breaker.Result, string)
+}
+
+// Result is the settle input for this response (after a stream's end).
+func (r *Response) Result(tried []string) outcome.Result {
+	return outcome.Result{Outcome: r.Outcome, Status: r.Status, Unrecordable: r.Rest != nil,
+		CtxEnded: r.ctxEnded, Attempts: r.Attempts, Tried: tried}
+}
+
+// Report tells the upstream's breaker what the settled request says. Call
+// it once, after Settle.
+func (r *Response) Report(v outcome.Verdict) {
+	if r.done != nil {
+		r.done(v.Breaker, string(r.Outcome.Class))
+		r.done = nil
+	}
+}
+
+// Discard releases a response that will not be relayed.
+func (r *Response) Discard() {
+	if r == nil {
+		return
+	}
+	if r.Rest != nil {
+		r.Rest.Close()
+		r.Rest = nil
+	}
+	if r.Stream != nil {
+		r.Stream.close()
+		r.Stream = nil
+	}
+}
+
+// Execute runs c against primary's chain. It returns the response to give
+// the client, or a typed error (package apierror) when no upstream produced
+// one. The last upstream's breaker learns the outcome when the caller
+// calls Report.
+func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Response, error) {
+	// Live traffic for the retry budget: requests that reach an upstream
+	// (replays and rejections do not).
+	p.budget.Request()
+	var last *Response
+	var lastErr error
+	for i, u := range primary.chain() {
+		if i > 0 {
+			if !c.Deadline.IsZero() && !p.now().Before(c.Deadline) {
+				break
+			}
+			p.metrics.Fallback(primary.Cfg.Name, u.Cfg.Name)
+		}
+		c.Tried = append(c.Tried, u.Cfg.Name)
+		done, err := p.breakers.Allow(u.Cfg.Name)
+		if err != nil {
+			var oe *breaker.OpenError
+			if errors.As(err, &oe) {
+				p.metrics.BreakerRejected(u.Cfg.Name)
+				lastErr = &apierror.BreakerOpen{Upstream: u.Cfg.Name, RetryAfter: oe.RetryAfter, Err: err}
+				continue
+			}
+			return nil, err
+		}
+		resp, stop := p.runUpstream(ctx, c, u)
+		resp.done = done
+		if resp.Stream != nil {
+			return resp, nil
+		}
+		resp.ctxEnded = ctx.Err() != nil
+		if resp.Outcome.Class.Retryable() && !resp.ctxEnded && stop != retry.StopDeadline && stop != retry.StopCanceled {
+			// Retries ended transient: the next upstream in the chain, if
+			// any, gets its turn; the deadline still bounds the whole. This
+			// upstream's breaker learns now, by the same rule Settle uses.
+			resp.done(outcome.Breaker(resp.Outcome, false), string(resp.Outcome.Class))
+			resp.done = nil
+			last.Discard()
+			last = resp
+			lastErr = nil
+			continue
+		}
+		last.Discard()
+		return resp, nil
+	}
+	if last != nil {
+		return last, nil
+	}
+	if lastErr == nil {
+		lastErr = &apierror.DeadlineSpent{}
+	}
+	return nil, lastErr
+}
+
+// runUpstream is the one retry loop around attempts at u.
+func (p *Proxy) runUpstream(ctx context.Context, c *Call, u *Upstream) (*Response, retry.StopReason) {
+	var resp *Response
+	loop := p.retryLoop(u.Cfg.Name)
+	_, stats := loop.Run(ctx, c.Deadline, func(actx context.Context, n int) classify.Outcome {
+		resp.Discard()
+		resp = p.attempt(actx, c, u)
+		p.metrics.Attempt(u.Cfg.Name, resp.Outcome)
+		return resp.Outcome
+	})
+	resp.Attempts = stats.Attempts
+	if stats.Stop == retry.StopBudget {
+		p.metrics.BudgetRejected(u.Cfg.Name)
+	}
+	return resp, stats.Stop
+}
+
+func (p *Proxy) retryLoop(upstreamName string) *retry.Loop {
+	return &retry.Loop{
+		Policy: retry.Policy{
+			MaxAttempts: p.cfg.Retry.MaxAttempts,
+			BaseDelay:   p.cfg.Retry.BaseDelay.D(),
+			MaxDelay:    p.cfg.Retry.MaxDelay.D(),
+		},
+		Budget:   p.budget,
+		Shutdown: p.shutdown,
+		OnRetry: func(n int, o classify.Outcome, wait time.Duration) {
+			p.metrics.Retry(upstreamName, o)
+			p.log.Debug("retrying", "upstream", upstreamName, "attempt", n, "class", o.Class, "reason", o.Reason, "wait", wait)
+		},
+	}
+}
