@@ -84,7 +84,9 @@ func (e *DeadlineSpent) Error() string { return "deadline passed before an upstr
 // run (or its answer was not committed).
 type StoreUnavailable struct{ Err error }
 
-func (e *StoreUnavailable) Error() string { return "idempotency store unavailable: " + errString(e.Err) }
+func (e *StoreUnavailable) Error() string {
+	return "idempotency store unavailable: " + errString(e.Err)
+}
 func (e *StoreUnavailable) Unwrap() error { return e.Err }
 
 // Transport: no upstream answered; Reason is classify's, Timeout whether it

@@ -79,8 +79,8 @@ type Call struct {
 	Completion bool
 	Body       []byte
 	// Model is the body's model, for logs and dead letters.
-	Model      string
-	Stream     bool
+	Model  string
+	Stream bool
 	// IdemKey is forwarded to the upstream when set.
 	IdemKey  string
 	Deadline time.Time
