@@ -23,25 +23,25 @@ import (
 // handlePost serves a POST under /v1: parse and route the body, then run
 // it keyed (under an idempotency record) or not.
 func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
-	return g.post(func(w http.ResponseWriter, r *http.Request) (summary, error) {
-		s := summary{endpoint: ep.label}
+	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
+		s.endpoint = ep.label
 		start := g.now()
 		body, rt, u, err := g.parseRequest(r)
 		s.model = rt.Model
 		if err != nil {
-			return s, err
+			return err
 		}
 		s.routed = true
 		s.upstream = u.Cfg.Name
 		deadline, err := g.deadline(r, start)
 		if err != nil {
-			return s, err
+			return err
 		}
 		cl := &proxy.Call{In: r, Suffix: ep.suffix, Completion: ep.completion, Body: body, Model: rt.Model,
 			Stream: rt.Stream, Deadline: deadline}
 		kr, err := g.keyFor(r, ep, u, body)
 		if err != nil {
-			return s, err
+			return err
 		}
 		if kr != nil {
 			return g.serveKeyed(w, r, cl, u, kr, s)
@@ -52,7 +52,7 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 
 // serveUnkeyed serves a request with no idempotency record: the answer is
 // relayed as it comes.
-func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, s summary) (summary, error) {
+func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, s *summary) error {
 	ctx := r.Context()
 	if !cl.Deadline.IsZero() {
 		var cancel context.CancelFunc
@@ -62,7 +62,7 @@ func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy
 	start := g.now()
 	resp, err := g.proxy.Execute(ctx, cl, u)
 	if err != nil {
-		return s, err
+		return err
 	}
 	s.note(resp)
 	if resp.Stream != nil {
@@ -72,9 +72,9 @@ func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy
 	resp.Report(v)
 	s.class = v.Class
 	if resp.Stream != nil {
-		return s, nil
+		return nil
 	}
-	return s, proxy.WriteJSON(w, resp, v)
+	return proxy.WriteJSON(w, resp, v)
 }
 
 // note records a response's upstream and outcome for the log line.

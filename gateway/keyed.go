@@ -65,7 +65,7 @@ func (g *Gateway) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 
 // serveKeyed runs a keyed request: replay a committed response, wait for
 // an in-flight duplicate, or claim the key, call upstream and commit.
-func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, s summary) (summary, error) {
+func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, s *summary) error {
 	s.idemKey = idempotency.HashKey(kr.Key.ID)
 	if kr.Cache {
 		s.cache = "miss"
@@ -73,16 +73,17 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 	}
 	if kr.NoStore {
 		if ev, ok := g.keeper.Lookup(w, r, kr); ok {
-			return s.replay(ev, kr), nil
+			s.replay(ev, kr)
+			return nil
 		}
 		return g.serveUnkeyed(w, r, cl, u, s)
 	}
 	lease, ev, err := g.keeper.Claim(w, r, kr)
 	if ev.Class != "" {
-		s = s.replay(ev, kr)
+		s.replay(ev, kr)
 	}
 	if err != nil || lease == nil {
-		return s, err
+		return err
 	}
 
 	// From here the upstream call outlives the client: if the client goes
@@ -106,17 +107,18 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 	resp, err := g.proxy.Execute(work, cl, u)
 	if err != nil {
 		k.release(outcome.Settle(outcome.Result{Err: err, Tried: cl.Tried}))
-		return s, err
+		return err
 	}
 	s.note(resp)
 	if resp.Stream != nil {
-		return k.stream(resp, s), nil
+		k.stream(resp, s)
+		return nil
 	}
 	return k.json(resp, s)
 }
 
 // replay notes a claim that answered the client itself.
-func (s summary) replay(ev idempotency.Event, kr *idempotency.Request) summary {
+func (s *summary) replay(ev idempotency.Event, kr *idempotency.Request) {
 	s.class = classify.Class(ev.Class)
 	if ev.Replayed {
 		s.replayed = true
@@ -125,7 +127,6 @@ func (s summary) replay(ev idempotency.Event, kr *idempotency.Request) summary {
 			s.cache = "hit"
 		}
 	}
-	return s
 }
 
 // keyedCall is a claimed keyed request between its upstream call and its
@@ -144,7 +145,7 @@ type keyedCall struct {
 // json settles a buffered answer, commits it if it is the model's answer,
 // and relays it. A failed commit answers 503 instead: a retry must never
 // contradict what the client was given.
-func (k *keyedCall) json(resp *proxy.Response, s summary) (summary, error) {
+func (k *keyedCall) json(resp *proxy.Response, s *summary) error {
 	v := outcome.Settle(resp.Result(k.cl.Tried))
 	resp.Report(v)
 	s.class = v.Class
@@ -153,7 +154,7 @@ func (k *keyedCall) json(resp *proxy.Response, s summary) (summary, error) {
 		err := k.lease.Commit(k.work, &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
 			Body: resp.Body, Upstream: resp.Upstream.Cfg.Name})
 		if err != nil {
-			return s, err
+			return err
 		}
 		k.resolved()
 		failpoint("after-commit")
@@ -164,13 +165,13 @@ func (k *keyedCall) json(resp *proxy.Response, s summary) (summary, error) {
 		}
 		k.release(v)
 	}
-	return s, proxy.WriteJSON(k.w, resp, v)
+	return proxy.WriteJSON(k.w, resp, v)
 }
 
 // stream relays a keyed stream while recording it, then settles it and
 // commits or releases. Whether it was committed is known only at its end:
 // it is sent as a trailer.
-func (k *keyedCall) stream(resp *proxy.Response, s summary) summary {
+func (k *keyedCall) stream(resp *proxy.Response, s *summary) {
 	g := k.g
 	rec := &sse.Recorder{MaxBytes: g.cfg.Idempotency.MaxRecordBytes, MaxEvents: g.cfg.Idempotency.MaxRecordEvents}
 	committed := false
@@ -200,7 +201,6 @@ func (k *keyedCall) stream(resp *proxy.Response, s summary) summary {
 	default:
 		k.release(v)
 	}
-	return s
 }
 
 // resolved removes the dead letter of a key that has now succeeded.

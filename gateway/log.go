@@ -15,9 +15,11 @@ import (
 	"github.com/llmgate/llmgate/classify"
 )
 
-// summary is what a request's handler returns for its log line and
-// metrics. The handler fills its own copy and returns it; only the route
-// adapter (post) stores it where requestLog reads it.
+// summary is what a request's log line and metrics say. requestLog makes
+// one per /v1 request and reads it in a defer; the route adapter (post)
+// hands it to the handler, which notes what the rooms it called returned.
+// Only the handler writes it, so a panic or an abort still leaves whatever
+// it had noted for the log line.
 type summary struct {
 	endpoint  string
 	model     string
@@ -117,15 +119,15 @@ func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, a
 	}
 }
 
-// post adapts a handler that returns its summary to echo, storing the
-// summary for requestLog.
-func (g *Gateway) post(h func(w http.ResponseWriter, r *http.Request) (summary, error)) echo.HandlerFunc {
+// post adapts a handler of plain net/http types to echo, giving it the
+// request's summary.
+func (g *Gateway) post(h func(w http.ResponseWriter, r *http.Request, s *summary) error) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		s, err := h(c.Response(), c.Request())
-		if slot, ok := c.Get(summaryKey).(*summary); ok {
-			*slot = s
+		s, ok := c.Get(summaryKey).(*summary)
+		if !ok {
+			s = &summary{}
 		}
-		return err
+		return h(c.Response(), c.Request(), s)
 	}
 }
 
