@@ -62,6 +62,7 @@ type StreamObserver struct {
 	filtered  bool
 	malformed bool
 	done      bool
+	finished  bool
 	errSeen   bool
 	err       errorFields
 }
@@ -80,7 +81,7 @@ func (o *StreamObserver) Observe(data []byte) {
 		o.done = true
 		return
 	}
-	if o.generated && o.filtered && o.errSeen {
+	if o.generated && o.filtered && o.errSeen && o.finished {
 		return // nothing left to learn; skip the decoding
 	}
 	var s completionSummary
@@ -93,7 +94,18 @@ func (o *StreamObserver) Observe(data []byte) {
 	}
 	o.filtered = o.filtered || s.filtered
 	o.generated = o.generated || s.generated
+	o.finished = o.finished || s.finished
 }
+
+// Finished reports whether a chunk with a finish_reason (not null) has
+// been observed: from there on the stream is ending, and what follows (a
+// usage chunk, [DONE]) is its tail. SDKs treat a stream that stops after
+// it as complete, so a keyed stream holds its tail back until the commit.
+func (o *StreamObserver) Finished() bool { return o.finished }
+
+// SawError reports whether an {"error":...} event was observed: the
+// upstream already told the client the stream failed.
+func (o *StreamObserver) SawError() bool { return o.errSeen }
 
 // SawDone reports whether the "[DONE]" event was observed. A stream that
 // ended without it was cut off; Outcome does not judge that, the caller

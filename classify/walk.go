@@ -246,6 +246,7 @@ func digits(b []byte, i int) int {
 type completionSummary struct {
 	choices   int
 	filtered  bool   // finish_reason content_filter in some choice
+	finished  bool   // some choice has a finish_reason (not null)
 	generated bool   // some choice has output
 	errObject []byte // the raw "error" value, when it is an object
 }
@@ -271,6 +272,7 @@ func walkCompletion(b []byte, s *completionSummary) bool {
 		case "finish_reason":
 			raw, ok := w.value()
 			s.filtered = s.filtered || string(raw) == `"content_filter"`
+			s.finished = s.finished || (ok && string(raw) != "null")
 			return ok
 		case "text": // legacy /v1/completions
 			raw, ok := w.value()

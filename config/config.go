@@ -52,10 +52,12 @@ func Default() Config {
 			CacheTTL:        Duration(time.Hour),
 			MaxRecordBytes:  8 << 20,
 			MaxRecordEvents: 100000,
+			MaxDetached:     256,
 		},
 		Store: Store{
 			Kind:       StoreBadger,
 			GCInterval: Duration(10 * time.Minute),
+			OpTimeout:  Duration(5 * time.Second),
 			Redis:      Redis{Prefix: "llmgate:"},
 		},
 		Limits: Limits{
@@ -247,6 +249,11 @@ type Idempotency struct {
 	// MaxRecordEvents caps the SSE events recorded for one stream.
 	// Default 100000.
 	MaxRecordEvents int `yaml:"max_record_events"`
+	// MaxDetached caps the keyed calls that run on after their client
+	// stopped waiting (it left, or its X-Llmgate-Deadline passed), so
+	// they can be committed. A call that would pass the cap is cancelled,
+	// its key released and its dead letter recorded. Default 256.
+	MaxDetached int `yaml:"max_detached"`
 }
 
 // Store selects and sizes the idempotency and dead-letter store.
@@ -260,7 +267,11 @@ type Store struct {
 	// GCInterval is how often Badger's value log is garbage collected.
 	// Default 10m.
 	GCInterval Duration `yaml:"gc_interval"`
-	Redis      Redis    `yaml:"redis"`
+	// OpTimeout bounds each commit, release and lease renewal. They run
+	// detached from the client (a client's short deadline must not leave
+	// a key claimed), under this timeout alone. Default 5s.
+	OpTimeout Duration `yaml:"op_timeout"`
+	Redis     Redis    `yaml:"redis"`
 }
 
 // Redis configures the shared store for several replicas.

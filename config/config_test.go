@@ -186,12 +186,12 @@ func TestGoodConfig(t *testing.T) {
 			Lease:           Duration(10 * time.Second),
 			CacheTTL:        Duration(30 * time.Minute),
 			MaxRecordBytes:  1 << 20,
-			MaxRecordEvents: 5000,
+			MaxRecordEvents: 5000, MaxDetached: 256,
 		},
 		Store: Store{
 			Kind:       StoreRedis,
 			SyncWrites: true,
-			GCInterval: Duration(5 * time.Minute),
+			GCInterval: Duration(5 * time.Minute), OpTimeout: Duration(5 * time.Second),
 			Redis: Redis{
 				URL:      "rediss://default:redis-secret-pw@cache.internal:6380/2",
 				PoolSize: 20,

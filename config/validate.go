@@ -63,6 +63,7 @@ func (c *Config) Validate() error {
 
 	positive(&p, "idempotency.max_record_bytes", c.Idempotency.MaxRecordBytes)
 	positive(&p, "idempotency.max_record_events", c.Idempotency.MaxRecordEvents)
+	positive(&p, "idempotency.max_detached", c.Idempotency.MaxDetached)
 
 	s := c.Store
 	switch s.Kind {
@@ -258,6 +259,7 @@ func (c *Config) validateDurations(p *problems) {
 		{"idempotency.lease", c.Idempotency.Lease, true},
 		{"idempotency.cache_ttl", c.Idempotency.CacheTTL, true},
 		{"store.gc_interval", c.Store.GCInterval, true},
+		{"store.op_timeout", c.Store.OpTimeout, true},
 		{"limits.stream_idle_timeout", c.Limits.StreamIdleTimeout, true},
 		{"server.read_header_timeout", c.Server.ReadHeaderTimeout, true},
 		{"server.idle_timeout", c.Server.IdleTimeout, false},

@@ -89,7 +89,10 @@ func TestStoreFailures(t *testing.T) {
 	}
 }
 
-func TestStreamOverRecordLimitServedNotCommitted(t *testing.T) {
+// An answer too large to record is served once; its retry gets a clear,
+// non-retryable error instead of paying for a second, different answer
+// (issue 12, item 3: the retry used to make a second upstream call).
+func TestStreamOverRecordLimitServedOnceNeverTwice(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Idempotency.MaxRecordEvents = 3 })
 	res, err := h.send(context.Background(), http.MethodPost, "/v1/chat/completions", streamBody, key("big"))
 	if err != nil {
@@ -102,17 +105,10 @@ func TestStreamOverRecordLimitServedNotCommitted(t *testing.T) {
 	if got := res.Trailer.Get(idempotency.CommittedTrailer); got != "false" {
 		t.Fatalf("trailer %s = %q, want false", idempotency.CommittedTrailer, got)
 	}
-	if !strings.Contains(h.logs.String(), "not committed") {
-		t.Fatal("no log line says the stream was not committed")
+	if !strings.Contains(h.logs.String(), "too large to store") {
+		t.Fatal("no log line says the stream was too large to store")
 	}
-	res, err = h.send(context.Background(), http.MethodPost, "/v1/chat/completions", streamBody, key("big"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readAllBody(t, res)
-	if res.Header.Get("Idempotent-Replayed") != "" || h.fake.Calls("") != 2 {
-		t.Fatalf("an over-limit stream was committed (calls %d)", h.fake.Calls(""))
-	}
+	wantNotStored(t, h, streamBody, "big")
 	// Under the limit, the trailer says it was committed.
 	h2 := newHarness(t, nil)
 	res, err = h2.send(context.Background(), http.MethodPost, "/v1/chat/completions", streamBody, key("small"))
@@ -123,6 +119,33 @@ func TestStreamOverRecordLimitServedNotCommitted(t *testing.T) {
 	if got := res.Trailer.Get(idempotency.CommittedTrailer); got != "true" {
 		t.Fatalf("trailer = %q, want true", got)
 	}
+}
+
+// wantNotStored checks a retry with key gets 410 idempotency_result_not_stored
+// and makes no upstream call.
+func wantNotStored(t *testing.T, h *harness, body, k string) {
+	t.Helper()
+	calls := h.fake.Calls("")
+	r := h.chat(body, key(k))
+	e := wantOpenAIError(t, r, http.StatusGone)
+	if e["code"] != "idempotency_result_not_stored" || r.header.Get("X-Should-Retry") != "false" || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry of an unstored answer: %v %v", r.header, e)
+	}
+	if got := h.fake.Calls(""); got != calls {
+		t.Fatalf("the retry called the upstream again (%d calls, was %d)", got, calls)
+	}
+}
+
+// The same for a JSON body too large to buffer: relayed whole, once.
+func TestJSONOverRecordLimitServedOnceNeverTwice(t *testing.T) {
+	h := newHarnessStore(t, func(c *config.Config) { c.Idempotency.MaxRecordBytes = 300 }, nil, simupstream.Options{ContentBytes: 2000})
+	r := h.chat(chatBody, key("bigjson"))
+	if r.status != 200 || len(r.body) < 2000 {
+		t.Fatalf("large answer not served whole: %d, %d bytes", r.status, len(r.body))
+	}
+	wantNotStored(t, h, chatBody, "bigjson")
+	// Another body under the same key is still a 422.
+	wantOpenAIError(t, h.chat(strings.Replace(chatBody, "Hello", "Other", 1), key("bigjson")), http.StatusUnprocessableEntity)
 }
 
 func TestTruncatedJSONIsRetried(t *testing.T) {

@@ -33,30 +33,36 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 		}
 		s.routed = true
 		s.upstream = u.Cfg.Name
-		deadline, err := g.deadline(r, start)
+		dl, err := g.deadlines(r, start)
 		if err != nil {
 			return err
 		}
 		cl := &proxy.Call{In: r, Suffix: ep.suffix, Completion: ep.completion, Body: body, Model: rt.Model,
-			Stream: rt.Stream, Deadline: deadline}
+			Stream: rt.Stream, Deadline: dl.first()}
 		kr, err := g.keyFor(r, ep, u, body)
 		if err != nil {
 			return err
 		}
 		if kr != nil {
-			return g.serveKeyed(w, r, cl, u, kr, s)
+			return g.serveKeyed(w, r, cl, u, kr, dl, s)
 		}
-		return g.serveUnkeyed(w, r, cl, u, s)
+		return g.serveUnkeyed(w, r, cl, u, dl, s)
 	})
 }
 
 // serveUnkeyed serves a request with no idempotency record: the answer is
-// relayed as it comes.
-func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, s *summary) error {
+// relayed as it comes, and the call ends with the client — its departure
+// or its deadline.
+func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, dl deadlines, s *summary) error {
 	ctx := r.Context()
-	if !cl.Deadline.IsZero() {
+	if !dl.operator.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, cl.Deadline)
+		ctx, cancel = context.WithDeadlineCause(ctx, dl.operator, outcome.ErrOperatorDeadline)
+		defer cancel()
+	}
+	if !dl.client.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, dl.client, outcome.ErrClientDeadline)
 		defer cancel()
 	}
 	start := g.now()
@@ -66,15 +72,15 @@ func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy
 	}
 	s.note(resp)
 	if resp.Stream != nil {
-		g.proxy.RelayStream(w, r.Context(), resp, nil, start, "")
+		g.proxy.RelayStream(w, resp, nil, start, "", false)
 	}
 	v := outcome.Settle(resp.Result(cl.Tried))
 	resp.Report(v)
 	s.class = v.Class
-	if resp.Stream != nil {
+	if resp.Streamed() {
 		return nil
 	}
-	return proxy.WriteJSON(w, resp, v)
+	return proxy.WriteJSON(w, resp, v, nil)
 }
 
 // note records a response's upstream and outcome for the log line.
@@ -131,28 +137,43 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 // one request: a Go duration ("30s") or a number of seconds ("30").
 const DeadlineHeader = "X-Llmgate-Deadline"
 
-func (g *Gateway) deadline(r *http.Request, start time.Time) (time.Time, error) {
-	d := g.cfg.Retry.Deadline.D()
-	if h := r.Header.Get(DeadlineHeader); h != "" {
-		v, err := time.ParseDuration(h)
-		if err != nil {
-			secs, err2 := strconv.ParseFloat(h, 64)
-			if err2 != nil || secs <= 0 || secs > 1e6 {
-				return time.Time{}, apierror.Invalid("", DeadlineHeader+" must be a duration such as 30s or a number of seconds.")
-			}
-			v = time.Duration(secs * float64(time.Second))
-		}
-		if v <= 0 {
-			return time.Time{}, apierror.Invalid("", DeadlineHeader+" must be positive.")
-		}
-		if d <= 0 || v < d {
-			d = v
-		}
+// deadlines are a request's two deadlines: the operator's (retry.deadline)
+// bounds the call; the client's (X-Llmgate-Deadline) bounds its wait —
+// for an unkeyed request, the call too. Zero means none.
+type deadlines struct{ operator, client time.Time }
+
+// first is the earlier of the two: no new attempt starts after it.
+func (d deadlines) first() time.Time {
+	if d.client.IsZero() || (!d.operator.IsZero() && d.operator.Before(d.client)) {
+		return d.operator
 	}
-	if d <= 0 {
-		return time.Time{}, nil
+	return d.client
+}
+
+func (g *Gateway) deadlines(r *http.Request, start time.Time) (deadlines, error) {
+	var dl deadlines
+	if d := g.cfg.Retry.Deadline.D(); d > 0 {
+		dl.operator = start.Add(d)
 	}
-	return start.Add(d), nil
+	h := r.Header.Get(DeadlineHeader)
+	if h == "" {
+		return dl, nil
+	}
+	v, err := time.ParseDuration(h)
+	if err != nil {
+		secs, err2 := strconv.ParseFloat(h, 64)
+		if err2 != nil || secs <= 0 || secs > 1e6 {
+			return dl, apierror.Invalid("", DeadlineHeader+" must be a duration such as 30s or a number of seconds.")
+		}
+		v = time.Duration(secs * float64(time.Second))
+	}
+	if v <= 0 {
+		return dl, apierror.Invalid("", DeadlineHeader+" must be positive.")
+	}
+	if dl.operator.IsZero() || start.Add(v).Before(dl.operator) {
+		dl.client = start.Add(v)
+	}
+	return dl, nil
 }
 
 // handleModels merges GET /models from every upstream; an upstream that

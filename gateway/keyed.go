@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmgate/llmgate/cache"
@@ -64,8 +67,8 @@ func (g *Gateway) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 }
 
 // serveKeyed runs a keyed request: replay a committed response, wait for
-// an in-flight duplicate, or claim the key, call upstream and commit.
-func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, s *summary) error {
+// an in-flight duplicate, or claim the key and run the call.
+func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, dl deadlines, s *summary) error {
 	s.idemKey = idempotency.HashKey(kr.Key.ID)
 	if kr.Cache {
 		s.cache = "miss"
@@ -76,45 +79,256 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 			s.replay(ev, kr)
 			return nil
 		}
-		return g.serveUnkeyed(w, r, cl, u, s)
+		return g.serveUnkeyed(w, r, cl, u, dl, s)
 	}
-	lease, ev, err := g.keeper.Claim(w, r, kr)
+	lease, ev, err := g.keeper.Claim(w, r, kr, dl.client)
 	if ev.Class != "" {
 		s.replay(ev, kr)
+	}
+	var su *apierror.StoreUnavailable
+	if kr.Cache && errors.As(err, &su) {
+		// Content-keyed caching saves calls; it is not a guarantee a client
+		// asked for, so with the store down it is skipped, not required.
+		s.cache = "unavailable"
+		w.Header().Del(idempotency.CacheHeader)
+		return g.serveUnkeyed(w, r, cl, u, dl, s)
 	}
 	if err != nil || lease == nil {
 		return err
 	}
+	return g.runClaimed(w, r, cl, u, kr, lease, dl, s)
+}
 
-	// From here the upstream call outlives the client: if the client goes
-	// away (its timeout is often shorter than the model's), the call still
-	// finishes and commits, so the client's retry gets this result instead
-	// of paying for a second, different one. The request's deadline still
-	// bounds it.
-	work := context.WithoutCancel(r.Context())
-	var cancel context.CancelFunc
-	if !cl.Deadline.IsZero() {
-		work, cancel = context.WithDeadline(work, cl.Deadline)
-	} else {
-		work, cancel = context.WithCancel(work)
-	}
-	defer cancel()
-	defer lease.Renew(work)()
-
+// runClaimed runs a claimed key's call. The call outlives the client: it
+// runs on its own goroutine, detached from the client's context and bounded
+// by the operator's deadline, so that when the client leaves or its own
+// deadline passes (often shorter than the model's latency) the call still
+// finishes and commits, and the client's retry gets this answer instead of
+// paying for a second, different one. The handler waits for it, or for the
+// client's deadline.
+func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, lease *idempotency.Lease, dl deadlines, s *summary) error {
+	work, it, done := g.work.start(r.Context(), dl.operator)
 	cl.IdemKey = kr.Raw
-	k := keyedCall{g: g, w: w, r: r, cl: cl, kr: kr, lease: lease, work: work, start: g.now()}
+	k := &keyedCall{g: g, h: newHandoff(w), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s}
+	ended := make(chan workEnd, 1)
+	go func() {
+		defer done()
+		stopRenew := lease.Renew(work)
+		defer stopRenew()
+		ended <- k.run(u)
+	}()
+	var deadline <-chan time.Time
+	if !dl.client.IsZero() {
+		t := time.NewTimer(dl.client.Sub(g.now()))
+		defer t.Stop()
+		deadline = t.C
+	}
+	gone := r.Context().Done()
+	for {
+		select {
+		case e := <-ended:
+			*s = k.s
+			if e.panic != nil {
+				panic(e.panic)
+			}
+			return e.err
+		case <-deadline:
+			k.h.end(endAtClientDeadline)
+			k.cut.Store(true)
+			s.class = "client_deadline"
+			if !g.work.detach(it) {
+				g.log.Warn("keyed call cancelled: too many detached calls (idempotency.max_detached)", "idempotency_key", s.idemKey)
+			}
+			return nil
+		case <-gone:
+			// The client left: the call goes on (the handler waits for it,
+			// so the log line says how it ended), counted as detached.
+			gone = nil
+			if !g.work.detach(it) {
+				g.log.Warn("keyed call cancelled: too many detached calls (idempotency.max_detached)", "idempotency_key", s.idemKey)
+			}
+		}
+	}
+}
+
+// endAtClientDeadline is what the client gets when its X-Llmgate-Deadline
+// passes first: a 504 it may retry with the same key, or — when a stream's
+// headers are out — one error event in the same words.
+func endAtClientDeadline(w http.ResponseWriter, wrote bool) {
+	err := &apierror.ClientDeadline{Keyed: true}
+	if !wrote {
+		apierror.Write(w, err)
+		return
+	}
+	e := apierror.Wire(err)
+	_, _ = w.Write(apierror.StreamEvent(e.Message, e.Code))
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// workEnd is how a keyed call's goroutine ended: an error for the handler
+// to write, or a panic for the handler to re-raise (http.ErrAbortHandler
+// aborts the response).
+type workEnd struct {
+	err   error
+	panic any
+}
+
+// keyedCall is a claimed keyed request from its upstream call to its end:
+// it commits or releases as the settled outcome says. Only its goroutine
+// touches it until that ends.
+type keyedCall struct {
+	g     *Gateway
+	h     *handoff
+	cl    *proxy.Call
+	kr    *idempotency.Request
+	lease *idempotency.Lease
+	work  context.Context
+	start time.Time
+	s     summary
+	// cut: the handler stopped waiting (the client's deadline passed); the
+	// call logs its own line when it ends.
+	cut atomic.Bool
+}
+
+func (k *keyedCall) run(u *proxy.Upstream) (e workEnd) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p != http.ErrAbortHandler {
+				k.g.log.Error("panic in keyed call", "panic", fmt.Sprint(p), "idempotency_key", k.s.idemKey)
+				k.lease.Release(k.work)
+			}
+			e = workEnd{panic: p}
+		}
+		if k.cut.Load() {
+			k.g.log.Info("detached call ended", "idempotency_key", k.s.idemKey, "upstream", k.s.upstream,
+				"class", k.s.class, "attempts", k.s.attempts, "committed", k.s.committed, "err", e.err)
+		}
+	}()
 	failpoint("before-upstream")
-	resp, err := g.proxy.Execute(work, cl, u)
+	resp, err := k.g.proxy.Execute(k.work, k.cl, u)
 	if err != nil {
-		k.release(outcome.Settle(outcome.Result{Err: err, Tried: cl.Tried}))
-		return err
+		// It never reached an upstream (or none answered): released at once.
+		k.release(outcome.Settle(outcome.Result{Err: err, Tried: k.cl.Tried}))
+		return workEnd{err: err}
 	}
-	s.note(resp)
+	k.s.note(resp)
 	if resp.Stream != nil {
-		k.stream(resp, s)
-		return nil
+		k.stream(resp)
+		return workEnd{}
 	}
-	return k.json(resp, s)
+	return workEnd{err: k.json(resp)}
+}
+
+// json settles a buffered answer, commits it if it is the model's answer,
+// and relays it. A failed commit answers 503 instead: a retry must never
+// contradict what the client was given. A body too large to record is
+// relayed, and a marker is committed before its response ends.
+func (k *keyedCall) json(resp *proxy.Response) error {
+	v := outcome.Settle(resp.Result(k.cl.Tried))
+	resp.Report(v)
+	k.s.class = v.Class
+	switch {
+	case v.Commit:
+		failpoint("before-commit")
+		err := k.lease.Commit(k.work, &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
+			Body: resp.Body, Upstream: resp.Upstream.Cfg.Name})
+		if err != nil {
+			return err
+		}
+		k.resolved()
+		failpoint("after-commit")
+	case v.Uncommitted != "":
+		k.lease.Uncommitted()
+		k.s.committed = "marker: response over the record limit"
+		return proxy.WriteJSON(k.h, resp, v, func(size int64) error {
+			return k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, size, k.g.now())
+		})
+	default:
+		k.release(v)
+	}
+	return proxy.WriteJSON(k.h, resp, v, nil)
+}
+
+// stream relays a keyed stream while recording it and holding back its
+// ending (from the first finish_reason on), settles it, and commits or
+// releases; only then does the held-back tail go out — or, if the stream
+// failed or its commit did, one error event in its place. Whether it was
+// committed is also sent as a trailer.
+func (k *keyedCall) stream(resp *proxy.Response) {
+	g := k.g
+	rec := &sse.Recorder{MaxBytes: g.cfg.Idempotency.MaxRecordBytes, MaxEvents: g.cfg.Idempotency.MaxRecordEvents}
+	committed := false
+	defer func() { k.h.trailer(idempotency.CommittedTrailer, strconv.FormatBool(committed)) }()
+	tail := g.proxy.RelayStream(k.h, resp, rec, k.start, idempotency.CommittedTrailer, true)
+	res := resp.Result(k.cl.Tried)
+	res.Unrecordable = rec.Over()
+	v := outcome.Settle(res)
+	resp.Report(v)
+	k.s.class = v.Class
+	var err error
+	switch {
+	case v.Commit:
+		failpoint("before-commit")
+		err = k.lease.Commit(k.work, &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
+			Stream: true, Events: rec.Events(), Upstream: resp.Upstream.Cfg.Name})
+		if err == nil {
+			committed = true
+			k.resolved()
+			failpoint("after-commit")
+		}
+	case v.Uncommitted != "":
+		k.lease.Uncommitted()
+		k.s.committed = "marker: stream over the record limit"
+		g.log.Warn("stream too large to store; served once, a marker committed", "idempotency_key", k.s.idemKey,
+			"bytes", rec.Seen(), "limit_bytes", rec.MaxBytes, "limit_events", rec.MaxEvents)
+		err = k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, rec.Seen(), g.now())
+	default:
+		k.release(v)
+		tail.Fail(nil)
+		return
+	}
+	if err != nil {
+		tail.Fail(storeFailedEvent)
+		return
+	}
+	tail.Release()
+}
+
+// storeFailedEvent ends a keyed stream whose commit failed, in place of its
+// held-back tail: the client's SDK raises, and its retry runs again.
+var storeFailedEvent = apierror.StreamEvent(
+	"The answer could not be stored, so this stream did not complete. Retry with the same Idempotency-Key.",
+	"idempotency_store_unavailable")
+
+// opCtx bounds a store operation after the call: detached from the work's
+// end (its deadline may have passed), bounded by store.op_timeout.
+func (k *keyedCall) opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(k.work), k.g.cfg.Store.OpTimeout.D())
+}
+
+// resolved removes the dead letter of a key that has now succeeded.
+// Content-keyed cache entries have none.
+func (k *keyedCall) resolved() {
+	if !k.kr.Cache {
+		ctx, cancel := k.opCtx()
+		defer cancel()
+		k.g.dlq.Resolve(ctx, k.kr.Key)
+	}
+}
+
+// release releases the key of a request that did not produce a committable
+// answer (so the client's retry runs again) and records its dead letter
+// when the verdict says so. Content-keyed cache entries are not dead
+// letters: no client is waiting to retry them.
+func (k *keyedCall) release(v outcome.Verdict) {
+	k.lease.Release(k.work)
+	if v.DeadLetter != nil && !k.kr.Cache {
+		ctx, cancel := k.opCtx()
+		defer cancel()
+		k.g.dlq.Record(ctx, k.kr.Key, deadletter.Request{Model: k.cl.Model, Body: k.cl.Body, First: k.start}, v.DeadLetter)
+	}
 }
 
 // replay notes a claim that answered the client itself.
@@ -126,98 +340,5 @@ func (s *summary) replay(ev idempotency.Event, kr *idempotency.Request) {
 		if kr.Cache {
 			s.cache = "hit"
 		}
-	}
-}
-
-// keyedCall is a claimed keyed request between its upstream call and its
-// end: it commits or releases as the settled outcome says.
-type keyedCall struct {
-	g     *Gateway
-	w     http.ResponseWriter
-	r     *http.Request
-	cl    *proxy.Call
-	kr    *idempotency.Request
-	lease *idempotency.Lease
-	work  context.Context
-	start time.Time
-}
-
-// json settles a buffered answer, commits it if it is the model's answer,
-// and relays it. A failed commit answers 503 instead: a retry must never
-// contradict what the client was given.
-func (k *keyedCall) json(resp *proxy.Response, s *summary) error {
-	v := outcome.Settle(resp.Result(k.cl.Tried))
-	resp.Report(v)
-	s.class = v.Class
-	if v.Commit {
-		failpoint("before-commit")
-		err := k.lease.Commit(k.work, &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
-			Body: resp.Body, Upstream: resp.Upstream.Cfg.Name})
-		if err != nil {
-			return err
-		}
-		k.resolved()
-		failpoint("after-commit")
-	} else {
-		if v.Uncommitted != "" {
-			k.lease.Uncommitted()
-			s.committed = "false: response over the record limit"
-		}
-		k.release(v)
-	}
-	return proxy.WriteJSON(k.w, resp, v)
-}
-
-// stream relays a keyed stream while recording it, then settles it and
-// commits or releases. Whether it was committed is known only at its end:
-// it is sent as a trailer.
-func (k *keyedCall) stream(resp *proxy.Response, s *summary) {
-	g := k.g
-	rec := &sse.Recorder{MaxBytes: g.cfg.Idempotency.MaxRecordBytes, MaxEvents: g.cfg.Idempotency.MaxRecordEvents}
-	committed := false
-	defer func() { k.w.Header().Set(idempotency.CommittedTrailer, strconv.FormatBool(committed)) }()
-	g.proxy.RelayStream(k.w, k.r.Context(), resp, rec, k.start, idempotency.CommittedTrailer)
-	res := resp.Result(k.cl.Tried)
-	res.Unrecordable = rec.Over()
-	v := outcome.Settle(res)
-	resp.Report(v)
-	s.class = v.Class
-	switch {
-	case v.Commit:
-		failpoint("before-commit")
-		err := k.lease.Commit(k.work, &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
-			Stream: true, Events: rec.Events(), Upstream: resp.Upstream.Cfg.Name})
-		if err == nil {
-			committed = true
-			k.resolved()
-			failpoint("after-commit")
-		}
-	case v.Uncommitted != "":
-		k.lease.Uncommitted()
-		s.committed = "false: stream over the record limit"
-		g.log.Warn("stream too large to commit; served but not committed", "request_id", k.w.Header().Get("X-Llmgate-Request-Id"),
-			"idempotency_key", s.idemKey, "limit_bytes", rec.MaxBytes, "limit_events", rec.MaxEvents)
-		k.lease.Release(k.work)
-	default:
-		k.release(v)
-	}
-}
-
-// resolved removes the dead letter of a key that has now succeeded.
-// Content-keyed cache entries have none.
-func (k *keyedCall) resolved() {
-	if !k.kr.Cache {
-		k.g.dlq.Resolve(k.work, k.kr.Key)
-	}
-}
-
-// release releases the key of a request that did not produce a committable
-// answer (so the client's retry runs again) and records its dead letter
-// when the verdict says so. Content-keyed cache entries are not dead
-// letters: no client is waiting to retry them.
-func (k *keyedCall) release(v outcome.Verdict) {
-	k.lease.Release(k.work)
-	if v.DeadLetter != nil && !k.kr.Cache {
-		k.g.dlq.Record(k.work, k.kr.Key, deadletter.Request{Model: k.cl.Model, Body: k.cl.Body, First: k.start}, v.DeadLetter)
 	}
 }

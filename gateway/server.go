@@ -83,6 +83,7 @@ type Gateway struct {
 	clients  []clientKey
 	dlq      *deadletter.Queue
 	admin    *admin.Admin
+	work     *workSet
 	ready    atomic.Bool
 	shutdown chan struct{}
 	closing  atomic.Bool
@@ -131,7 +132,11 @@ func New(o Options) (*Gateway, error) {
 			Now:          g.now,
 		})})
 	g.keeper = idempotency.New(idempotency.Options{Store: o.Store, Metrics: g.metrics, Logger: g.log,
-		Lease: o.Config.Idempotency.Lease.D(), WaitTimeout: o.Config.Idempotency.WaitTimeout.D()})
+		Lease: o.Config.Idempotency.Lease.D(), WaitTimeout: o.Config.Idempotency.WaitTimeout.D(), OpTimeout: o.Config.Store.OpTimeout.D()})
+	g.work = newWorkSet(o.Config.Idempotency.MaxDetached)
+	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "llmgate_detached_calls", Help: "Keyed calls running on after their client stopped waiting (idempotency.max_detached bounds them).",
+	}, func() float64 { return float64(g.work.detached.Load()) }))
 	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "llmgate_store_records", Help: "Idempotency records in the store (committed and in flight).",
 	}, func() float64 { return float64(g.store.Stats().Records) }))
@@ -198,9 +203,19 @@ func (g *Gateway) BeginShutdown() {
 	}
 }
 
+// Drain gives the keyed calls still running (their clients gone, or past
+// their X-Llmgate-Deadline) until ctx ends to finish and commit; then it
+// cancels the rest, which release their keys and record their dead letters
+// (within store.op_timeout). Call it after the server has shut down,
+// before Close and before the store closes.
+func (g *Gateway) Drain(ctx context.Context) {
+	g.BeginShutdown()
+	g.work.Drain(ctx, 2*g.cfg.Store.OpTimeout.D())
+}
+
 // Close stops the dead-letter monitor and following shared overrides, and
 // releases idle upstream connections. Call it after the server has shut
-// down, before the store closes.
+// down and Drain returned, before the store closes.
 func (g *Gateway) Close() {
 	g.admin.Close()
 	g.dlq.Close()

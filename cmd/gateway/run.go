@@ -139,6 +139,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Warn("grace period over; closing remaining connections", "err", err)
 		_ = srv.Close()
 	}
+	// Keyed calls whose clients stopped waiting run on to be committed;
+	// they get what is left of the grace, then are cancelled (keys
+	// released, dead letters recorded) before the store closes.
+	gw.Drain(sctx)
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

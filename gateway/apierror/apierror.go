@@ -99,6 +99,34 @@ type Transport struct {
 
 func (e *Transport) Error() string { return "upstream " + e.Upstream + ": " + e.Reason }
 
+// BadAnswer: an upstream's 2xx that is no usable answer (malformed, cut,
+// an error object), still so after the retries.
+type BadAnswer struct {
+	Upstream string
+	Class    string
+	Reason   string
+}
+
+func (e *BadAnswer) Error() string {
+	return "upstream " + e.Upstream + ": unusable 2xx answer: " + e.Reason
+}
+
+// ClientDeadline: the client's own deadline (X-Llmgate-Deadline) passed
+// before its answer; a keyed call goes on and is committed, so a retry with
+// the same key gets it.
+type ClientDeadline struct{ Keyed bool }
+
+func (e *ClientDeadline) Error() string { return "the client's deadline passed" }
+
+// NotStored is what a retry gets for a key whose answer was served but was
+// too large to store: never a second, different answer.
+type NotStored struct {
+	Size int64
+	At   time.Time
+}
+
+func (*NotStored) Error() string { return "idempotency result not stored" }
+
 // ClientGone: the client left before the gateway answered (nginx's 499).
 var ClientGone = &clientGone{}
 
@@ -163,6 +191,26 @@ func Wire(err error) *Error {
 		}
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
 			Message: fmt.Sprintf("Upstream %s could not be reached (%s).", tr.Upstream, tr.Reason), Err: errors.New(tr.Reason)}
+	case errors.As(err, new(*BadAnswer)):
+		var ba *BadAnswer
+		errors.As(err, &ba)
+		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_bad_response",
+			Message: fmt.Sprintf("Upstream %s answered 2xx with no usable answer (%s), also after the retries.", ba.Upstream, ba.Reason), Err: err}
+	case errors.As(err, new(*ClientDeadline)):
+		var cd *ClientDeadline
+		errors.As(err, &cd)
+		msg := "The request's " + "X-Llmgate-Deadline passed before the answer."
+		if cd.Keyed {
+			msg += " The call goes on and is committed under its Idempotency-Key: retry with the same key to get it."
+		}
+		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "client_deadline_exceeded",
+			Message: msg, ShouldRetry: true, Err: err}
+	case errors.As(err, new(*NotStored)):
+		var ns *NotStored
+		errors.As(err, &ns)
+		return &Error{Status: http.StatusGone, Type: "invalid_request_error", Code: "idempotency_result_not_stored", Param: "Idempotency-Key",
+			Message: fmt.Sprintf("The answer to this Idempotency-Key was served once (%d bytes, at %s) but was too large for the gateway to store, "+
+				"so it cannot be replayed; it is not run again either. Use a new key to run the request again.", ns.Size, ns.At.UTC().Format(time.RFC3339))}
 	case errors.Is(err, ClientGone):
 		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request",
 			Message: "The client closed the request.", Err: context.Canceled}

@@ -48,6 +48,11 @@ type Options struct {
 	Lease time.Duration
 	// WaitTimeout bounds how long a duplicate waits for the first request.
 	WaitTimeout time.Duration
+	// OpTimeout bounds each commit, release and renewal. They run detached
+	// from the request's context: a client that left, or whose deadline
+	// passed, must not leave its key claimed or its answer uncommitted.
+	// If <= 0, 5s.
+	OpTimeout time.Duration
 	// Logger: if nil, logs are discarded.
 	Logger *slog.Logger
 }
@@ -58,12 +63,16 @@ type Keeper struct {
 	metrics *metrics.Metrics
 	lease   time.Duration
 	wait    time.Duration
+	opTime  time.Duration
 	log     *slog.Logger
 }
 
 // New returns a Keeper.
 func New(o Options) *Keeper {
-	k := &Keeper{store: o.Store, metrics: o.Metrics, lease: o.Lease, wait: o.WaitTimeout, log: o.Logger}
+	k := &Keeper{store: o.Store, metrics: o.Metrics, lease: o.Lease, wait: o.WaitTimeout, opTime: o.OpTimeout, log: o.Logger}
+	if k.opTime <= 0 {
+		k.opTime = 5 * time.Second
+	}
 	if k.log == nil {
 		k.log = slog.New(slog.DiscardHandler)
 	}
@@ -127,11 +136,18 @@ func (k *Keeper) Lookup(w http.ResponseWriter, r *http.Request, kr *Request) (Ev
 
 // Claim loops until this request owns the key — it returns a Lease — or it
 // has answered the client itself: a replay (nil Lease, nil error), or an
-// error (422, 409, 503, 499) for the caller to write.
-func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request) (*Lease, Event, error) {
+// error (422, 409, 503, 499, 504) for the caller to write. A wait for an
+// in-flight duplicate is bounded by wait_timeout and by the client's own
+// deadline (clientDeadline, when not zero).
+func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clientDeadline time.Time) (*Lease, Event, error) {
 	ctx := r.Context()
 	waitCtx, cancel := context.WithTimeout(ctx, k.wait)
 	defer cancel()
+	if !clientDeadline.IsZero() {
+		var cancelDL context.CancelFunc
+		waitCtx, cancelDL = context.WithDeadlineCause(waitCtx, clientDeadline, errClientDeadline)
+		defer cancelDL()
+	}
 	waited := false
 	for {
 		cl, err := k.store.Claim(ctx, kr.Key, kr.Fingerprint, k.lease)
@@ -156,6 +172,9 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request) (*Le
 				waited = true
 			}
 			if err := k.store.Wait(waitCtx, kr.Key); err != nil {
+				if ctx.Err() == nil && context.Cause(waitCtx) == errClientDeadline {
+					return nil, Event{Class: "client_deadline"}, &apierror.ClientDeadline{Keyed: true}
+				}
 				if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 					k.metrics.IdemEvent("conflict")
 					return nil, Event{Class: "idempotency_in_flight"}, &apierror.KeyInFlight{}
@@ -165,6 +184,8 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request) (*Le
 		}
 	}
 }
+
+var errClientDeadline = errors.New("client deadline")
 
 // storeErr is a store failure while claiming, or the client leaving.
 func (k *Keeper) storeErr(ctx context.Context, err error) error {
@@ -245,7 +266,10 @@ func (l *Lease) Renew(ctx context.Context) (stop func()) {
 		if stopped || ctx.Err() != nil {
 			return
 		}
-		if err := l.k.store.Renew(ctx, l.req.Key, l.owner, lease); err != nil {
+		octx, cancel := l.k.opCtx(ctx)
+		err := l.k.store.Renew(octx, l.req.Key, l.owner, lease)
+		cancel()
+		if err != nil {
 			l.k.log.Warn("renewing idempotency lease failed", "idempotency_key", HashKey(l.req.Key.ID), "err", err)
 			if errors.Is(err, cache.ErrNotOwner) {
 				return
@@ -261,12 +285,21 @@ func (l *Lease) Renew(ctx context.Context) (stop func()) {
 	}
 }
 
+// opCtx is the context of one store operation: detached from ctx's end,
+// bounded by the op timeout alone.
+func (k *Keeper) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), k.opTime)
+}
+
 // Commit stores rec under the key. On failure the completion exists but is
 // not committed: the key is released and the error is a StoreUnavailable,
-// so the client gets a 503 rather than an answer a retry could contradict.
+// so the client gets a 503 (or a stream its error event) rather than an
+// answer a retry could contradict.
 func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
 	rec.Fingerprint = l.req.Fingerprint
-	err := l.k.store.Commit(ctx, l.req.Key, l.owner, rec, l.req.TTL)
+	octx, cancel := l.k.opCtx(ctx)
+	defer cancel()
+	err := l.k.store.Commit(octx, l.req.Key, l.owner, rec, l.req.TTL)
 	if err == nil {
 		l.k.metrics.IdemEvent("commit")
 		return nil
@@ -279,9 +312,24 @@ func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
 	return &apierror.StoreUnavailable{Err: err}
 }
 
+// CommitNotStored commits a marker in place of an answer that was served
+// (size bytes, at) but is too large to record: a retry with the key gets
+// 410 idempotency_result_not_stored instead of paying for a second,
+// different answer. The marker is an ordinary committed error response, so
+// any version of llmgate replays it as such.
+func (l *Lease) CommitNotStored(ctx context.Context, upstream string, size int64, at time.Time) error {
+	e := &apierror.NotStored{Size: size, At: at}
+	body := apierror.Body(apierror.Wire(e))
+	return l.Commit(ctx, &cache.Record{Status: http.StatusGone, Body: body, Upstream: upstream,
+		Header: map[string][]string{"Content-Type": {"application/json"}, "X-Should-Retry": {"false"},
+			"X-Llmgate-Outcome": {"not_stored"}}})
+}
+
 // Release gives the key up, so the client's retry runs again.
 func (l *Lease) Release(ctx context.Context) {
-	if err := l.k.store.Release(ctx, l.req.Key, l.owner); err != nil && !errors.Is(err, cache.ErrNotOwner) {
+	octx, cancel := l.k.opCtx(ctx)
+	defer cancel()
+	if err := l.k.store.Release(octx, l.req.Key, l.owner); err != nil && !errors.Is(err, cache.ErrNotOwner) {
 		l.k.log.Warn("releasing idempotency key failed; it frees itself when its lease expires", "idempotency_key", HashKey(l.req.Key.ID), "err", err)
 	}
 	l.k.metrics.IdemEvent("release")

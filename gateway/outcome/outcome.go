@@ -10,6 +10,7 @@
 package outcome
 
 import (
+	"context"
 	"errors"
 
 	"github.com/llmgate/llmgate/breaker"
@@ -23,6 +24,8 @@ type Result struct {
 	// Outcome is the classified answer of the last attempt. Zero when Err
 	// is set.
 	Outcome classify.Outcome
+	// Upstream is the upstream that answered last.
+	Upstream string
 	// Status is the upstream's status, 0 when no upstream answered.
 	Status int
 	// Err is the typed error (package apierror) when no upstream produced
@@ -31,9 +34,11 @@ type Result struct {
 	// Unrecordable is an answer served whole but too large to record (over
 	// the record limits): it is never committed.
 	Unrecordable bool
-	// CtxEnded is true when the request's own context — its deadline or its
-	// client — ended the last attempt, rather than the upstream.
-	CtxEnded bool
+	// End is what, other than the upstream, ended the request's context
+	// (EndNone when nothing did).
+	End End
+	// Streamed: the answer was a stream whose first event had arrived.
+	Streamed bool
 	// Attempts and Tried describe the chain, for a dead letter.
 	Attempts int
 	Tried    []string
@@ -56,6 +61,9 @@ type Verdict struct {
 	NoRetry bool
 	// DeadLetter, when non-nil, is the failure a keyed request records.
 	DeadLetter *Failure
+	// Replace, when non-nil, is the error the client gets instead of an
+	// upstream 2xx that is no usable answer (after the retries).
+	Replace error
 }
 
 // Failure is what a keyed request's final failure says, for its dead letter.
@@ -73,23 +81,72 @@ func Settle(r Result) Verdict {
 		return Verdict{Class: classify.Class("gateway_error"), Breaker: breaker.Excluded, DeadLetter: errorFailure(r)}
 	}
 	o := r.Outcome
-	v := Verdict{Class: o.Class, Breaker: Breaker(o, r.CtxEnded)}
+	v := Verdict{Class: o.Class, Breaker: Breaker(o, r.End, r.Streamed)}
 	ok2xx := r.Status >= 200 && r.Status <= 299
 	switch {
-	case r.Unrecordable:
+	case ok2xx && r.Unrecordable && (!r.Streamed || Committable(o)):
+		// Served whole but too large to record (a body too large to buffer
+		// is not classified from its content): never committed.
 		v.Uncommitted = "over the record limit"
-	case ok2xx && Committable(o):
+	case ok2xx && Committable(o) && !r.Unrecordable:
 		v.Commit = true
+	case ok2xx && !r.Streamed:
+		// A 2xx that is no answer (malformed, an error object): the
+		// retries are spent, and a 200 would look like one.
+		v.NoRetry = true
+		v.Replace = &apierror.BadAnswer{Upstream: r.Upstream, Reason: o.Reason, Class: string(o.Class)}
 	default:
 		v.NoRetry = true
 	}
-	if !ok2xx {
-		v.NoRetry = true
-	}
-	if !v.Commit && o.Class.BreakerFailure() {
-		v.DeadLetter = &Failure{Class: string(o.Class), Message: o.Reason, Status: r.Status, Attempts: r.Attempts, Tried: r.Tried}
+	if !v.Commit && (o.Class.BreakerFailure() || r.End == EndGateway) {
+		class := string(o.Class)
+		if r.End == EndGateway {
+			class = "canceled_by_gateway"
+		}
+		v.DeadLetter = &Failure{Class: class, Message: o.Reason, Status: r.Status, Attempts: r.Attempts, Tried: r.Tried}
 	}
 	return v
+}
+
+// End is what ended a request's context, other than its upstream.
+type End int
+
+const (
+	// EndNone: the context is live; the upstream ended the attempt.
+	EndNone End = iota
+	// EndClient: the client's own deadline (X-Llmgate-Deadline) or its
+	// departure. It says nothing about the upstream.
+	EndClient
+	// EndOperator: the operator's retry.deadline.
+	EndOperator
+	// EndGateway: the gateway ended the call — it is shutting down and its
+	// grace is spent, or the call passed the cap on detached calls.
+	EndGateway
+)
+
+// The causes a request's contexts are ended with (context.WithDeadlineCause,
+// context.WithCancelCause), so that EndOf can tell them apart.
+var (
+	ErrClientDeadline   = errors.New("the client's deadline (X-Llmgate-Deadline) passed")
+	ErrOperatorDeadline = errors.New("the request's deadline (retry.deadline) passed")
+	// ErrShutdown (or an error that Is it) ends a call the gateway gave up.
+	ErrShutdown = errors.New("the gateway shut down before the call finished")
+)
+
+// EndOf says what ended ctx. A client's departure cancels its request's
+// context with context.Canceled as the cause.
+func EndOf(ctx context.Context) End {
+	if ctx.Err() == nil {
+		return EndNone
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, ErrOperatorDeadline):
+		return EndOperator
+	case errors.Is(cause, ErrShutdown):
+		return EndGateway
+	default: // ErrClientDeadline, context.Canceled by the client
+		return EndClient
+	}
 }
 
 // errorFailure is the dead letter of a request no upstream answered: an
@@ -112,12 +169,17 @@ func errorFailure(r Result) *Failure {
 
 // Breaker maps an upstream's outcome to what its breaker learns: the
 // provider answered (success, permanent, filtered, empty), it failed
-// transiently, or the request's own context ended it and it says nothing
-// about the provider — a client with a short X-Llmgate-Deadline must not be
-// able to open the breaker for everyone.
-func Breaker(o classify.Outcome, ctxEnded bool) breaker.Result {
+// transiently, or the request says nothing about the provider. Only the
+// client's own deadline or departure (and shutdown) is excluded: a client
+// with a short X-Llmgate-Deadline must not be able to open the breaker for
+// everyone, while the operator's retry.deadline ending an attempt that got
+// no answer is the upstream's failure. A stream still progressing when the
+// operator's deadline cut it is not a hang: excluded.
+func Breaker(o classify.Outcome, end End, streamed bool) breaker.Result {
 	switch {
-	case ctxEnded || o.Class.Excluded():
+	case end == EndClient || end == EndGateway || o.Class.Excluded():
+		return breaker.Excluded
+	case end == EndOperator && streamed:
 		return breaker.Excluded
 	case o.Class.BreakerFailure():
 		return breaker.Failure

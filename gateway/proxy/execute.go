@@ -101,20 +101,27 @@ type Response struct {
 	// Rest, when set, is the remainder of a body too large to buffer.
 	Rest io.ReadCloser
 	// Stream, when set, is a live SSE stream.
-	Stream   *LiveStream
+	Stream *LiveStream
+	// streamed: Stream was relayed (and is closed now).
+	streamed bool
 	Outcome  classify.Outcome
 	Attempts int
-	// ctxEnded: the request's own context ended the last attempt.
-	ctxEnded bool
+	// reqCtx is the context Execute ran under; end is what ended it, if
+	// anything did, when the answer was settled.
+	reqCtx context.Context
+	end    outcome.End
 	// done reports the outcome to the upstream's breaker; Report calls it.
 	done func(breaker.Result, string)
 }
 
 // Result is the settle input for this response (after a stream's end).
 func (r *Response) Result(tried []string) outcome.Result {
-	return outcome.Result{Outcome: r.Outcome, Status: r.Status, Unrecordable: r.Rest != nil,
-		CtxEnded: r.ctxEnded, Attempts: r.Attempts, Tried: tried}
+	return outcome.Result{Outcome: r.Outcome, Upstream: r.Upstream.Cfg.Name, Status: r.Status, Unrecordable: r.Rest != nil,
+		End: r.end, Streamed: r.Streamed(), Attempts: r.Attempts, Tried: tried}
 }
+
+// Streamed reports whether the response was a stream (now relayed).
+func (r *Response) Streamed() bool { return r.Stream != nil || r.streamed }
 
 // Report tells the upstream's breaker what the settled request says. Call
 // it once, after Settle.
@@ -169,16 +176,16 @@ func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Respo
 			return nil, err
 		}
 		resp, stop := p.runUpstream(ctx, c, u)
-		resp.done = done
+		resp.done, resp.reqCtx = done, ctx
 		if resp.Stream != nil {
 			return resp, nil
 		}
-		resp.ctxEnded = ctx.Err() != nil
-		if resp.Outcome.Class.Retryable() && !resp.ctxEnded && stop != retry.StopDeadline && stop != retry.StopCanceled {
+		resp.end = outcome.EndOf(ctx)
+		if resp.Outcome.Class.Retryable() && resp.end == outcome.EndNone && stop != retry.StopDeadline && stop != retry.StopCanceled {
 			// Retries ended transient: the next upstream in the chain, if
 			// any, gets its turn; the deadline still bounds the whole. This
 			// upstream's breaker learns now, by the same rule Settle uses.
-			resp.done(outcome.Breaker(resp.Outcome, false), string(resp.Outcome.Class))
+			resp.done(outcome.Breaker(resp.Outcome, outcome.EndNone, false), string(resp.Outcome.Class))
 			resp.done = nil
 			last.Discard()
 			last = resp

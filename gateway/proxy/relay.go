@@ -56,10 +56,17 @@ func SetGatewayHeaders(h http.Header, upstream string, o classify.Outcome) {
 }
 
 // WriteJSON sends a buffered (or prefix-buffered) response as v settled it,
-// or, when no upstream produced one, the transport failure's error.
-func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict) error {
+// or returns the error the client gets instead: the transport failure when
+// no upstream answered, or v.Replace. For a body too large to buffer,
+// beforeEnd (when non-nil) runs after the last byte is written, with the
+// body's size, and before the response ends; if it fails, the response is
+// aborted, so the client sees a cut answer rather than a complete one.
+func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict, beforeEnd func(size int64) error) error {
 	if resp.Status == 0 {
 		return &apierror.Transport{Upstream: resp.Upstream.Cfg.Name, Reason: resp.Outcome.Reason, Timeout: resp.Outcome.Timeout}
+	}
+	if v.Replace != nil {
+		return v.Replace
 	}
 	h := w.Header()
 	for k, vv := range resp.Header {
@@ -76,9 +83,13 @@ func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict) error {
 	_, _ = w.Write(resp.Body)
 	if resp.Rest != nil {
 		defer resp.Rest.Close()
-		if _, err := io.Copy(w, resp.Rest); err != nil {
+		n, err := io.Copy(w, resp.Rest)
+		if err != nil {
 			// Headers are sent: abort, so the client sees a cut response
 			// rather than a short one that looks complete.
+			panic(http.ErrAbortHandler)
+		}
+		if beforeEnd != nil && beforeEnd(int64(len(resp.Body))+n) != nil {
 			panic(http.ErrAbortHandler)
 		}
 	}
@@ -89,11 +100,19 @@ func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict) error {
 // flushing each as it arrives, and records it when rec is non-nil. It reads
 // the upstream to its end even when the client is gone (a keyed stream's
 // context is detached from the client, so the result can still be
-// committed). trailer, when non-empty, is announced as a trailer. It sets
-// resp.Outcome to how the stream ended and closes the stream.
-func (p *Proxy) RelayStream(w http.ResponseWriter, clientCtx context.Context, resp *Response, rec *sse.Recorder, start time.Time, trailer string) classify.Outcome {
+// committed). trailer, when non-empty, is announced as a trailer.
+//
+// With hold, everything from the first chunk that carries a finish_reason
+// on (the usage chunk and [DONE] included) is held back in the returned
+// Tail: SDKs take a stream that stops after a finish_reason as complete, so
+// a keyed stream's ending must wait for its commit. It sets resp.Outcome to
+// how the stream ended and closes the stream.
+func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Recorder, start time.Time, trailer string, hold bool) *Tail {
 	s := resp.Stream
-	defer s.close()
+	defer func() {
+		s.close()
+		resp.Stream, resp.streamed = nil, true
+	}()
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
@@ -104,38 +123,51 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, clientCtx context.Context, re
 		h.Set("Trailer", trailer)
 	}
 	w.WriteHeader(resp.Status)
-	out := &clientOut{w: w}
-	var obs classify.StreamObserver
-	obs.Observe(sse.Data(s.first))
-	rec.Add(s.first)
-	out.send(s.first)
+	r := &relay{out: &clientOut{w: w}, rec: rec, hold: hold}
+	r.event(s.first)
 	p.metrics.StreamTTFB(resp.Upstream.Cfg.Name, p.now().Sub(start))
 
-	o := p.relayEvents(s, &obs, rec, out, resp.Status)
-	cause := context.Cause(s.ctx)
-	// The request's own deadline, or a client that left (unkeyed): nothing
-	// the upstream did.
-	resp.ctxEnded = errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) && clientCtx.Err() != nil
+	o := r.rest(s, resp.Status)
+	resp.end = outcome.EndOf(resp.reqCtx)
 	resp.Outcome = o
 	if o.Class.BreakerFailure() {
 		p.log.Warn("stream ended early", "upstream", resp.Upstream.Cfg.Name, "class", o.Class, "reason", o.Reason)
 	}
-	return o
+	return &r.tail
 }
 
-// relayEvents relays the events after the first until the stream ends, and
+// relay is one stream on its way to the client.
+type relay struct {
+	out  *clientOut
+	rec  *sse.Recorder
+	obs  classify.StreamObserver
+	hold bool
+	tail Tail
+}
+
+// event observes, records and sends (or holds back) one event.
+func (r *relay) event(ev []byte) {
+	r.obs.Observe(sse.Data(ev))
+	r.rec.Add(ev)
+	if r.hold && (r.obs.Finished() || r.obs.SawDone()) {
+		r.tail.events = append(r.tail.events, append([]byte(nil), ev...))
+		return
+	}
+	r.out.send(ev)
+}
+
+// rest relays the events after the first until the stream ends, and
 // classifies its end.
-func (p *Proxy) relayEvents(s *LiveStream, obs *classify.StreamObserver, rec *sse.Recorder, out *clientOut, status int) classify.Outcome {
+func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
+	r.tail.out = r.out
 	for {
 		ev, err := s.next()
 		if err == nil {
-			obs.Observe(sse.Data(ev))
-			rec.Add(ev)
-			out.send(ev)
-			if obs.SawDone() {
+			r.event(ev)
+			if r.obs.SawDone() {
 				// [DONE] is the end: what follows (a connection held open,
 				// a reset) is not the stream's and must not fail it.
-				return obs.Outcome()
+				return r.obs.Outcome()
 			}
 			continue
 		}
@@ -154,10 +186,53 @@ func (p *Proxy) relayEvents(s *LiveStream, obs *classify.StreamObserver, rec *ss
 			if o.Timeout {
 				msg = "The upstream stream stalled and was ended by the gateway."
 			}
-			out.send(apierror.StreamEvent(msg, "upstream_stream_error"))
+			r.failed(apierror.StreamEvent(msg, "upstream_stream_error"))
 		}
 		return o
 	}
+}
+
+// failed ends a broken stream with exactly one error event: none when the
+// upstream already sent one the client saw; held back with the tail when
+// there is one (it replaces the tail).
+func (r *relay) failed(ev []byte) {
+	switch {
+	case len(r.tail.events) > 0:
+		r.tail.failure = ev
+	case !r.obs.SawError():
+		r.out.send(ev)
+	}
+}
+
+// Tail is the held-back end of a keyed stream: released after the commit,
+// or replaced by one error event when the stream failed or its commit did.
+type Tail struct {
+	out     *clientOut
+	events  [][]byte
+	failure []byte
+}
+
+// Held reports whether anything is held back.
+func (t *Tail) Held() bool { return len(t.events) > 0 }
+
+// Release sends the held events.
+func (t *Tail) Release() {
+	for _, ev := range t.events {
+		t.out.send(ev)
+	}
+	t.events = nil
+}
+
+// Fail drops the held events and sends ev in their place; with ev nil, the
+// stream's own failure event, if it had one.
+func (t *Tail) Fail(ev []byte) {
+	if ev == nil {
+		ev = t.failure
+	}
+	if t.events != nil && ev != nil {
+		t.out.send(ev)
+	}
+	t.events = nil
 }
 
 // clientOut writes events to the client, flushing each; after a failed

@@ -10,12 +10,17 @@ type Recorder struct {
 
 	events [][]byte
 	size   int64
+	seen   int64
 	over   bool
 }
 
 // Add keeps a copy of ev.
 func (r *Recorder) Add(ev []byte) {
-	if r == nil || r.over {
+	if r == nil {
+		return
+	}
+	r.seen += int64(len(ev))
+	if r.over {
 		return
 	}
 	if len(r.events)+1 > r.MaxEvents || r.size+int64(len(ev)) > r.MaxBytes {
@@ -29,6 +34,9 @@ func (r *Recorder) Add(ev []byte) {
 
 // Events returns what was recorded, in order.
 func (r *Recorder) Events() [][]byte { return r.events }
+
+// Seen is the bytes of every event added, kept or not.
+func (r *Recorder) Seen() int64 { return r.seen }
 
 // Over reports whether the stream passed a limit (nothing is kept then).
 func (r *Recorder) Over() bool { return r.over }

@@ -1,0 +1,183 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmgate/llmgate/gateway/outcome"
+)
+
+// workSet tracks the keyed calls in flight, so that shutdown can give them
+// the grace period and then end them (their keys released, their dead
+// letters recorded) before the store closes, and counts the detached ones
+// — those whose client stopped waiting — against a cap.
+type workSet struct {
+	mu       sync.Mutex
+	cancels  map[*workItem]struct{}
+	wg       sync.WaitGroup
+	detached atomic.Int64
+	max      int64
+	closed   bool
+}
+
+type workItem struct {
+	cancel   context.CancelCauseFunc
+	detached atomic.Bool
+}
+
+func newWorkSet(max int) *workSet {
+	return &workSet{cancels: map[*workItem]struct{}{}, max: int64(max)}
+}
+
+// start registers a keyed call. Its context is detached from the client's
+// (parent's values are kept) and ends at operatorDeadline (when not zero),
+// at Drain's cancellation, or when done is called.
+func (s *workSet) start(parent context.Context, operatorDeadline time.Time) (ctx context.Context, it *workItem, done func()) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	var stopDL context.CancelFunc = func() {}
+	if !operatorDeadline.IsZero() {
+		ctx, stopDL = context.WithDeadlineCause(ctx, operatorDeadline, outcome.ErrOperatorDeadline)
+	}
+	it = &workItem{cancel: cancel}
+	s.mu.Lock()
+	if s.closed {
+		cancel(outcome.ErrShutdown)
+	}
+	s.cancels[it] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	return ctx, it, func() {
+		stopDL()
+		cancel(context.Canceled)
+		if it.detached.Load() {
+			s.detached.Add(-1)
+		}
+		s.mu.Lock()
+		delete(s.cancels, it)
+		s.mu.Unlock()
+		s.wg.Done()
+	}
+}
+
+// detach counts it as running on without its client. Past the cap the call
+// is cancelled instead: it reports false.
+func (s *workSet) detach(it *workItem) bool {
+	if !it.detached.CompareAndSwap(false, true) {
+		return true
+	}
+	if s.detached.Add(1) > s.max {
+		it.cancel(errDetachedCap)
+		return false
+	}
+	return true
+}
+
+var errDetachedCap = &capError{}
+
+type capError struct{}
+
+func (*capError) Error() string        { return "too many detached keyed calls (idempotency.max_detached)" }
+func (*capError) Is(target error) bool { return target == outcome.ErrShutdown }
+
+// Drain waits for the keyed calls in flight until ctx ends, then cancels
+// the rest and waits (bounded by wait) for them to release their keys and
+// record their dead letters.
+func (s *workSet) Drain(ctx context.Context, wait time.Duration) {
+	idle := make(chan struct{})
+	go func() { s.wg.Wait(); close(idle) }()
+	select {
+	case <-idle:
+		return
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	s.closed = true
+	for it := range s.cancels {
+		it.cancel(outcome.ErrShutdown)
+	}
+	s.mu.Unlock()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
+}
+
+// handoff is the ResponseWriter a keyed call's work writes through. The
+// handler may end it at the client's deadline: from then on the work's
+// writes go nowhere, so the work can outlive its handler (net/http forbids
+// touching a ResponseWriter after the handler returns). The work's headers
+// are its own until it writes the status line.
+type handoff struct {
+	mu     sync.Mutex
+	w      http.ResponseWriter
+	header http.Header
+	wrote  bool
+	ended  bool
+}
+
+func newHandoff(w http.ResponseWriter) *handoff {
+	return &handoff{w: w, header: http.Header{}}
+}
+
+func (h *handoff) Header() http.Header { return h.header }
+
+func (h *handoff) WriteHeader(code int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.writeHeader(code)
+}
+
+func (h *handoff) writeHeader(code int) {
+	if h.ended || h.wrote {
+		return
+	}
+	dst := h.w.Header()
+	for k, v := range h.header {
+		dst[k] = v
+	}
+	h.w.WriteHeader(code)
+	h.wrote = true
+}
+
+func (h *handoff) Write(b []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return 0, http.ErrHandlerTimeout
+	}
+	h.writeHeader(http.StatusOK)
+	return h.w.Write(b)
+}
+
+func (h *handoff) Flush() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f, ok := h.w.(http.Flusher); !h.ended && ok {
+		f.Flush()
+	}
+}
+
+// trailer sets a trailer's value, if the handler has not ended.
+func (h *handoff) trailer(k, v string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended {
+		h.w.Header().Set(k, v)
+	}
+}
+
+// end stops the work's writes; last, when non-nil, writes the handler's own
+// ending first (wrote says whether the status line is out).
+func (h *handoff) end(last func(w http.ResponseWriter, wrote bool)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended && last != nil {
+		last(h.w, h.wrote)
+	}
+	h.ended = true
+}
