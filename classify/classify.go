@@ -39,7 +39,8 @@ const (
 	ServerError   Class = "server_error"   // 500 and other 5xx: transient, but one retry only
 	Quota         Class = "quota"          // insufficient_quota, billing_hard_limit_reached, ... whatever the status
 	ClientError   Class = "client_error"   // 400, 404, 409, 413, 422 and other 4xx
-	Auth          Class = "auth"           // 401, 403 (gateway misconfigured)
+	Unauthorized  Class = "unauthorized"   // 401: the provider rejects the gateway's own key (revoked, wrong)
+	Auth          Class = "auth"           // 403: not allowed (often one model or one request)
 	ContentFilter Class = "content_filter" // finish_reason content_filter in any choice, or a 4xx whose error.code is content_filter / content_policy_violation
 	Empty         Class = "empty_output"   // 200 whose every choice has no content, no tool_calls, no function_call, no refusal (or no choices at all)
 	Canceled      Class = "canceled"       // client went away / request context cancelled
@@ -67,9 +68,12 @@ func (c Class) MaxAttempts() int {
 }
 
 // BreakerFailure reports whether the class counts against the upstream's
-// circuit breaker: Transient, RateLimited and ServerError. Everything else
-// — a permanent error included — shows the upstream answering.
-func (c Class) BreakerFailure() bool { return c.Retryable() }
+// circuit breaker: Transient, RateLimited and ServerError, and
+// Unauthorized — a provider that rejects the gateway's key is unusable for
+// everyone until an operator fixes it, and the fallback should take over.
+// Everything else — a permanent error included — shows the upstream
+// answering.
+func (c Class) BreakerFailure() bool { return c.Retryable() || c == Unauthorized }
 
 // Excluded reports whether the breaker should ignore the request entirely:
 // Canceled, because a client that went away says nothing of the upstream.
@@ -158,7 +162,7 @@ func FromError(err error) Outcome {
 //     whatever the status.
 //   - a 4xx whose error.code (or type) is content_filter or
 //     content_policy_violation: ContentFilter.
-//   - 401, 403: Auth. 429: RateLimited. Other 4xx: ClientError.
+//   - 401: Unauthorized. 403: Auth. 429: RateLimited. Other 4xx: ClientError.
 //   - 502, 503, 504, 529: Transient. 500 and other 5xx: ServerError.
 //   - 1xx and 3xx (an upstream that should not send them): ServerError.
 //   - status 0 (an error object without a status, as sent inside a
@@ -225,7 +229,9 @@ func fromFields(e errorFields) Outcome {
 
 func statusClass(status int) Class {
 	switch {
-	case status == http.StatusUnauthorized, status == http.StatusForbidden:
+	case status == http.StatusUnauthorized:
+		return Unauthorized
+	case status == http.StatusForbidden:
 		return Auth
 	case status == http.StatusTooManyRequests:
 		return RateLimited
@@ -297,7 +303,8 @@ var (
 		rules(RateLimited, "rate_limit_exceeded", "rate_limit_error", "requests", "tokens"),
 		rules(Transient, "overloaded_error", "overloaded", "service_unavailable", "timeout", "timeout_error"),
 		rules(ServerError, "server_error", "api_error", "internal_error", "internal_server_error"),
-		rules(Auth, "authentication_error", "permission_error", "invalid_api_key", "invalid_authentication"),
+		rules(Unauthorized, "authentication_error", "invalid_api_key", "invalid_authentication"),
+		rules(Auth, "permission_error"),
 		rules(ClientError, "invalid_request_error", "not_found_error", "context_length_exceeded", "request_too_large"),
 	)
 )

@@ -157,12 +157,18 @@ var policy = []struct {
 		},
 	},
 	{
-		"401, 403",
-		"permanent (auth)", "no", "no", Auth,
+		"401 (the provider rejects the gateway's key)",
+		"permanent (unauthorized)", "no", "yes", Unauthorized,
 		[]policyCase{
 			{"401", response(401, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`), "status 401", false},
-			{"403", response(403, `{"error":{"type":"permission_error"}}`), "status 403", false},
 			{"stream authentication_error", stream(`{"type":"error","error":{"type":"authentication_error"}}`), "error.type authentication_error", false},
+		},
+	},
+	{
+		"403",
+		"permanent (auth)", "no", "no", Auth,
+		[]policyCase{
+			{"403", response(403, `{"error":{"type":"permission_error"}}`), "status 403", false},
 		},
 	},
 	{

@@ -13,7 +13,7 @@ import (
 
 var knownClasses = map[Class]bool{
 	Success: true, Transient: true, RateLimited: true, ServerError: true, Quota: true,
-	ClientError: true, Auth: true, ContentFilter: true, Empty: true, Canceled: true,
+	ClientError: true, Auth: true, Unauthorized: true, ContentFilter: true, Empty: true, Canceled: true,
 }
 
 func checkOutcome(t *testing.T, o Outcome) {

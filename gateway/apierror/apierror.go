@@ -111,6 +111,18 @@ func (e *BadAnswer) Error() string {
 	return "upstream " + e.Upstream + ": unusable 2xx answer: " + e.Reason
 }
 
+// UpstreamAuth: an upstream refused the gateway's own credentials (401) or
+// the request (403). It is the operator's problem, not the tenant's: the
+// client never sees the provider's message, which may describe its key.
+type UpstreamAuth struct {
+	Upstream string
+	Status   int
+}
+
+func (e *UpstreamAuth) Error() string {
+	return fmt.Sprintf("upstream %s refused the gateway's credentials (status %d)", e.Upstream, e.Status)
+}
+
 // ClientDeadline: the client's own deadline (X-Llmgate-Deadline) passed
 // before its answer; a keyed call goes on and is committed, so a retry with
 // the same key gets it.
@@ -196,6 +208,12 @@ func Wire(err error) *Error {
 		errors.As(err, &ba)
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_bad_response",
 			Message: fmt.Sprintf("Upstream %s answered 2xx with no usable answer (%s), also after the retries.", ba.Upstream, ba.Reason), Err: err}
+	case errors.As(err, new(*UpstreamAuth)):
+		var ua *UpstreamAuth
+		errors.As(err, &ua)
+		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_auth_failed",
+			Message: fmt.Sprintf("Upstream %s refused the gateway's credentials. This is the gateway operator's to fix, not your API key; retrying will not help.", ua.Upstream),
+			Err: err}
 	case errors.As(err, new(*ClientDeadline)):
 		var cd *ClientDeadline
 		errors.As(err, &cd)

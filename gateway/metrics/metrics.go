@@ -31,6 +31,7 @@ type Metrics struct {
 	fallbacks     *prometheus.CounterVec
 	idem          *prometheus.CounterVec
 	ttfb          *prometheus.HistogramVec
+	authFailures  *prometheus.CounterVec
 	Inflight      prometheus.Gauge
 
 	DLQSize     *prometheus.GaugeVec
@@ -82,6 +83,9 @@ func New(reg prometheus.Registerer, exactModels []string) *Metrics {
 			Name: "llmgate_idempotency_events_total",
 			Help: "Idempotency events: claim, commit, release, replay, wait, conflict (409), mismatch (422), store_error, uncommitted, cache_hit, cache_miss.",
 		}, []string{"event"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_upstream_auth_failures_total", Help: "Upstream answers refusing the gateway's credentials (401) or the request (403), by upstream and status.",
+		}, []string{"upstream", "status"}),
 		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "llmgate_stream_ttfb_seconds", Help: "Time from request to the first streamed event sent to the client.", Buckets: buckets,
 		}, []string{"upstream"}),
@@ -109,7 +113,7 @@ func New(reg prometheus.Registerer, exactModels []string) *Metrics {
 	}
 	reg.MustRegister(m.DLQSize, m.DLQAlert, m.DLQReplays, m.DLQRecorded)
 	reg.MustRegister(m.requests, m.duration, m.attempts, m.retries, m.budget, m.breakerState,
-		m.breakerTrans, m.breakerReject, m.fallbacks, m.idem, m.ttfb, m.Inflight)
+		m.breakerTrans, m.breakerReject, m.fallbacks, m.idem, m.ttfb, m.Inflight, m.authFailures)
 	return m
 }
 
@@ -146,6 +150,11 @@ func (m *Metrics) Attempt(upstream string, o classify.Outcome) {
 
 func (m *Metrics) Retry(upstream string, o classify.Outcome) {
 	m.retries.WithLabelValues(upstream, string(o.Class)).Inc()
+}
+
+// UpstreamAuthFailure counts a 401/403 from an upstream.
+func (m *Metrics) UpstreamAuthFailure(upstream string, status int) {
+	m.authFailures.WithLabelValues(upstream, strconv.Itoa(status)).Inc()
 }
 
 func (m *Metrics) BudgetRejected(upstream string) { m.budget.WithLabelValues(upstream).Inc() }

@@ -90,6 +90,11 @@ func Settle(r Result) Verdict {
 		v.Uncommitted = "over the record limit"
 	case ok2xx && Committable(o) && !r.Unrecordable:
 		v.Commit = true
+	case o.Class == classify.Unauthorized || o.Class == classify.Auth:
+		// The provider refused the gateway's credentials: the operator's
+		// problem. The tenant never sees the provider's message.
+		v.NoRetry = true
+		v.Replace = &apierror.UpstreamAuth{Upstream: r.Upstream, Status: r.Status}
 	case ok2xx && !r.Streamed:
 		// A 2xx that is no answer (malformed, an error object): the
 		// retries are spent, and a 200 would look like one.

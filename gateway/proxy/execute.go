@@ -215,6 +215,12 @@ func (p *Proxy) runUpstream(ctx context.Context, c *Call, u *Upstream) (*Respons
 		return resp.Outcome
 	})
 	resp.Attempts = stats.Attempts
+	if c := resp.Outcome.Class; c == classify.Unauthorized || c == classify.Auth {
+		// The provider's message may describe its key: it is not logged.
+		p.metrics.UpstreamAuthFailure(u.Cfg.Name, resp.Status)
+		p.log.Error("upstream refused the gateway's credentials; check its api_key", "upstream", u.Cfg.Name,
+			"status", resp.Status, "class", c, "reason", resp.Outcome.Reason)
+	}
 	if stats.Stop == retry.StopBudget {
 		p.metrics.BudgetRejected(u.Cfg.Name)
 	}
