@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -45,7 +46,7 @@ func parseStorageKey(b []byte) (Key, bool) {
 	parts := [3]string{}
 	rest := b[2:]
 	for i := 0; i < 2; i++ {
-		j := indexByte(rest, 0)
+		j := bytes.IndexByte(rest, 0)
 		if j < 0 {
 			return Key{}, false
 		}
@@ -54,15 +55,6 @@ func parseStorageKey(b []byte) (Key, bool) {
 	}
 	parts[2] = string(rest)
 	return Key{Scope: parts[0], Endpoint: parts[1], ID: parts[2]}, true
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // Value layout: one version byte, then the version's encoding. Version 1:
