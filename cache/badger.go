@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -148,7 +147,6 @@ const (
 	defaultGCInterval  = 10 * time.Minute
 	gcDiscardRatio     = 0.5
 	statsMaxAge        = 5 * time.Second
-	defaultListLimit   = 100
 	maxConflictRetries = 100
 	// inFlightGrace is how long an in-flight record outlives its lease in
 	// memory before the sweep drops it. A claimant takes over an expired
@@ -619,97 +617,6 @@ func dirSizes(dir string) (lsm, vlog int64) {
 		return nil
 	})
 	return lsm, vlog
-}
-
-// List returns the metadata of up to limit records of one scope, in key
-// order (endpoint, then id), skipping expired ones. If limit <= 0, 100. The
-// in-flight records (memory) are merged into the committed ones (Badger).
-func (s *Badger) List(ctx context.Context, scope string, limit int) ([]ListedKey, error) {
-	if strings.IndexByte(scope, 0) >= 0 {
-		return nil, fmt.Errorf("list: %w: scope contains NUL", ErrInvalidKey)
-	}
-	if limit <= 0 {
-		limit = defaultListLimit
-	}
-	unlock, err := s.begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", scope, err)
-	}
-	defer unlock()
-	prefix := scopeKeyPrefix(scope)
-	flying := s.flights.withPrefix(prefix)
-	var out []ListedKey
-	// takeFlying appends the in-flight records that sort before key (all
-	// of them when key is nil) and reports whether there is room for more.
-	takeFlying := func(key []byte) bool {
-		for len(flying) > 0 && len(out) < limit && (key == nil || bytes.Compare(flying[0].key, key) < 0) {
-			if k, ok := parseStorageKey(flying[0].key); ok {
-				r := &flying[0].rec
-				out = append(out, ListedKey{
-					Key: k, State: r.State, Fingerprint: r.Fingerprint,
-					LeaseUntil: r.LeaseUntil, CreatedAt: r.CreatedAt,
-				})
-			}
-			flying = flying[1:]
-		}
-		return len(out) < limit
-	}
-	now := s.now()
-	err = s.db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.PrefetchValues = false
-		opts.Prefix = prefix
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			item := it.Item()
-			// In flight in Badger: left by an earlier release, ignored.
-			if item.UserMeta() != byte(Committed) {
-				continue
-			}
-			if !takeFlying(item.Key()) {
-				return nil
-			}
-			if len(flying) > 0 && bytes.Equal(flying[0].key, item.Key()) {
-				// Claimed again after its expiry: the in-flight record is
-				// the current one, and comes next.
-				continue
-			}
-			k, ok := parseStorageKey(item.Key())
-			if !ok {
-				continue
-			}
-			var lk ListedKey
-			err := item.Value(func(v []byte) error {
-				r, size, err := decodeMeta(v)
-				if err != nil {
-					return err
-				}
-				lk = ListedKey{
-					Key: k, State: r.State, Fingerprint: r.Fingerprint, Stream: r.Stream,
-					Status: r.Status, Size: size, Upstream: r.Upstream,
-					LeaseUntil: r.LeaseUntil, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
-				}
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("%s: %w", k, err)
-			}
-			if expired(lk.State, lk.ExpiresAt, now) {
-				continue
-			}
-			out = append(out, lk)
-		}
-		takeFlying(nil)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", scope, mapClosed(err))
-	}
-	return out, nil
 }
 
 // Close stops the background goroutines, wakes every waiter (their Wait

@@ -499,9 +499,6 @@ func TestInFlightInMemory(t *testing.T) {
 	if st := s.Stats(); st.Records != 1 || st.InFlight != 0 {
 		t.Fatalf("Stats = %+v, want the 1 committed record", st)
 	}
-	if list, err := s.List(ctx, "acme", 0); err != nil || len(list) != 1 || list[0].Key != key1 {
-		t.Fatalf("List = %+v, %v; want only %v", list, err, key1)
-	}
 	c = mustClaim(t, s, legacy, "another-fp", Claimed)
 	if err := s.Release(ctx, legacy, c.Owner); err != nil {
 		t.Fatal(err)
@@ -594,11 +591,9 @@ func TestCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 	}
 	_, claimErr := s.Claim(ctx, key1, "fp", lease)
 	_, getErr := s.Get(ctx, key1)
-	_, listErr := s.List(ctx, "", 10)
 	for name, err := range map[string]error{
 		"Claim":   claimErr,
 		"Get":     getErr,
-		"List":    listErr,
 		"Renew":   s.Renew(ctx, key1, c.Owner, lease),
 		"Commit":  s.Commit(ctx, key1, c.Owner, jsonRecord(), ttl),
 		"Release": s.Release(ctx, key1, c.Owner),
@@ -688,7 +683,7 @@ func TestInvalidArguments(t *testing.T) {
 	}
 }
 
-func TestStatsAndList(t *testing.T) {
+func TestStats(t *testing.T) {
 	clock := newClock()
 	dir := t.TempDir()
 	s := openStore(t, dir, clock)
@@ -717,36 +712,6 @@ func TestStatsAndList(t *testing.T) {
 	clock.Advance(statsMaxAge)
 	if got := s.Stats().Records; got != 7 {
 		t.Fatalf("Stats after cache expiry: %d records, want 7", got)
-	}
-
-	list, err := s.List(ctx, "acme", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list) != 5 {
-		t.Fatalf("List = %d keys, want 5: %+v", len(list), list)
-	}
-	for i, lk := range list {
-		if lk.Key.ID != fmt.Sprintf("k%d", i) || lk.Key.Scope != "acme" || lk.Key.Endpoint != chatEP {
-			t.Fatalf("List[%d].Key = %+v", i, lk.Key)
-		}
-		wantState, wantSize := InFlight, 0
-		if i < 3 {
-			wantState, wantSize = Committed, len(jsonRecord().Body)
-		}
-		if lk.State != wantState || lk.Size != wantSize || lk.Fingerprint != "fp" {
-			t.Fatalf("List[%d] = %+v, want state %v size %d", i, lk, wantState, wantSize)
-		}
-	}
-	if list, _ := s.List(ctx, "acme", 2); len(list) != 2 {
-		t.Fatalf("List with limit 2: %d keys", len(list))
-	}
-	if list, _ := s.List(ctx, "", 10); len(list) != 0 {
-		t.Fatalf("List of the shared scope: %+v", list)
-	}
-	clock.Advance(ttl)
-	if list, _ := s.List(ctx, "acme", 10); len(list) != 2 {
-		t.Fatalf("List after expiry = %d keys, want the 2 in flight", len(list))
 	}
 }
 

@@ -186,17 +186,3 @@ type Stats struct {
 	VLogBytes int64
 	At        time.Time // when the figures were taken (store clock)
 }
-
-// ListedKey is one entry of List: a record's metadata, without its body.
-type ListedKey struct {
-	Key         Key
-	State       State
-	Fingerprint string
-	Stream      bool
-	Status      int
-	Size        int // body or event bytes
-	Upstream    string
-	LeaseUntil  time.Time
-	CreatedAt   time.Time
-	ExpiresAt   time.Time
-}

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,8 +15,7 @@ import (
 //
 // 'i' is the namespace of idempotency records ('d' is reserved for dead
 // letters). Key.Validate forbids NUL in scope and endpoint and the id is
-// printable ASCII, so the layout is unambiguous and a scope's keys share the
-// prefix 'i' 0x00 scope 0x00, which is what List scans.
+// printable ASCII, so the layout is unambiguous.
 const recordNS = 'i'
 
 func storageKey(k Key) []byte {
@@ -30,32 +28,7 @@ func storageKey(k Key) []byte {
 	return append(b, k.ID...)
 }
 
-func scopeKeyPrefix(scope string) []byte {
-	b := make([]byte, 0, 3+len(scope))
-	b = append(b, recordNS, 0)
-	b = append(b, scope...)
-	return append(b, 0)
-}
-
 var recordKeyPrefix = []byte{recordNS, 0}
-
-func parseStorageKey(b []byte) (Key, bool) {
-	if len(b) < 2 || b[0] != recordNS || b[1] != 0 {
-		return Key{}, false
-	}
-	parts := [3]string{}
-	rest := b[2:]
-	for i := 0; i < 2; i++ {
-		j := bytes.IndexByte(rest, 0)
-		if j < 0 {
-			return Key{}, false
-		}
-		parts[i] = string(rest[:j])
-		rest = rest[j+1:]
-	}
-	parts[2] = string(rest)
-	return Key{Scope: parts[0], Endpoint: parts[1], ID: parts[2]}, true
-}
 
 // Value layout: one version byte, then the version's encoding. Version 1:
 //
@@ -70,8 +43,8 @@ func parseStorageKey(b []byte) (Key, bool) {
 //	body                          uvarint length + bytes
 //	events     uvarint count, then each: uvarint length + bytes
 //
-// The metadata comes first so List can read it without touching the body. A
-// later release adds version 2 and keeps decodeV1, so it reads older records.
+// The metadata comes first, so a reader can stop before the body. A later
+// release adds version 2 and keeps decodeV1, so it reads older records.
 const codecV1 = 1
 
 var errUnknownVersion = errors.New("unknown record encoding version")
@@ -167,21 +140,6 @@ func decodeRecord(b []byte) (*Record, error) {
 	return r, nil
 }
 
-// decodeMeta parses the metadata and returns the size of the body or events
-// without keeping them. It does not retain b.
-func decodeMeta(b []byte) (*Record, int, error) {
-	r := new(Record)
-	d := decoder{b: b}
-	if err := d.header(r); err != nil {
-		return nil, 0, err
-	}
-	size, err := d.bodySize()
-	if err != nil {
-		return nil, 0, err
-	}
-	return r, size, nil
-}
-
 type decoder struct {
 	b   []byte
 	err error
@@ -261,14 +219,6 @@ func (d *decoder) body(r *Record) error {
 		return fmt.Errorf("decode record: %w", d.err)
 	}
 	return nil
-}
-
-func (d *decoder) bodySize() (int, error) {
-	var r Record
-	if err := d.body(&r); err != nil {
-		return 0, err
-	}
-	return r.Size(), nil
 }
 
 func (d *decoder) uvarint() uint64 {

@@ -1,9 +1,7 @@
 package cache
 
 import (
-	"bytes"
 	"hash/maphash"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,30 +66,6 @@ func (f *flights) del(sh *flightShard, key []byte) bool {
 	delete(sh.m, string(key))
 	f.n.Add(-1)
 	return true
-}
-
-// flightEntry is one in-flight record and its storage key, for List.
-type flightEntry struct {
-	key []byte
-	rec Record
-}
-
-// withPrefix returns copies of the records whose storage key starts with
-// prefix, in key order.
-func (f *flights) withPrefix(prefix []byte) []flightEntry {
-	var out []flightEntry
-	for i := range f.shards {
-		sh := &f.shards[i]
-		sh.mu.Lock()
-		for k, r := range sh.m {
-			if len(k) >= len(prefix) && k[:len(prefix)] == string(prefix) {
-				out = append(out, flightEntry{key: []byte(k), rec: *r})
-			}
-		}
-		sh.mu.Unlock()
-	}
-	slices.SortFunc(out, func(a, b flightEntry) int { return bytes.Compare(a.key, b.key) })
-	return out
 }
 
 // sweep removes the records whose lease ran out more than grace before now

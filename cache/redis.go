@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -595,91 +594,6 @@ func (r *Redis) Stats() Stats {
 	}
 	r.stats = st
 	return st
-}
-
-// List returns the metadata of up to limit records of one scope, in key
-// order (endpoint, then id), skipping expired ones. If limit <= 0, 100.
-// Redis has no ordered scan: the scope's keys are collected by SCAN and
-// sorted, and the records are then read in batches until limit is reached.
-func (r *Redis) List(ctx context.Context, scope string, limit int) ([]ListedKey, error) {
-	if strings.IndexByte(scope, 0) >= 0 {
-		return nil, fmt.Errorf("list: %w: scope contains NUL", ErrInvalidKey)
-	}
-	if limit <= 0 {
-		limit = defaultListLimit
-	}
-	if err := r.begin(ctx); err != nil {
-		return nil, fmt.Errorf("list %q: %w", scope, err)
-	}
-	var b strings.Builder
-	b.WriteString(globEscape(r.prefix) + redisRecordNS + "{")
-	escapePart(&b, scope)
-	b.WriteString(":*")
-	type entry struct {
-		key  string
-		name Key
-	}
-	var mu sync.Mutex
-	var entries []entry
-	err := r.scan(ctx, b.String(), func(_ context.Context, _ redis.Cmdable, keys []string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, key := range keys {
-			if k, ok := r.parseRecordKey(key); ok && k.Scope == scope {
-				entries = append(entries, entry{key, k})
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", scope, r.mapErr(err))
-	}
-	slices.SortFunc(entries, func(a, b entry) int {
-		return cmp.Or(strings.Compare(a.name.Endpoint, b.name.Endpoint), strings.Compare(a.name.ID, b.name.ID))
-	})
-
-	var out []ListedKey
-	now := r.now()
-	for chunk := range slices.Chunk(entries, redisBatch) {
-		if len(out) >= limit {
-			break
-		}
-		keys := make([]string, len(chunk))
-		for i, e := range chunk {
-			keys[i] = e.key
-		}
-		cmds, err := pipelined(ctx, r.client, keys, func(p redis.Pipeliner, key string) *redis.StringCmd {
-			return p.HGet(ctx, key, "data")
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list %q: %w", scope, r.mapErr(err))
-		}
-		for i, cmd := range cmds {
-			if len(out) >= limit {
-				break
-			}
-			v, err := cmd.Bytes()
-			if errors.Is(err, redis.Nil) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("list %q: %w", scope, r.mapErr(err))
-			}
-			rec, size, err := decodeMeta(v)
-			if err != nil {
-				return nil, fmt.Errorf("list %q: %s: %w", scope, chunk[i].name, err)
-			}
-			if expired(rec.State, rec.ExpiresAt, now) {
-				continue
-			}
-			out = append(out, ListedKey{
-				Key: chunk[i].name, State: rec.State, Fingerprint: rec.Fingerprint, Stream: rec.Stream,
-				Status: rec.Status, Size: size, Upstream: rec.Upstream,
-				LeaseUntil: rec.LeaseUntil, CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt,
-			})
-		}
-	}
-	return out, nil
 }
 
 // Close wakes every waiter (their Wait returns ErrClosed), stops the

@@ -1,9 +1,6 @@
 package cache
 
-import (
-	"fmt"
-	"strings"
-)
+import "strings"
 
 // Redis key layout. P is RedisOptions.Prefix ("llmgate:" by default):
 //
@@ -17,9 +14,9 @@ import (
 //	P breakers                      an override changed: "1"+upstream (open) or "0"+upstream (cleared)
 //
 // Each part is escaped (escapePart) so that it contains none of `:{}` nor a
-// glob metacharacter: the layout is unambiguous, List can SCAN one scope with
-// a MATCH pattern, and the braces mark exactly one Redis Cluster hash tag per
-// key. Every script touches one key, so in Cluster mode no script ever
+// glob metacharacter: the layout is unambiguous, a pattern built from a part
+// matches only that part, and the braces mark exactly one Redis Cluster hash
+// tag per key. Every script touches one key, so in Cluster mode no script ever
 // crosses slots; the tag still names the record's identity rather than the
 // whole key, so that a key added later for the same record (say P l:{same})
 // would share its slot and could join it in a script.
@@ -51,44 +48,6 @@ func escapePart(b *strings.Builder, s string) {
 	}
 }
 
-func unescapePart(s string) (string, error) {
-	if strings.IndexByte(s, '%') < 0 {
-		return s, nil
-	}
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '%' {
-			b.WriteByte(c)
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", fmt.Errorf("truncated escape in %q", s)
-		}
-		hi, ok1 := unhex(s[i+1])
-		lo, ok2 := unhex(s[i+2])
-		if !ok1 || !ok2 {
-			return "", fmt.Errorf("bad escape %q in %q", s[i:i+3], s)
-		}
-		b.WriteByte(hi<<4 | lo)
-		i += 2
-	}
-	return b.String(), nil
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	}
-	return 0, false
-}
-
 // recordIdent is the escaped "<scope>:<endpoint>:<id>" of a key: the hash
 // tag of its record and the suffix of its wake channel.
 func recordIdent(k Key) string {
@@ -118,31 +77,6 @@ func (r *Redis) deadLetterKey(id string) string {
 	escapePart(&b, id)
 	b.WriteByte('}')
 	return b.String()
-}
-
-// parseRecordKey inverts recordKey(recordIdent(k)).
-func (r *Redis) parseRecordKey(key string) (Key, bool) {
-	rest, ok := strings.CutPrefix(key, r.prefix+redisRecordNS+"{")
-	if !ok {
-		return Key{}, false
-	}
-	rest, ok = strings.CutSuffix(rest, "}")
-	if !ok {
-		return Key{}, false
-	}
-	parts := strings.Split(rest, ":")
-	if len(parts) != 3 {
-		return Key{}, false
-	}
-	var out [3]string
-	for i, p := range parts {
-		s, err := unescapePart(p)
-		if err != nil {
-			return Key{}, false
-		}
-		out[i] = s
-	}
-	return Key{Scope: out[0], Endpoint: out[1], ID: out[2]}, true
 }
 
 // globEscape quotes the glob metacharacters of s for SCAN MATCH and

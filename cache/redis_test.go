@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -446,7 +447,7 @@ func TestRedisKeyLayout(t *testing.T) {
 		if strings.ContainsAny(ident, `*?[]\ `) {
 			t.Fatalf("ident %q keeps a glob metacharacter or a space", ident)
 		}
-		got, ok := r.parseRecordKey(key)
+		got, ok := parseRecordKey(r.prefix, key)
 		if !ok || got != k {
 			t.Fatalf("parseRecordKey(%q) = %+v, %v; want %+v", key, got, ok, k)
 		}
@@ -458,28 +459,50 @@ func TestRedisKeyLayout(t *testing.T) {
 		t.Fatalf("deadLetterKey = %q", got)
 	}
 	for _, bad := range []string{"llmgate:r:{a:b}", "llmgate:r:{a:b:c", "llmgate:r:{a:b:%zz}", "other:r:{a:b:c}", "llmgate:r:{a:b:%4}"} {
-		if k, ok := r.parseRecordKey(bad); ok {
+		if k, ok := parseRecordKey(r.prefix, bad); ok {
 			t.Fatalf("parseRecordKey(%q) = %+v, want failure", bad, k)
 		}
 	}
 
-	// On a real Redis: the weird keys round-trip through List, and a scope
-	// with glob characters matches only itself.
+	// On a real Redis, under a prefix with glob characters: each weird key
+	// is a record of its own.
 	s := openTestRedis(t, RedisOptions{Prefix: testPrefix() + "*?[]"})
-	for _, k := range append(weird, Key{Scope: "a:bx{c}", Endpoint: chatEP, ID: "other-scope"}) {
-		if _, err := s.Claim(ctx, k, "fp", lease); err != nil {
+	for i, k := range weird {
+		if _, err := s.Claim(ctx, k, fmt.Sprint("fp", i), lease); err != nil {
 			t.Fatalf("Claim %+v: %v", k, err)
 		}
 	}
-	for _, k := range weird {
-		list, err := s.List(ctx, k.Scope, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(list) != 1 || list[0].Key != k {
-			t.Fatalf("List(%q) = %+v, want only %+v", k.Scope, list, k)
+	for i, k := range weird {
+		if got, err := s.Get(ctx, k); err != nil || got.Fingerprint != fmt.Sprint("fp", i) {
+			t.Fatalf("Get(%+v) = %+v, %v; want fingerprint fp%d", k, got, err, i)
 		}
 	}
+}
+
+// parseRecordKey inverts recordKey(recordIdent(k)) under prefix, to show the
+// layout is unambiguous: escapePart writes %XX, which url.PathUnescape reads.
+func parseRecordKey(prefix, key string) (Key, bool) {
+	rest, ok := strings.CutPrefix(key, prefix+redisRecordNS+"{")
+	if !ok {
+		return Key{}, false
+	}
+	rest, ok = strings.CutSuffix(rest, "}")
+	if !ok {
+		return Key{}, false
+	}
+	parts := strings.Split(rest, ":")
+	if len(parts) != 3 {
+		return Key{}, false
+	}
+	var out [3]string
+	for i, p := range parts {
+		s, err := url.PathUnescape(p)
+		if err != nil {
+			return Key{}, false
+		}
+		out[i] = s
+	}
+	return Key{Scope: out[0], Endpoint: out[1], ID: out[2]}, true
 }
 
 func TestRedisOpen(t *testing.T) {
@@ -672,13 +695,11 @@ func TestRedisCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 	}
 	_, claimErr := r.Claim(ctx, key1, "fp", lease)
 	_, getErr := r.Get(ctx, key1)
-	_, listErr := r.List(ctx, "", 10)
 	_, dlErr := r.ListDeadLetters(ctx, DeadLetterFilter{})
 	_, boErr := r.BreakerOverrides(ctx)
 	for name, err := range map[string]error{
 		"Claim":            claimErr,
 		"Get":              getErr,
-		"List":             listErr,
 		"ListDeadLetters":  dlErr,
 		"BreakerOverrides": boErr,
 		"Renew":            r.Renew(ctx, key1, c.Owner, lease),

@@ -20,7 +20,6 @@ type store interface {
 	Wait(ctx context.Context, k Key) error
 	Get(ctx context.Context, k Key) (*Record, error)
 	Delete(ctx context.Context, k Key) error
-	List(ctx context.Context, scope string, limit int) ([]ListedKey, error)
 	PutDeadLetter(ctx context.Context, k Key, d *DeadLetter, ttl time.Duration) error
 	GetDeadLetter(ctx context.Context, id string) (*DeadLetter, error)
 	DeleteDeadLetter(ctx context.Context, id string) error
@@ -384,23 +383,19 @@ func runStoreSuite(t *testing.T, open func(t *testing.T, now func() time.Time) s
 		if err := s.Release(ctx, b, cb.Owner); err != nil {
 			t.Fatalf("Release in the other scope: %v", err)
 		}
-		for scope, want := range map[string]int{"acme": 1, "globex": 0, "": 1} {
-			list, err := s.List(ctx, scope, 0)
-			if err != nil {
-				t.Fatal(err)
+		for _, k := range []Key{a, b} {
+			if _, err := s.Get(ctx, k); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Get(%v) after its Delete or Release: %v, want ErrNotFound", k, err)
 			}
-			if len(list) != want {
-				t.Fatalf("List(%q) = %+v, want %d keys", scope, list, want)
-			}
-			for _, lk := range list {
-				if lk.Key.Scope != scope {
-					t.Fatalf("List(%q) returned %+v", scope, lk.Key)
-				}
+		}
+		for k, fp := range map[Key]string{shared: "fp-c", embed: "fp-d"} {
+			if got, err := s.Get(ctx, k); err != nil || got.State != InFlight || got.Fingerprint != fp {
+				t.Fatalf("Get(%v) = %+v, %v; want in flight with %s", k, got, err, fp)
 			}
 		}
 	})
 
-	t.Run("list", func(t *testing.T) {
+	t.Run("many keys in a scope", func(t *testing.T) {
 		s, clock := setup(t)
 		for _, id := range []string{"k3", "k1", "k0", "k2", "k4"} {
 			k := Key{Scope: "acme", Endpoint: chatEP, ID: id}
@@ -411,31 +406,39 @@ func runStoreSuite(t *testing.T, open func(t *testing.T, now func() time.Time) s
 				}
 			}
 		}
-		claim(t, s, Key{Scope: "acme", Endpoint: "/v1/completions", ID: "z"}, "fp", Claimed)
-		claim(t, s, Key{Scope: "acme2", Endpoint: chatEP, ID: "x"}, "fp", Claimed)
-		list, err := s.List(ctx, "acme", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(list) != 6 || list[0].Key.Endpoint != chatEP || list[5].Key.Endpoint != "/v1/completions" {
-			t.Fatalf("List = %+v, want 6 keys, /v1/chat/completions first", list)
-		}
-		for i, lk := range list[:5] {
-			wantState, wantSize := InFlight, 0
-			if i < 3 {
-				wantState, wantSize = Committed, len(jsonRecord().Body)
+		claim(t, s, Key{Scope: "acme", Endpoint: "/v1/completions", ID: "k0"}, "fp-z", Claimed)
+		claim(t, s, Key{Scope: "acme2", Endpoint: chatEP, ID: "k0"}, "fp-x", Claimed)
+		check := func(t *testing.T, afterTTL bool) {
+			t.Helper()
+			for i := range 5 {
+				k := Key{Scope: "acme", Endpoint: chatEP, ID: fmt.Sprintf("k%d", i)}
+				got, err := s.Get(ctx, k)
+				if i < 3 && afterTTL {
+					if !errors.Is(err, ErrNotFound) {
+						t.Fatalf("Get(%v) after its ttl: %+v, %v; want ErrNotFound", k, got, err)
+					}
+					continue
+				}
+				wantState, wantSize := InFlight, 0
+				if i < 3 {
+					wantState, wantSize = Committed, len(jsonRecord().Body)
+				}
+				if err != nil || got.State != wantState || got.Size() != wantSize || got.Fingerprint != "fp" {
+					t.Fatalf("Get(%v) = %+v, %v; want state %v size %d", k, got, err, wantState, wantSize)
+				}
 			}
-			if lk.Key.ID != fmt.Sprintf("k%d", i) || lk.State != wantState || lk.Size != wantSize || lk.Fingerprint != "fp" {
-				t.Fatalf("List[%d] = %+v, want k%d state %v size %d", i, lk, i, wantState, wantSize)
+			for k, fp := range map[Key]string{
+				{Scope: "acme", Endpoint: "/v1/completions", ID: "k0"}: "fp-z",
+				{Scope: "acme2", Endpoint: chatEP, ID: "k0"}:           "fp-x",
+			} {
+				if got, err := s.Get(ctx, k); err != nil || got.State != InFlight || got.Fingerprint != fp {
+					t.Fatalf("Get(%v) = %+v, %v; want in flight with %s", k, got, err, fp)
+				}
 			}
 		}
-		if list, _ := s.List(ctx, "acme", 2); len(list) != 2 || list[1].Key.ID != "k1" {
-			t.Fatalf("List with limit 2: %+v", list)
-		}
+		check(t, false)
 		clock.Advance(ttl)
-		if list, _ := s.List(ctx, "acme", 10); len(list) != 3 {
-			t.Fatalf("List after expiry = %d keys, want the 3 in flight", len(list))
-		}
+		check(t, true)
 	})
 
 	t.Run("delete", func(t *testing.T) {
@@ -480,9 +483,6 @@ func runStoreSuite(t *testing.T, open func(t *testing.T, now func() time.Time) s
 		clock.Advance(time.Nanosecond)
 		if _, err := s.Get(ctx, key1); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Get at expiry: %v, want ErrNotFound", err)
-		}
-		if list, _ := s.List(ctx, key1.Scope, 0); len(list) != 0 {
-			t.Fatalf("List at expiry: %+v", list)
 		}
 		// Expired means absent: the key can be claimed afresh, with any body.
 		claim(t, s, key1, "another-fp", Claimed)
@@ -583,8 +583,8 @@ func runStoreSuite(t *testing.T, open func(t *testing.T, now func() time.Time) s
 		if err := s.Commit(ctx, key1, c.Owner, nil, ttl); err == nil {
 			t.Fatal("Commit of nil record: no error")
 		}
-		if _, err := s.List(ctx, "a\x00b", 0); !errors.Is(err, ErrInvalidKey) {
-			t.Fatalf("List of a scope with NUL: %v", err)
+		if _, err := s.Get(ctx, Key{Scope: "a\x00b", Endpoint: chatEP, ID: "k"}); !errors.Is(err, ErrInvalidKey) {
+			t.Fatalf("Get of a scope with NUL: %v", err)
 		}
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
