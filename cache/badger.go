@@ -152,8 +152,6 @@ const (
 	// memory before the sweep drops it. A claimant takes over an expired
 	// lease long before that, and until then its owner may still renew it;
 	// the sweep only makes sure an orphan nobody claims again disappears.
-	// (Earlier releases wrote in-flight records to Badger with a TTL of
-	// lease + inFlightGrace; they are ignored and expire on their own.)
 	inFlightGrace = time.Minute
 )
 
@@ -249,10 +247,6 @@ func OpenBadger(o BadgerOptions) (*Badger, error) {
 //   - in flight whose lease has run out → taken over under a new owner →
 //     Claimed;
 //   - in flight otherwise → Busy.
-//
-// An in-flight record written to Badger by an earlier release is ignored: its
-// owner was a previous process on this directory, which is dead, so the key
-// is claimable; Badger drops the record when its TTL runs out.
 func (s *Badger) Claim(ctx context.Context, k Key, fingerprint string, lease time.Duration) (Claim, error) {
 	if lease <= 0 {
 		return Claim{}, fmt.Errorf("claim %s: lease %v must be positive", k, lease)
@@ -551,10 +545,10 @@ func (s *Badger) Ping(ctx context.Context) error {
 // pingKey is outside the record namespace and never written.
 var pingKey = []byte{'p', 0}
 
-// Stats counts the committed records with a key-only scan (the state is in
-// Badger's per-entry user byte, so no value is read), adds the in-flight
-// ones held in memory, and sums the directory's .sst and .vlog files. The result is cached for 5 seconds; after Close the last
-// result is returned.
+// Stats counts the committed records with a key-only scan (only committed
+// records are written to Badger, so no value is read), adds the in-flight
+// ones held in memory, and sums the directory's .sst and .vlog files. The
+// result is cached for 5 seconds; after Close the last result is returned.
 func (s *Badger) Stats() Stats {
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
@@ -576,10 +570,7 @@ func (s *Badger) Stats() Stats {
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			// In flight in Badger: left by an earlier release, ignored.
-			if it.Item().UserMeta() == byte(Committed) {
-				st.Records++
-			}
+			st.Records++
 		}
 		return nil
 	})
@@ -665,9 +656,9 @@ func (s *Badger) update(fn func(txn *badger.Txn) error) error {
 }
 
 // loadCommitted reads and decodes the committed record under key, in a
-// read-only transaction. It returns nil when there is none, when it has
+// read-only transaction. It returns nil when there is none or when it has
 // expired by the store's clock (Badger's own TTL runs on real time, in
-// whole seconds), and for an in-flight record an earlier release wrote.
+// whole seconds).
 func (s *Badger) loadCommitted(key []byte, now time.Time) (*Record, error) {
 	var rec *Record
 	err := s.db.View(func(txn *badger.Txn) error {
@@ -677,9 +668,6 @@ func (s *Badger) loadCommitted(key []byte, now time.Time) (*Record, error) {
 		}
 		if err != nil {
 			return err
-		}
-		if item.UserMeta() == byte(InFlight) {
-			return nil
 		}
 		v, err := item.ValueCopy(nil)
 		if err != nil {

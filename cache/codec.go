@@ -43,8 +43,9 @@ var recordKeyPrefix = []byte{recordNS, 0}
 //	body                          uvarint length + bytes
 //	events     uvarint count, then each: uvarint length + bytes
 //
-// The metadata comes first, so a reader can stop before the body. A later
-// release adds version 2 and keeps decodeV1, so it reads older records.
+// The metadata comes first, so a reader can stop before the body. A release
+// that changes the layout adds version 2 and still reads version 1; this one
+// reads version 1 only and rejects any other.
 const codecV1 = 1
 
 var errUnknownVersion = errors.New("unknown record encoding version")
