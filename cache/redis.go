@@ -157,38 +157,21 @@ func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		r.poll = defaultPollInterval
 	}
 
-	if o.Cluster {
-		opt, err := redis.ParseClusterURL(o.URL)
-		if err != nil {
-			return nil, fmt.Errorf("open redis store: %w", err)
-		}
-		setDefault(&opt.DialTimeout, redisTimeout)
-		setDefault(&opt.ReadTimeout, redisTimeout)
-		setDefault(&opt.WriteTimeout, redisTimeout)
-		setDefault(&opt.MaxRetries, 1)
-		setDefault(&opt.DialerRetries, 1)
-		if o.PoolSize > 0 {
-			opt.PoolSize = o.PoolSize
-		}
-		opt.ContextTimeoutEnabled = true
-		r.cluster = redis.NewClusterClient(opt)
-		r.client = r.cluster
-	} else {
-		opt, err := redis.ParseURL(o.URL)
-		if err != nil {
-			return nil, fmt.Errorf("open redis store: %w", err)
-		}
-		setDefault(&opt.DialTimeout, redisTimeout)
-		setDefault(&opt.ReadTimeout, redisTimeout)
-		setDefault(&opt.WriteTimeout, redisTimeout)
-		setDefault(&opt.MaxRetries, 1)
-		setDefault(&opt.DialerRetries, 1)
-		if o.PoolSize > 0 {
-			opt.PoolSize = o.PoolSize
-		}
-		opt.ContextTimeoutEnabled = true
-		r.client = redis.NewClient(opt)
+	opt, err := universalOptions(o.URL, o.Cluster)
+	if err != nil {
+		return nil, fmt.Errorf("open redis store: %w", err)
 	}
+	setDefault(&opt.DialTimeout, redisTimeout)
+	setDefault(&opt.ReadTimeout, redisTimeout)
+	setDefault(&opt.WriteTimeout, redisTimeout)
+	setDefault(&opt.MaxRetries, 1)
+	setDefault(&opt.DialerRetries, 1)
+	if o.PoolSize > 0 {
+		opt.PoolSize = o.PoolSize
+	}
+	opt.ContextTimeoutEnabled = true
+	r.client = redis.NewUniversalClient(opt)
+	r.cluster, _ = r.client.(*redis.ClusterClient)
 
 	r.wakePattern = globEscape(r.prefix) + redisWakeNS + "*"
 	r.ps = r.client.Subscribe(context.Background())
@@ -210,6 +193,90 @@ func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		r.log.Warn("redis store: pub/sub not subscribed yet; waiters poll until it is")
 	}
 	return r, nil
+}
+
+// universalOptions parses url as go-redis does for the client that cluster
+// selects — redis.ParseURL, or redis.ParseClusterURL, which takes further
+// nodes as &addr=host:port — into the options redis.NewUniversalClient
+// takes. With cluster, IsClusterMode makes even one address a cluster
+// client; without, ParseURL admits one address, so the client is a plain
+// one. Every field either parser sets is carried over (TestRedisURLOptions
+// holds this to go-redis).
+func universalOptions(url string, cluster bool) (*redis.UniversalOptions, error) {
+	if cluster {
+		o, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, err
+		}
+		return &redis.UniversalOptions{
+			Addrs:                   o.Addrs,
+			IsClusterMode:           true,
+			ClientName:              o.ClientName,
+			Protocol:                o.Protocol,
+			Username:                o.Username,
+			Password:                o.Password,
+			TLSConfig:               o.TLSConfig,
+			MaxRedirects:            o.MaxRedirects,
+			ReadOnly:                o.ReadOnly,
+			RouteByLatency:          o.RouteByLatency,
+			RouteByLatencyTolerance: o.RouteByLatencyTolerance,
+			RouteRandomly:           o.RouteRandomly,
+			MaxRetries:              o.MaxRetries,
+			MinRetryBackoff:         o.MinRetryBackoff,
+			MaxRetryBackoff:         o.MaxRetryBackoff,
+			DialTimeout:             o.DialTimeout,
+			DialerRetries:           o.DialerRetries,
+			DialerRetryTimeout:      o.DialerRetryTimeout,
+			ReadTimeout:             o.ReadTimeout,
+			WriteTimeout:            o.WriteTimeout,
+			PoolFIFO:                o.PoolFIFO,
+			PoolSize:                o.PoolSize,
+			MaxConcurrentDials:      o.MaxConcurrentDials,
+			PoolTimeout:             o.PoolTimeout,
+			MinIdleConns:            o.MinIdleConns,
+			MaxIdleConns:            o.MaxIdleConns,
+			MaxActiveConns:          o.MaxActiveConns,
+			PipelinePoolSize:        o.PipelinePoolSize,
+			PipelineReadBufferSize:  o.PipelineReadBufferSize,
+			PipelineWriteBufferSize: o.PipelineWriteBufferSize,
+			ConnMaxIdleTime:         o.ConnMaxIdleTime,
+			ConnMaxLifetime:         o.ConnMaxLifetime,
+			ConnMaxLifetimeJitter:   o.ConnMaxLifetimeJitter,
+			FailingTimeoutSeconds:   o.FailingTimeoutSeconds,
+		}, nil
+	}
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	return &redis.UniversalOptions{
+		Addrs:                   []string{o.Addr},
+		DB:                      o.DB,
+		ClientName:              o.ClientName,
+		Protocol:                o.Protocol,
+		Username:                o.Username,
+		Password:                o.Password,
+		TLSConfig:               o.TLSConfig,
+		MaxRetries:              o.MaxRetries,
+		MinRetryBackoff:         o.MinRetryBackoff,
+		MaxRetryBackoff:         o.MaxRetryBackoff,
+		DialTimeout:             o.DialTimeout,
+		ReadTimeout:             o.ReadTimeout,
+		WriteTimeout:            o.WriteTimeout,
+		PoolFIFO:                o.PoolFIFO,
+		PoolSize:                o.PoolSize,
+		MaxConcurrentDials:      o.MaxConcurrentDials,
+		PoolTimeout:             o.PoolTimeout,
+		MinIdleConns:            o.MinIdleConns,
+		MaxIdleConns:            o.MaxIdleConns,
+		MaxActiveConns:          o.MaxActiveConns,
+		PipelinePoolSize:        o.PipelinePoolSize,
+		PipelineReadBufferSize:  o.PipelineReadBufferSize,
+		PipelineWriteBufferSize: o.PipelineWriteBufferSize,
+		ConnMaxIdleTime:         o.ConnMaxIdleTime,
+		ConnMaxLifetime:         o.ConnMaxLifetime,
+		ConnMaxLifetimeJitter:   o.ConnMaxLifetimeJitter,
+	}, nil
 }
 
 func setDefault[T comparable](p *T, v T) {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -535,6 +536,60 @@ func TestRedisOpen(t *testing.T) {
 		t.Fatalf("Open, Claim and Ping took %v on an unreachable Redis", d)
 	}
 	r.Stats() // does not hang or panic
+}
+
+// TestRedisURLOptions: universalOptions carries over everything go-redis's
+// URL parsers read, so a URL means to the one redis.NewUniversalClient what
+// it meant to redis.NewClient or redis.NewClusterClient, and Cluster alone
+// decides which client it is.
+func TestRedisURLOptions(t *testing.T) {
+	const common = "protocol=2&client_name=gw&max_retries=3&min_retry_backoff=1ms&max_retry_backoff=2ms" +
+		"&dial_timeout=3s&read_timeout=4s&write_timeout=5s&pool_fifo=true&pool_size=6&pool_timeout=7s" +
+		"&min_idle_conns=1&max_idle_conns=2&max_active_conns=9&max_concurrent_dials=3" +
+		"&pipeline_pool_size=4&pipeline_read_buffer_size=1024&pipeline_write_buffer_size=2048" +
+		"&conn_max_idle_time=8s&conn_max_lifetime=9s&conn_max_lifetime_jitter=1s"
+
+	single := "rediss://user:pw@db.example:6380/3?" + common + "&skip_verify=true"
+	want, err := redis.ParseURL(single)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := universalOptions(single, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := u.Simple()
+	got.Network = want.Network // redis.NewClient infers it from Addr
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("plain URL:\n got %+v\nwant %+v", got, want)
+	}
+
+	cluster := "rediss://user:pw@n1.example:7000?" + common +
+		"&max_redirects=4&read_only=true&route_by_latency=true&route_by_latency_tolerance=1ms" +
+		"&route_randomly=true&dialer_retries=2&dialer_retry_timeout=10ms&failing_timeout_seconds=3" +
+		"&addr=n2.example:7001&addr=n3.example:7002"
+	wantC, err := redis.ParseClusterURL(cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err = universalOptions(cluster, true); err != nil {
+		t.Fatal(err)
+	}
+	if gotC := u.Cluster(); !reflect.DeepEqual(gotC, wantC) {
+		t.Errorf("cluster URL:\n got %+v\nwant %+v", gotC, wantC)
+	}
+
+	for _, cluster := range []bool{false, true} {
+		u, err := universalOptions("redis://127.0.0.1:6379", cluster)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := redis.NewUniversalClient(u)
+		if _, isCluster := c.(*redis.ClusterClient); isCluster != cluster {
+			t.Errorf("Cluster %v with one address: client %T", cluster, c)
+		}
+		c.Close()
+	}
 }
 
 // deadAddr is a loopback address nothing listens on.
