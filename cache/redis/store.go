@@ -1,4 +1,10 @@
-package cache
+// Package redisstore is the idempotency store of package cache shared by
+// several gateway replicas through one Redis (or Redis Cluster): claims,
+// records and dead letters in Redis, waiters woken across replicas by
+// pub/sub, and the breaker overrides every replica applies. It passes
+// cache/storetest. Its import path is .../cache/redis; the package is named
+// redisstore so that it does not shadow go-redis's package redis.
+package redisstore
 
 import (
 	"context"
@@ -13,10 +19,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/cache/internal/codec"
+	"github.com/llmgate/llmgate/cache/internal/waiters"
 )
 
-// RedisOptions configures OpenRedis. Only URL is required.
-type RedisOptions struct {
+// Options configures Open. Only URL is required.
+type Options struct {
 	// URL is redis://[user:password@]host:port[/db][?options] or rediss://
 	// for TLS, parsed by redis.ParseURL (redis.ParseClusterURL when Cluster:
 	// further nodes as &addr=host:port). Required. Unless the URL sets them,
@@ -31,7 +41,7 @@ type RedisOptions struct {
 	// contain '{' or '}', which would take over the keys' hash tags.
 	Prefix string
 	// Cluster uses a Redis Cluster client. Every script touches one key, so
-	// no command crosses slots (see the key layout in redis_keys.go).
+	// no command crosses slots (see the key layout in keys.go).
 	Cluster bool
 	// Now is the clock for leases, CreatedAt and ExpiresAt. If nil,
 	// time.Now. Redis's own expiry (PX) runs on real time.
@@ -49,9 +59,10 @@ type RedisOptions struct {
 	PollInterval time.Duration
 }
 
-// Redis is the idempotency store shared by several gateway replicas: one
+// Store is the idempotency store shared by several gateway replicas: one
 // Idempotency-Key means one upstream call across all of them. It has the
-// method set and semantics of Badger, with these differences:
+// method set and semantics of the Badger store (cache/badger), with these
+// differences:
 //
 //   - Owner tokens are random. There is no "previous process" shortcut: a
 //     dead replica's claim is taken over when its lease runs out.
@@ -61,8 +72,8 @@ type RedisOptions struct {
 //   - Stats reports no LSMBytes or VLogBytes.
 //   - Breaker overrides are shared (SetBreakerOverride and friends).
 //
-// A record is one hash (fields in redis_scripts.go) whose data field holds
-// the record in the package's codec, the same bytes Badger stores. Every
+// A record is one hash (fields in scripts.go) whose data field holds the
+// record as codec.EncodeRecord writes it, the same bytes Badger stores. Every
 // state change is one Lua script comparing and setting the owner token.
 // Renew and Commit first read the record (one round trip) to build the new
 // bytes in Go, then compare-and-set on the owner.
@@ -73,7 +84,7 @@ type RedisOptions struct {
 // twice: Claim recognises its own owner token and Commit its own per-call
 // nonce, so their retries still succeed; a retried Release or Delete whose
 // first run took effect reports ErrNotOwner or ErrNotFound.
-type Redis struct {
+type Store struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless Cluster
 	prefix  string
@@ -91,7 +102,7 @@ type Redis struct {
 	readyOnce     sync.Once
 	subscriptions atomic.Int64 // wake-pattern (re)subscriptions, for tests
 
-	waiters  broadcast
+	waiters  waiters.Broadcast
 	watchMu  sync.Mutex
 	watchers map[*breakerWatcher]struct{}
 
@@ -101,7 +112,7 @@ type Redis struct {
 	closeErr  error
 
 	statsMu sync.Mutex
-	stats   Stats
+	stats   cache.Stats
 
 	// waitBlocked, if set (tests), is called each time Wait is about to block.
 	waitBlocked func()
@@ -113,21 +124,29 @@ const (
 	redisTimeout        = time.Second
 	redisScanCount      = 1000
 	redisBatch          = 256
-	// readyWait bounds how long OpenRedis waits for the pub/sub
+	// readyWait bounds how long Open waits for the pub/sub
 	// subscription when Redis answers: Waits started before it are not
 	// woken by pub/sub but by the PollInterval re-read.
 	readyWait = 2 * time.Second
+	// inFlightGrace is how long past its lease Redis keeps an in-flight
+	// record (its PX): a claimant takes over an expired lease long before
+	// that, and until then its owner may still renew it; the PX only makes
+	// sure an orphan nobody claims again disappears.
+	inFlightGrace = time.Minute
+	statsMaxAge   = 5 * time.Second
+	// maxConflictRetries bounds PutDeadLetter's WATCH/MULTI retries.
+	maxConflictRetries = 100
 )
 
-// OpenRedis connects to Redis. It fails on a bad URL or options, but not
+// Open connects to Redis. It fails on a bad URL or options, but not
 // when Redis is unreachable: the gateway must start and reconnect by
 // itself, and calls fail meanwhile (Ping reports it). ctx bounds the
 // initial ping and the wait for the pub/sub subscription.
-func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
+func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.URL == "" {
-		return nil, errors.New("open redis store: RedisOptions.URL is required")
+		return nil, errors.New("open redis store: Options.URL is required")
 	}
-	r := &Redis{
+	r := &Store{
 		prefix:   o.Prefix,
 		now:      o.Now,
 		after:    o.After,
@@ -287,51 +306,52 @@ func setDefault[T comparable](p *T, v T) {
 }
 
 // Claim takes the key for the caller, or reports why it cannot, in one
-// script; see Badger.Claim for the outcomes. The owner token is random.
-func (r *Redis) Claim(ctx context.Context, k Key, fingerprint string, lease time.Duration) (Claim, error) {
+// script; the outcomes are those of the Badger store's Claim. The owner
+// token is random.
+func (r *Store) Claim(ctx context.Context, k cache.Key, fingerprint string, lease time.Duration) (cache.Claim, error) {
 	if lease <= 0 {
-		return Claim{}, fmt.Errorf("claim %s: lease %v must be positive", k, lease)
+		return cache.Claim{}, fmt.Errorf("claim %s: lease %v must be positive", k, lease)
 	}
 	if err := k.Validate(); err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
 	if err := r.begin(ctx); err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
 	now := r.now()
 	owner := rand.Text()
-	rec := &Record{
-		State:       InFlight,
+	rec := &cache.Record{
+		State:       cache.InFlight,
 		Fingerprint: fingerprint,
 		Owner:       owner,
 		LeaseUntil:  now.Add(lease),
 		CreatedAt:   now,
 	}
 	res, err := claimScript.Run(ctx, r.client, []string{r.recordKey(recordIdent(k))},
-		fingerprint, luaTime(now), owner, luaTime(rec.LeaseUntil), encodeRecord(rec),
+		fingerprint, luaTime(now), owner, luaTime(rec.LeaseUntil), codec.EncodeRecord(rec),
 		pxMillis(lease+inFlightGrace)).Slice()
 	if err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", k, r.mapErr(err))
+		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, r.mapErr(err))
 	}
-	var c Claim
+	var c cache.Claim
 	switch status, _ := res[0].(int64); status {
 	case 0:
-		return Claim{Status: Claimed, Owner: owner}, nil
+		return cache.Claim{Status: cache.Claimed, Owner: owner}, nil
 	case 1:
-		c.Status = Busy
+		c.Status = cache.Busy
 	case 2:
-		c.Status = Done
+		c.Status = cache.Done
 	case 3:
-		c.Status = Mismatch
+		c.Status = cache.Mismatch
 	default:
-		return Claim{}, fmt.Errorf("claim %s: unexpected script reply %v", k, res)
+		return cache.Claim{}, fmt.Errorf("claim %s: unexpected script reply %v", k, res)
 	}
 	if len(res) < 2 {
-		return Claim{}, fmt.Errorf("claim %s: unexpected script reply %v", k, res)
+		return cache.Claim{}, fmt.Errorf("claim %s: unexpected script reply %v", k, res)
 	}
 	data, _ := res[1].(string)
-	if c.Record, err = decodeRecord([]byte(data)); err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+	if c.Record, err = codec.DecodeRecord([]byte(data)); err != nil {
+		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
 	return c, nil
 }
@@ -339,7 +359,7 @@ func (r *Redis) Claim(ctx context.Context, k Key, fingerprint string, lease time
 // Renew extends the lease of the caller's in-flight record to now+lease.
 // ErrNotOwner if the key is not in flight under owner. A lease that has run
 // out is still renewed if nobody has taken it over.
-func (r *Redis) Renew(ctx context.Context, k Key, owner string, lease time.Duration) error {
+func (r *Store) Renew(ctx context.Context, k cache.Key, owner string, lease time.Duration) error {
 	if lease <= 0 {
 		return fmt.Errorf("renew %s: lease %v must be positive", k, lease)
 	}
@@ -352,31 +372,32 @@ func (r *Redis) Renew(ctx context.Context, k Key, owner string, lease time.Durat
 	return nil
 }
 
-func (r *Redis) renew(ctx context.Context, key, owner string, lease time.Duration) error {
+func (r *Store) renew(ctx context.Context, key, owner string, lease time.Duration) error {
 	cur, err := r.owned(ctx, key, owner, "data")
 	if err != nil {
 		return err
 	}
-	rec, err := decodeRecord([]byte(cur[0]))
+	rec, err := codec.DecodeRecord([]byte(cur[0]))
 	if err != nil {
 		return err
 	}
 	rec.LeaseUntil = r.now().Add(lease)
 	ok, err := renewScript.Run(ctx, r.client, []string{key},
-		owner, luaTime(rec.LeaseUntil), encodeRecord(rec), pxMillis(lease+inFlightGrace)).Int()
+		owner, luaTime(rec.LeaseUntil), codec.EncodeRecord(rec), pxMillis(lease+inFlightGrace)).Int()
 	if err != nil {
 		return r.mapErr(err)
 	}
 	if ok != 1 {
-		return ErrNotOwner
+		return cache.ErrNotOwner
 	}
 	return nil
 }
 
 // Commit stores rec as the key's committed record if the key is still in
-// flight under owner (ErrNotOwner otherwise); see Badger.Commit. Redis
+// flight under owner (ErrNotOwner otherwise), as the Badger store's Commit
+// does. Redis
 // drops it after ttl. Waiters on every replica are woken.
-func (r *Redis) Commit(ctx context.Context, k Key, owner string, rec *Record, ttl time.Duration) error {
+func (r *Store) Commit(ctx context.Context, k cache.Key, owner string, rec *cache.Record, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("commit %s: ttl %v must be positive", k, ttl)
 	}
@@ -391,11 +412,11 @@ func (r *Redis) Commit(ctx context.Context, k Key, owner string, rec *Record, tt
 		return fmt.Errorf("commit %s: %w", k, err)
 	}
 	// Local waiters need not depend on the pub/sub connection.
-	r.waiters.wake(ident)
+	r.waiters.Wake(ident)
 	return nil
 }
 
-func (r *Redis) commit(ctx context.Context, ident, owner string, rec *Record, ttl time.Duration) error {
+func (r *Store) commit(ctx context.Context, ident, owner string, rec *cache.Record, ttl time.Duration) error {
 	key := r.recordKey(ident)
 	cur, err := r.owned(ctx, key, owner, "fp")
 	if err != nil {
@@ -403,20 +424,20 @@ func (r *Redis) commit(ctx context.Context, ident, owner string, rec *Record, tt
 	}
 	now := r.now()
 	stored := *rec
-	stored.State = Committed
+	stored.State = cache.Committed
 	stored.Fingerprint = cur[0]
 	stored.Owner = ""
 	stored.LeaseUntil = time.Time{}
 	stored.CreatedAt = now
 	stored.ExpiresAt = now.Add(ttl)
 	ok, err := commitScript.Run(ctx, r.client, []string{key},
-		owner, stored.Fingerprint, encodeRecord(&stored), luaTime(stored.ExpiresAt),
+		owner, stored.Fingerprint, codec.EncodeRecord(&stored), luaTime(stored.ExpiresAt),
 		pxMillis(ttl), r.wakeChannel(ident), rand.Text()).Int()
 	if err != nil {
 		return r.mapErr(err)
 	}
 	if ok != 1 {
-		return ErrNotOwner
+		return cache.ErrNotOwner
 	}
 	return nil
 }
@@ -424,25 +445,25 @@ func (r *Redis) commit(ctx context.Context, ident, owner string, rec *Record, tt
 // owned reads fields of the record at key if it is in flight under owner,
 // else returns ErrNotOwner. The scripts check again: this read only
 // supplies what Go needs to build the new value.
-func (r *Redis) owned(ctx context.Context, key, owner string, fields ...string) ([]string, error) {
+func (r *Store) owned(ctx context.Context, key, owner string, fields ...string) ([]string, error) {
 	if err := r.begin(ctx); err != nil {
 		return nil, err
 	}
 	if owner == "" {
-		return nil, ErrNotOwner
+		return nil, cache.ErrNotOwner
 	}
 	vals, err := r.client.HMGet(ctx, key, append([]string{"state", "owner"}, fields...)...).Result()
 	if err != nil {
 		return nil, r.mapErr(err)
 	}
 	if vals[0] != "1" || vals[1] != owner {
-		return nil, ErrNotOwner
+		return nil, cache.ErrNotOwner
 	}
 	out := make([]string, len(fields))
 	for i := range fields {
 		s, ok := vals[2+i].(string)
 		if !ok {
-			return nil, ErrNotOwner
+			return nil, cache.ErrNotOwner
 		}
 		out[i] = s
 	}
@@ -451,32 +472,32 @@ func (r *Redis) owned(ctx context.Context, key, owner string, fields ...string) 
 
 // Release deletes the caller's in-flight record, so the client may retry,
 // and wakes waiters. ErrNotOwner if the key is not in flight under owner.
-func (r *Redis) Release(ctx context.Context, k Key, owner string) error {
+func (r *Store) Release(ctx context.Context, k cache.Key, owner string) error {
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("release %s: %w", k, err)
 	}
 	ident := recordIdent(k)
 	err := r.begin(ctx)
 	if err == nil && owner == "" {
-		err = ErrNotOwner
+		err = cache.ErrNotOwner
 	}
 	if err == nil {
 		var ok int
 		ok, err = releaseScript.Run(ctx, r.client, []string{r.recordKey(ident)}, owner, r.wakeChannel(ident)).Int()
 		if err == nil && ok != 1 {
-			err = ErrNotOwner
+			err = cache.ErrNotOwner
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("release %s: %w", k, r.mapErr(err))
 	}
-	r.waiters.wake(ident)
+	r.waiters.Wake(ident)
 	return nil
 }
 
 // Get returns the key's record, in flight or committed. ErrNotFound when
 // absent or expired.
-func (r *Redis) Get(ctx context.Context, k Key) (*Record, error) {
+func (r *Store) Get(ctx context.Context, k cache.Key) (*cache.Record, error) {
 	if err := k.Validate(); err != nil {
 		return nil, fmt.Errorf("get %s: %w", k, err)
 	}
@@ -487,30 +508,30 @@ func (r *Redis) Get(ctx context.Context, k Key) (*Record, error) {
 	return rec, nil
 }
 
-func (r *Redis) get(ctx context.Context, key string) (*Record, error) {
+func (r *Store) get(ctx context.Context, key string) (*cache.Record, error) {
 	if err := r.begin(ctx); err != nil {
 		return nil, err
 	}
 	data, err := r.client.HGet(ctx, key, "data").Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
+		return nil, cache.ErrNotFound
 	}
 	if err != nil {
 		return nil, r.mapErr(err)
 	}
-	rec, err := decodeRecord(data)
+	rec, err := codec.DecodeRecord(data)
 	if err != nil {
 		return nil, err
 	}
-	if expired(rec.State, rec.ExpiresAt, r.now()) {
-		return nil, ErrNotFound
+	if rec.State == cache.Committed && !rec.ExpiresAt.IsZero() && !r.now().Before(rec.ExpiresAt) {
+		return nil, cache.ErrNotFound
 	}
 	return rec, nil
 }
 
 // Delete forgets the key, whatever its state (admin), and wakes waiters.
 // ErrNotFound when absent.
-func (r *Redis) Delete(ctx context.Context, k Key) error {
+func (r *Store) Delete(ctx context.Context, k cache.Key) error {
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("delete %s: %w", k, err)
 	}
@@ -520,13 +541,13 @@ func (r *Redis) Delete(ctx context.Context, k Key) error {
 		var ok int
 		ok, err = deleteScript.Run(ctx, r.client, []string{r.recordKey(ident)}, r.wakeChannel(ident)).Int()
 		if err == nil && ok != 1 {
-			err = ErrNotFound
+			err = cache.ErrNotFound
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", k, r.mapErr(err))
 	}
-	r.waiters.wake(ident)
+	r.waiters.Wake(ident)
 	return nil
 }
 
@@ -541,7 +562,7 @@ func (r *Redis) Delete(ctx context.Context, k Key) error {
 // is delivered to it. Messages lost while the pub/sub connection reconnects
 // are covered by a re-read every PollInterval, and every resubscription
 // wakes all waiters.
-func (r *Redis) Wait(ctx context.Context, k Key) error {
+func (r *Store) Wait(ctx context.Context, k cache.Key) error {
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("wait %s: %w", k, err)
 	}
@@ -550,21 +571,21 @@ func (r *Redis) Wait(ctx context.Context, k Key) error {
 	}
 	ident := recordIdent(k)
 	key := r.recordKey(ident)
-	e, ok := r.waiters.subscribe(ident)
+	e, ok := r.waiters.Subscribe(ident)
 	if !ok {
-		return ErrClosed
+		return cache.ErrClosed
 	}
-	defer r.waiters.unsubscribe(ident, e)
+	defer r.waiters.Unsubscribe(ident, e)
 
 	rec, err := r.get(ctx, key)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, cache.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("wait %s: %w", k, err)
 	}
 	now := r.now()
-	if rec.State != InFlight || !now.Before(rec.LeaseUntil) {
+	if rec.State != cache.InFlight || !now.Before(rec.LeaseUntil) {
 		return nil
 	}
 	leaseOut := r.after(rec.LeaseUntil.Sub(now))
@@ -575,9 +596,9 @@ func (r *Redis) Wait(ctx context.Context, k Key) error {
 			r.waitBlocked()
 		}
 		select {
-		case <-e.ch:
+		case <-e.Done():
 			if r.closed.Load() {
-				return ErrClosed
+				return cache.ErrClosed
 			}
 			return nil
 		case <-leaseOut:
@@ -586,13 +607,13 @@ func (r *Redis) Wait(ctx context.Context, k Key) error {
 			return ctx.Err()
 		case <-poll.C:
 			cur, err := r.get(ctx, key)
-			if errors.Is(err, ErrNotFound) {
+			if errors.Is(err, cache.ErrNotFound) {
 				return nil
 			}
 			if err != nil {
 				return fmt.Errorf("wait %s: %w", k, err)
 			}
-			if cur.State != InFlight || cur.Owner != rec.Owner || !r.now().Before(cur.LeaseUntil) {
+			if cur.State != cache.InFlight || cur.Owner != rec.Owner || !r.now().Before(cur.LeaseUntil) {
 				return nil
 			}
 		}
@@ -600,7 +621,7 @@ func (r *Redis) Wait(ctx context.Context, k Key) error {
 }
 
 // Ping reports whether Redis answers PING within ctx.
-func (r *Redis) Ping(ctx context.Context) error {
+func (r *Store) Ping(ctx context.Context) error {
 	if err := r.begin(ctx); err != nil {
 		return err
 	}
@@ -614,7 +635,7 @@ func (r *Redis) Ping(ctx context.Context) error {
 // in Cluster mode) and reads their states in pipelined batches. The result
 // is cached for 5 seconds (store clock); when Redis fails, or after Close,
 // the last result is returned. LSMBytes and VLogBytes are 0.
-func (r *Redis) Stats() Stats {
+func (r *Store) Stats() cache.Stats {
 	r.statsMu.Lock()
 	defer r.statsMu.Unlock()
 	now := r.now()
@@ -626,7 +647,7 @@ func (r *Redis) Stats() Stats {
 	if r.begin(ctx) != nil {
 		return r.stats
 	}
-	st := Stats{At: now}
+	st := cache.Stats{At: now}
 	var mu sync.Mutex
 	err := r.scan(ctx, globEscape(r.prefix)+redisRecordNS+"*", func(ctx context.Context, c redis.Cmdable, keys []string) error {
 		cmds, err := pipelined(ctx, c, keys, func(p redis.Pipeliner, key string) *redis.StringCmd {
@@ -666,11 +687,11 @@ func (r *Redis) Stats() Stats {
 // Close wakes every waiter (their Wait returns ErrClosed), stops the
 // pub/sub connection and breaker watchers, and closes the client. Later
 // calls return ErrClosed. Close is idempotent.
-func (r *Redis) Close() error {
+func (r *Store) Close() error {
 	r.closeOnce.Do(func() {
 		r.closed.Store(true)
 		close(r.done)
-		r.waiters.close()
+		r.waiters.Close()
 		_ = r.ps.Close()
 		<-r.psDone
 		if err := r.client.Close(); err != nil {
@@ -683,19 +704,19 @@ func (r *Redis) Close() error {
 // begin fails once ctx is done or the store is closed. Unlike Badger's, it
 // holds nothing: go-redis fails calls racing with Close with its ErrClosed,
 // which mapErr turns into ours.
-func (r *Redis) begin(ctx context.Context) error {
+func (r *Store) begin(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if r.closed.Load() {
-		return ErrClosed
+		return cache.ErrClosed
 	}
 	return nil
 }
 
-func (r *Redis) mapErr(err error) error {
+func (r *Store) mapErr(err error) error {
 	if errors.Is(err, redis.ErrClosed) && r.closed.Load() {
-		return ErrClosed
+		return cache.ErrClosed
 	}
 	return err
 }
@@ -703,7 +724,7 @@ func (r *Redis) mapErr(err error) error {
 // scan calls fn with each batch of keys matching match, on every master in
 // Cluster mode (concurrently: fn must lock what it shares), with the client
 // of the node the keys are on.
-func (r *Redis) scan(ctx context.Context, match string, fn func(ctx context.Context, c redis.Cmdable, keys []string) error) error {
+func (r *Store) scan(ctx context.Context, match string, fn func(ctx context.Context, c redis.Cmdable, keys []string) error) error {
 	one := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {

@@ -1,10 +1,12 @@
-package cache
+package badgerstore
 
 import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmgate/llmgate/cache"
 )
 
 // flights is the Badger store's table of in-flight records, kept in memory
@@ -32,14 +34,14 @@ const flightShards = 64
 
 type flightShard struct {
 	mu sync.Mutex
-	m  map[string]*Record // by storage key
-	_  [48]byte           // one shard per 64-byte cache line
+	m  map[string]*cache.Record // by storage key
+	_  [48]byte                 // one shard per 64-byte cache line
 }
 
 func newFlights() *flights {
 	f := &flights{seed: maphash.MakeSeed()}
 	for i := range f.shards {
-		f.shards[i].m = make(map[string]*Record)
+		f.shards[i].m = make(map[string]*cache.Record)
 	}
 	return f
 }
@@ -52,7 +54,7 @@ func (f *flights) lock(key []byte) *flightShard {
 }
 
 // put and del keep the count; the caller holds sh.mu.
-func (f *flights) put(sh *flightShard, key []byte, r *Record) {
+func (f *flights) put(sh *flightShard, key []byte, r *cache.Record) {
 	if _, ok := sh.m[string(key)]; !ok {
 		f.n.Add(1)
 	}

@@ -1,11 +1,15 @@
-package cache
+package redisstore
 
-import "strings"
+import (
+	"strings"
 
-// Redis key layout. P is RedisOptions.Prefix ("llmgate:" by default):
+	"github.com/llmgate/llmgate/cache"
+)
+
+// Redis key layout. P is Options.Prefix ("llmgate:" by default):
 //
-//	P r:{<scope>:<endpoint>:<id>}   record, a hash (see redis.go); TTL = lease+1m in flight, ttl committed
-//	P d:{<dead-letter id>}          dead letter, a string: encodeDeadLetter's bytes; TTL = its ttl
+//	P r:{<scope>:<endpoint>:<id>}   record, a hash (see scripts.go); TTL = lease+1m in flight, ttl committed
+//	P d:{<dead-letter id>}          dead letter, a string: codec.EncodeDeadLetter's bytes; TTL = its ttl
 //	P breakers                      hash upstream → "open"; no TTL (see SetBreakerOverride)
 //
 // and the pub/sub channels (a separate namespace in Redis):
@@ -50,7 +54,7 @@ func escapePart(b *strings.Builder, s string) {
 
 // recordIdent is the escaped "<scope>:<endpoint>:<id>" of a key: the hash
 // tag of its record and the suffix of its wake channel.
-func recordIdent(k Key) string {
+func recordIdent(k cache.Key) string {
 	var b strings.Builder
 	b.Grow(len(k.Scope) + len(k.Endpoint) + len(k.ID) + 8)
 	escapePart(&b, k.Scope)
@@ -61,15 +65,15 @@ func recordIdent(k Key) string {
 	return b.String()
 }
 
-func (r *Redis) recordKey(ident string) string {
+func (r *Store) recordKey(ident string) string {
 	return r.prefix + redisRecordNS + "{" + ident + "}"
 }
 
-func (r *Redis) wakeChannel(ident string) string {
+func (r *Store) wakeChannel(ident string) string {
 	return r.prefix + redisWakeNS + ident
 }
 
-func (r *Redis) deadLetterKey(id string) string {
+func (r *Store) deadLetterKey(id string) string {
 	var b strings.Builder
 	b.WriteString(r.prefix)
 	b.WriteString(redisDeadLetterNS)
