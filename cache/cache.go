@@ -1,7 +1,8 @@
-// Package cache is the idempotency store of llmgate: the records behind the
-// Idempotency-Key header. A keyed completion is claimed by one request,
-// committed once with the exact bytes the client received, and replayed byte
-// for byte until its TTL runs out; it is never run twice.
+// Package cache is the contract of llmgate's idempotency store: the records
+// behind the Idempotency-Key header and the dead letters of keyed requests
+// that finally failed. A keyed completion is claimed by one request,
+// committed once with the exact bytes the client received, and replayed
+// byte for byte until its TTL runs out; it is never run twice.
 //
 // A key's life in the store:
 //
@@ -16,7 +17,14 @@
 // compare-and-set on the owner, pub/sub for wake-ups), so the gateway can
 // hold either behind the small interface it declares.
 //
-// The package knows nothing of HTTP, echo or upstreams: the caller computes the
+// This package owns the types of that contract (Key, Record, State, Claim,
+// Stats, DeadLetter and its filter and order), its sentinel errors, and
+// nothing that runs: the stores are cache/badger (embedded, one process)
+// and cache/redis (shared by replicas), they hold the same bytes
+// (cache/internal/codec), and cache/storetest is the behaviour suite both
+// must pass.
+//
+// It knows nothing of HTTP, echo or upstreams: the caller computes the
 // fingerprint, chooses the headers worth keeping and frames the SSE events.
 package cache
 
@@ -36,8 +44,6 @@ var (
 	ErrNotOwner = errors.New("cache: not the owner of the in-flight record")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("cache: store closed")
-	// ErrLocked: the store's directory is held by another process.
-	ErrLocked = errors.New("another gateway process is using this directory")
 	// ErrInvalidKey: a Key that cannot be stored (see Key.Validate).
 	ErrInvalidKey = errors.New("cache: invalid key")
 )
@@ -185,18 +191,4 @@ type Stats struct {
 	// is not the disk actually used.
 	VLogBytes int64
 	At        time.Time // when the figures were taken (store clock)
-}
-
-// ListedKey is one entry of List: a record's metadata, without its body.
-type ListedKey struct {
-	Key         Key
-	State       State
-	Fingerprint string
-	Stream      bool
-	Status      int
-	Size        int // body or event bytes
-	Upstream    string
-	LeaseUntil  time.Time
-	CreatedAt   time.Time
-	ExpiresAt   time.Time
 }

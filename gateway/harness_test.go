@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgate/llmgate/cache"
+	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
@@ -26,7 +26,7 @@ type harness struct {
 	up    *httptest.Server
 	gw    *Gateway
 	srv   *httptest.Server
-	store *cache.Badger
+	store *badgerstore.Store
 	logs  *syncBuffer
 	cfg   config.Config
 }
@@ -90,7 +90,7 @@ func newHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Stor
 		t.Fatalf("test config invalid: %v", err)
 	}
 	h.cfg.DataDir = t.TempDir()
-	store, err := cache.OpenBadger(cache.BadgerOptions{Dir: h.cfg.DataDir})
+	store, err := badgerstore.Open(badgerstore.Options{Dir: h.cfg.DataDir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
 
-	"github.com/llmgate/llmgate/cache"
+	badgerstore "github.com/llmgate/llmgate/cache/badger"
+	redisstore "github.com/llmgate/llmgate/cache/redis"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway"
 	"github.com/llmgate/llmgate/gateway/simupstream"
@@ -186,11 +187,11 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		// log instead.
 		redis.SetLogger(redisLogger{log})
 		r := cfg.Store.Redis
-		return cache.OpenRedis(ctx, cache.RedisOptions{
+		return redisstore.Open(ctx, redisstore.Options{
 			URL: r.URL, PoolSize: r.PoolSize, Prefix: r.Prefix, Cluster: r.Cluster, Logger: log,
 		})
 	}
-	return cache.OpenBadger(cache.BadgerOptions{
+	return badgerstore.Open(badgerstore.Options{
 		Dir:        cfg.DataDir,
 		SyncWrites: cfg.Store.SyncWrites,
 		GCInterval: cfg.Store.GCInterval.D(),

@@ -1,7 +1,12 @@
-package cache
+// Package redisstore is the idempotency store of package cache shared by
+// several gateway replicas through one Redis (or Redis Cluster): claims,
+// records and dead letters in Redis, waiters woken across replicas by
+// pub/sub, and the breaker overrides every replica applies. It passes
+// cache/storetest. Its import path is .../cache/redis; the package is named
+// redisstore so that it does not shadow go-redis's package redis.
+package redisstore
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -14,10 +19,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/cache/internal/codec"
+	"github.com/llmgate/llmgate/cache/internal/waiters"
 )
 
-// RedisOptions configures OpenRedis. Only URL is required.
-type RedisOptions struct {
+// Options configures Open. Only URL is required.
+type Options struct {
 	// URL is redis://[user:password@]host:port[/db][?options] or rediss://
 	// for TLS, parsed by redis.ParseURL (redis.ParseClusterURL when Cluster:
 	// further nodes as &addr=host:port). Required. Unless the URL sets them,
@@ -32,7 +41,7 @@ type RedisOptions struct {
 	// contain '{' or '}', which would take over the keys' hash tags.
 	Prefix string
 	// Cluster uses a Redis Cluster client. Every script touches one key, so
-	// no command crosses slots (see the key layout in redis_keys.go).
+	// no command crosses slots (see the key layout in keys.go).
 	Cluster bool
 	// Now is the clock for leases, CreatedAt and ExpiresAt. If nil,
 	// time.Now. Redis's own expiry (PX) runs on real time.
@@ -50,9 +59,10 @@ type RedisOptions struct {
 	PollInterval time.Duration
 }
 
-// Redis is the idempotency store shared by several gateway replicas: one
+// Store is the idempotency store shared by several gateway replicas: one
 // Idempotency-Key means one upstream call across all of them. It has the
-// method set and semantics of Badger, with these differences:
+// method set and semantics of the Badger store (cache/badger), with these
+// differences:
 //
 //   - Owner tokens are random. There is no "previous process" shortcut: a
 //     dead replica's claim is taken over when its lease runs out.
@@ -62,8 +72,8 @@ type RedisOptions struct {
 //   - Stats reports no LSMBytes or VLogBytes.
 //   - Breaker overrides are shared (SetBreakerOverride and friends).
 //
-// A record is one hash (fields in redis_scripts.go) whose data field holds
-// the record in the package's codec, the same bytes Badger stores. Every
+// A record is one hash (fields in scripts.go) whose data field holds the
+// record as codec.EncodeRecord writes it, the same bytes Badger stores. Every
 // state change is one Lua script comparing and setting the owner token.
 // Renew and Commit first read the record (one round trip) to build the new
 // bytes in Go, then compare-and-set on the owner.
@@ -74,7 +84,7 @@ type RedisOptions struct {
 // twice: Claim recognises its own owner token and Commit its own per-call
 // nonce, so their retries still succeed; a retried Release or Delete whose
 // first run took effect reports ErrNotOwner or ErrNotFound.
-type Redis struct {
+type Store struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless Cluster
 	prefix  string
@@ -92,7 +102,7 @@ type Redis struct {
 	readyOnce     sync.Once
 	subscriptions atomic.Int64 // wake-pattern (re)subscriptions, for tests
 
-	waiters  broadcast
+	waiters  waiters.Broadcast
 	watchMu  sync.Mutex
 	watchers map[*breakerWatcher]struct{}
 
@@ -102,7 +112,7 @@ type Redis struct {
 	closeErr  error
 
 	statsMu sync.Mutex
-	stats   Stats
+	stats   cache.Stats
 
 	// waitBlocked, if set (tests), is called each time Wait is about to block.
 	waitBlocked func()
@@ -114,21 +124,29 @@ const (
 	redisTimeout        = time.Second
 	redisScanCount      = 1000
 	redisBatch          = 256
-	// readyWait bounds how long OpenRedis waits for the pub/sub
+	// readyWait bounds how long Open waits for the pub/sub
 	// subscription when Redis answers: Waits started before it are not
 	// woken by pub/sub but by the PollInterval re-read.
 	readyWait = 2 * time.Second
+	// inFlightGrace is how long past its lease Redis keeps an in-flight
+	// record (its PX): a claimant takes over an expired lease long before
+	// that, and until then its owner may still renew it; the PX only makes
+	// sure an orphan nobody claims again disappears.
+	inFlightGrace = time.Minute
+	statsMaxAge   = 5 * time.Second
+	// maxConflictRetries bounds PutDeadLetter's WATCH/MULTI retries.
+	maxConflictRetries = 100
 )
 
-// OpenRedis connects to Redis. It fails on a bad URL or options, but not
+// Open connects to Redis. It fails on a bad URL or options, but not
 // when Redis is unreachable: the gateway must start and reconnect by
 // itself, and calls fail meanwhile (Ping reports it). ctx bounds the
 // initial ping and the wait for the pub/sub subscription.
-func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
+func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.URL == "" {
-		return nil, errors.New("open redis store: RedisOptions.URL is required")
+		return nil, errors.New("open redis store: Options.URL is required")
 	}
-	r := &Redis{
+	r := &Store{
 		prefix:   o.Prefix,
 		now:      o.Now,
 		after:    o.After,
@@ -158,38 +176,21 @@ func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		r.poll = defaultPollInterval
 	}
 
-	if o.Cluster {
-		opt, err := redis.ParseClusterURL(o.URL)
-		if err != nil {
-			return nil, fmt.Errorf("open redis store: %w", err)
-		}
-		setDefault(&opt.DialTimeout, redisTimeout)
-		setDefault(&opt.ReadTimeout, redisTimeout)
-		setDefault(&opt.WriteTimeout, redisTimeout)
-		setDefault(&opt.MaxRetries, 1)
-		setDefault(&opt.DialerRetries, 1)
-		if o.PoolSize > 0 {
-			opt.PoolSize = o.PoolSize
-		}
-		opt.ContextTimeoutEnabled = true
-		r.cluster = redis.NewClusterClient(opt)
-		r.client = r.cluster
-	} else {
-		opt, err := redis.ParseURL(o.URL)
-		if err != nil {
-			return nil, fmt.Errorf("open redis store: %w", err)
-		}
-		setDefault(&opt.DialTimeout, redisTimeout)
-		setDefault(&opt.ReadTimeout, redisTimeout)
-		setDefault(&opt.WriteTimeout, redisTimeout)
-		setDefault(&opt.MaxRetries, 1)
-		setDefault(&opt.DialerRetries, 1)
-		if o.PoolSize > 0 {
-			opt.PoolSize = o.PoolSize
-		}
-		opt.ContextTimeoutEnabled = true
-		r.client = redis.NewClient(opt)
+	opt, err := universalOptions(o.URL, o.Cluster)
+	if err != nil {
+		return nil, fmt.Errorf("open redis store: %w", err)
 	}
+	setDefault(&opt.DialTimeout, redisTimeout)
+	setDefault(&opt.ReadTimeout, redisTimeout)
+	setDefault(&opt.WriteTimeout, redisTimeout)
+	setDefault(&opt.MaxRetries, 1)
+	setDefault(&opt.DialerRetries, 1)
+	if o.PoolSize > 0 {
+		opt.PoolSize = o.PoolSize
+	}
+	opt.ContextTimeoutEnabled = true
+	r.client = redis.NewUniversalClient(opt)
+	r.cluster, _ = r.client.(*redis.ClusterClient)
 
 	r.wakePattern = globEscape(r.prefix) + redisWakeNS + "*"
 	r.ps = r.client.Subscribe(context.Background())
@@ -213,6 +214,90 @@ func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	return r, nil
 }
 
+// universalOptions parses url as go-redis does for the client that cluster
+// selects — redis.ParseURL, or redis.ParseClusterURL, which takes further
+// nodes as &addr=host:port — into the options redis.NewUniversalClient
+// takes. With cluster, IsClusterMode makes even one address a cluster
+// client; without, ParseURL admits one address, so the client is a plain
+// one. Every field either parser sets is carried over (TestRedisURLOptions
+// holds this to go-redis).
+func universalOptions(url string, cluster bool) (*redis.UniversalOptions, error) {
+	if cluster {
+		o, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, err
+		}
+		return &redis.UniversalOptions{
+			Addrs:                   o.Addrs,
+			IsClusterMode:           true,
+			ClientName:              o.ClientName,
+			Protocol:                o.Protocol,
+			Username:                o.Username,
+			Password:                o.Password,
+			TLSConfig:               o.TLSConfig,
+			MaxRedirects:            o.MaxRedirects,
+			ReadOnly:                o.ReadOnly,
+			RouteByLatency:          o.RouteByLatency,
+			RouteByLatencyTolerance: o.RouteByLatencyTolerance,
+			RouteRandomly:           o.RouteRandomly,
+			MaxRetries:              o.MaxRetries,
+			MinRetryBackoff:         o.MinRetryBackoff,
+			MaxRetryBackoff:         o.MaxRetryBackoff,
+			DialTimeout:             o.DialTimeout,
+			DialerRetries:           o.DialerRetries,
+			DialerRetryTimeout:      o.DialerRetryTimeout,
+			ReadTimeout:             o.ReadTimeout,
+			WriteTimeout:            o.WriteTimeout,
+			PoolFIFO:                o.PoolFIFO,
+			PoolSize:                o.PoolSize,
+			MaxConcurrentDials:      o.MaxConcurrentDials,
+			PoolTimeout:             o.PoolTimeout,
+			MinIdleConns:            o.MinIdleConns,
+			MaxIdleConns:            o.MaxIdleConns,
+			MaxActiveConns:          o.MaxActiveConns,
+			PipelinePoolSize:        o.PipelinePoolSize,
+			PipelineReadBufferSize:  o.PipelineReadBufferSize,
+			PipelineWriteBufferSize: o.PipelineWriteBufferSize,
+			ConnMaxIdleTime:         o.ConnMaxIdleTime,
+			ConnMaxLifetime:         o.ConnMaxLifetime,
+			ConnMaxLifetimeJitter:   o.ConnMaxLifetimeJitter,
+			FailingTimeoutSeconds:   o.FailingTimeoutSeconds,
+		}, nil
+	}
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	return &redis.UniversalOptions{
+		Addrs:                   []string{o.Addr},
+		DB:                      o.DB,
+		ClientName:              o.ClientName,
+		Protocol:                o.Protocol,
+		Username:                o.Username,
+		Password:                o.Password,
+		TLSConfig:               o.TLSConfig,
+		MaxRetries:              o.MaxRetries,
+		MinRetryBackoff:         o.MinRetryBackoff,
+		MaxRetryBackoff:         o.MaxRetryBackoff,
+		DialTimeout:             o.DialTimeout,
+		ReadTimeout:             o.ReadTimeout,
+		WriteTimeout:            o.WriteTimeout,
+		PoolFIFO:                o.PoolFIFO,
+		PoolSize:                o.PoolSize,
+		MaxConcurrentDials:      o.MaxConcurrentDials,
+		PoolTimeout:             o.PoolTimeout,
+		MinIdleConns:            o.MinIdleConns,
+		MaxIdleConns:            o.MaxIdleConns,
+		MaxActiveConns:          o.MaxActiveConns,
+		PipelinePoolSize:        o.PipelinePoolSize,
+		PipelineReadBufferSize:  o.PipelineReadBufferSize,
+		PipelineWriteBufferSize: o.PipelineWriteBufferSize,
+		ConnMaxIdleTime:         o.ConnMaxIdleTime,
+		ConnMaxLifetime:         o.ConnMaxLifetime,
+		ConnMaxLifetimeJitter:   o.ConnMaxLifetimeJitter,
+	}, nil
+}
+
 func setDefault[T comparable](p *T, v T) {
 	var zero T
 	if *p == zero {
@@ -221,51 +306,52 @@ func setDefault[T comparable](p *T, v T) {
 }
 
 // Claim takes the key for the caller, or reports why it cannot, in one
-// script; see Badger.Claim for the outcomes. The owner token is random.
-func (r *Redis) Claim(ctx context.Context, k Key, fingerprint string, lease time.Duration) (Claim, error) {
+// script; the outcomes are those of the Badger store's Claim. The owner
+// token is random.
+func (r *Store) Claim(ctx context.Context, k cache.Key, fingerprint string, lease time.Duration) (cache.Claim, error) {
 	if lease <= 0 {
-		return Claim{}, fmt.Errorf("claim %s: lease %v must be positive", k, lease)
+		return cache.Claim{}, fmt.Errorf("claim %s: lease %v must be positive", k, lease)
 	}
 	if err := k.Validate(); err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
 	if err := r.begin(ctx); err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
 	now := r.now()
 	owner := rand.Text()
-	rec := &Record{
-		State:       InFlight,
+	rec := &cache.Record{
+		State:       cache.InFlight,
 		Fingerprint: fingerprint,
 		Owner:       owner,
 		LeaseUntil:  now.Add(lease),
 		CreatedAt:   now,
 	}
 	res, err := claimScript.Run(ctx, r.client, []string{r.recordKey(recordIdent(k))},
-		fingerprint, luaTime(now), owner, luaTime(rec.LeaseUntil), encodeRecord(rec),
+		fingerprint, luaTime(now), owner, luaTime(rec.LeaseUntil), codec.EncodeRecord(rec),
 		pxMillis(lease+inFlightGrace)).Slice()
 	if err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", k, r.mapErr(err))
+		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, r.mapErr(err))
 	}
-	var c Claim
+	var c cache.Claim
 	switch status, _ := res[0].(int64); status {
 	case 0:
-		return Claim{Status: Claimed, Owner: owner}, nil
+		return cache.Claim{Status: cache.Claimed, Owner: owner}, nil
 	case 1:
-		c.Status = Busy
+		c.Status = cache.Busy
 	case 2:
-		c.Status = Done
+		c.Status = cache.Done
 	case 3:
-		c.Status = Mismatch
+		c.Status = cache.Mismatch
 	default:
-		return Claim{}, fmt.Errorf("claim %s: unexpected script reply %v", k, res)
+		return cache.Claim{}, fmt.Errorf("claim %s: unexpected script reply %v", k, res)
 	}
 	if len(res) < 2 {
-		return Claim{}, fmt.Errorf("claim %s: unexpected script reply %v", k, res)
+		return cache.Claim{}, fmt.Errorf("claim %s: unexpected script reply %v", k, res)
 	}
 	data, _ := res[1].(string)
-	if c.Record, err = decodeRecord([]byte(data)); err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+	if c.Record, err = codec.DecodeRecord([]byte(data)); err != nil {
+		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
 	return c, nil
 }
@@ -273,7 +359,7 @@ func (r *Redis) Claim(ctx context.Context, k Key, fingerprint string, lease time
 // Renew extends the lease of the caller's in-flight record to now+lease.
 // ErrNotOwner if the key is not in flight under owner. A lease that has run
 // out is still renewed if nobody has taken it over.
-func (r *Redis) Renew(ctx context.Context, k Key, owner string, lease time.Duration) error {
+func (r *Store) Renew(ctx context.Context, k cache.Key, owner string, lease time.Duration) error {
 	if lease <= 0 {
 		return fmt.Errorf("renew %s: lease %v must be positive", k, lease)
 	}
@@ -286,31 +372,32 @@ func (r *Redis) Renew(ctx context.Context, k Key, owner string, lease time.Durat
 	return nil
 }
 
-func (r *Redis) renew(ctx context.Context, key, owner string, lease time.Duration) error {
+func (r *Store) renew(ctx context.Context, key, owner string, lease time.Duration) error {
 	cur, err := r.owned(ctx, key, owner, "data")
 	if err != nil {
 		return err
 	}
-	rec, err := decodeRecord([]byte(cur[0]))
+	rec, err := codec.DecodeRecord([]byte(cur[0]))
 	if err != nil {
 		return err
 	}
 	rec.LeaseUntil = r.now().Add(lease)
 	ok, err := renewScript.Run(ctx, r.client, []string{key},
-		owner, luaTime(rec.LeaseUntil), encodeRecord(rec), pxMillis(lease+inFlightGrace)).Int()
+		owner, luaTime(rec.LeaseUntil), codec.EncodeRecord(rec), pxMillis(lease+inFlightGrace)).Int()
 	if err != nil {
 		return r.mapErr(err)
 	}
 	if ok != 1 {
-		return ErrNotOwner
+		return cache.ErrNotOwner
 	}
 	return nil
 }
 
 // Commit stores rec as the key's committed record if the key is still in
-// flight under owner (ErrNotOwner otherwise); see Badger.Commit. Redis
+// flight under owner (ErrNotOwner otherwise), as the Badger store's Commit
+// does. Redis
 // drops it after ttl. Waiters on every replica are woken.
-func (r *Redis) Commit(ctx context.Context, k Key, owner string, rec *Record, ttl time.Duration) error {
+func (r *Store) Commit(ctx context.Context, k cache.Key, owner string, rec *cache.Record, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("commit %s: ttl %v must be positive", k, ttl)
 	}
@@ -325,11 +412,11 @@ func (r *Redis) Commit(ctx context.Context, k Key, owner string, rec *Record, tt
 		return fmt.Errorf("commit %s: %w", k, err)
 	}
 	// Local waiters need not depend on the pub/sub connection.
-	r.waiters.wake(ident)
+	r.waiters.Wake(ident)
 	return nil
 }
 
-func (r *Redis) commit(ctx context.Context, ident, owner string, rec *Record, ttl time.Duration) error {
+func (r *Store) commit(ctx context.Context, ident, owner string, rec *cache.Record, ttl time.Duration) error {
 	key := r.recordKey(ident)
 	cur, err := r.owned(ctx, key, owner, "fp")
 	if err != nil {
@@ -337,20 +424,20 @@ func (r *Redis) commit(ctx context.Context, ident, owner string, rec *Record, tt
 	}
 	now := r.now()
 	stored := *rec
-	stored.State = Committed
+	stored.State = cache.Committed
 	stored.Fingerprint = cur[0]
 	stored.Owner = ""
 	stored.LeaseUntil = time.Time{}
 	stored.CreatedAt = now
 	stored.ExpiresAt = now.Add(ttl)
 	ok, err := commitScript.Run(ctx, r.client, []string{key},
-		owner, stored.Fingerprint, encodeRecord(&stored), luaTime(stored.ExpiresAt),
+		owner, stored.Fingerprint, codec.EncodeRecord(&stored), luaTime(stored.ExpiresAt),
 		pxMillis(ttl), r.wakeChannel(ident), rand.Text()).Int()
 	if err != nil {
 		return r.mapErr(err)
 	}
 	if ok != 1 {
-		return ErrNotOwner
+		return cache.ErrNotOwner
 	}
 	return nil
 }
@@ -358,25 +445,25 @@ func (r *Redis) commit(ctx context.Context, ident, owner string, rec *Record, tt
 // owned reads fields of the record at key if it is in flight under owner,
 // else returns ErrNotOwner. The scripts check again: this read only
 // supplies what Go needs to build the new value.
-func (r *Redis) owned(ctx context.Context, key, owner string, fields ...string) ([]string, error) {
+func (r *Store) owned(ctx context.Context, key, owner string, fields ...string) ([]string, error) {
 	if err := r.begin(ctx); err != nil {
 		return nil, err
 	}
 	if owner == "" {
-		return nil, ErrNotOwner
+		return nil, cache.ErrNotOwner
 	}
 	vals, err := r.client.HMGet(ctx, key, append([]string{"state", "owner"}, fields...)...).Result()
 	if err != nil {
 		return nil, r.mapErr(err)
 	}
 	if vals[0] != "1" || vals[1] != owner {
-		return nil, ErrNotOwner
+		return nil, cache.ErrNotOwner
 	}
 	out := make([]string, len(fields))
 	for i := range fields {
 		s, ok := vals[2+i].(string)
 		if !ok {
-			return nil, ErrNotOwner
+			return nil, cache.ErrNotOwner
 		}
 		out[i] = s
 	}
@@ -385,32 +472,32 @@ func (r *Redis) owned(ctx context.Context, key, owner string, fields ...string) 
 
 // Release deletes the caller's in-flight record, so the client may retry,
 // and wakes waiters. ErrNotOwner if the key is not in flight under owner.
-func (r *Redis) Release(ctx context.Context, k Key, owner string) error {
+func (r *Store) Release(ctx context.Context, k cache.Key, owner string) error {
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("release %s: %w", k, err)
 	}
 	ident := recordIdent(k)
 	err := r.begin(ctx)
 	if err == nil && owner == "" {
-		err = ErrNotOwner
+		err = cache.ErrNotOwner
 	}
 	if err == nil {
 		var ok int
 		ok, err = releaseScript.Run(ctx, r.client, []string{r.recordKey(ident)}, owner, r.wakeChannel(ident)).Int()
 		if err == nil && ok != 1 {
-			err = ErrNotOwner
+			err = cache.ErrNotOwner
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("release %s: %w", k, r.mapErr(err))
 	}
-	r.waiters.wake(ident)
+	r.waiters.Wake(ident)
 	return nil
 }
 
 // Get returns the key's record, in flight or committed. ErrNotFound when
 // absent or expired.
-func (r *Redis) Get(ctx context.Context, k Key) (*Record, error) {
+func (r *Store) Get(ctx context.Context, k cache.Key) (*cache.Record, error) {
 	if err := k.Validate(); err != nil {
 		return nil, fmt.Errorf("get %s: %w", k, err)
 	}
@@ -421,30 +508,30 @@ func (r *Redis) Get(ctx context.Context, k Key) (*Record, error) {
 	return rec, nil
 }
 
-func (r *Redis) get(ctx context.Context, key string) (*Record, error) {
+func (r *Store) get(ctx context.Context, key string) (*cache.Record, error) {
 	if err := r.begin(ctx); err != nil {
 		return nil, err
 	}
 	data, err := r.client.HGet(ctx, key, "data").Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
+		return nil, cache.ErrNotFound
 	}
 	if err != nil {
 		return nil, r.mapErr(err)
 	}
-	rec, err := decodeRecord(data)
+	rec, err := codec.DecodeRecord(data)
 	if err != nil {
 		return nil, err
 	}
-	if expired(rec.State, rec.ExpiresAt, r.now()) {
-		return nil, ErrNotFound
+	if rec.State == cache.Committed && !rec.ExpiresAt.IsZero() && !r.now().Before(rec.ExpiresAt) {
+		return nil, cache.ErrNotFound
 	}
 	return rec, nil
 }
 
 // Delete forgets the key, whatever its state (admin), and wakes waiters.
 // ErrNotFound when absent.
-func (r *Redis) Delete(ctx context.Context, k Key) error {
+func (r *Store) Delete(ctx context.Context, k cache.Key) error {
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("delete %s: %w", k, err)
 	}
@@ -454,13 +541,13 @@ func (r *Redis) Delete(ctx context.Context, k Key) error {
 		var ok int
 		ok, err = deleteScript.Run(ctx, r.client, []string{r.recordKey(ident)}, r.wakeChannel(ident)).Int()
 		if err == nil && ok != 1 {
-			err = ErrNotFound
+			err = cache.ErrNotFound
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", k, r.mapErr(err))
 	}
-	r.waiters.wake(ident)
+	r.waiters.Wake(ident)
 	return nil
 }
 
@@ -475,7 +562,7 @@ func (r *Redis) Delete(ctx context.Context, k Key) error {
 // is delivered to it. Messages lost while the pub/sub connection reconnects
 // are covered by a re-read every PollInterval, and every resubscription
 // wakes all waiters.
-func (r *Redis) Wait(ctx context.Context, k Key) error {
+func (r *Store) Wait(ctx context.Context, k cache.Key) error {
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("wait %s: %w", k, err)
 	}
@@ -484,21 +571,21 @@ func (r *Redis) Wait(ctx context.Context, k Key) error {
 	}
 	ident := recordIdent(k)
 	key := r.recordKey(ident)
-	e, ok := r.waiters.subscribe(ident)
+	e, ok := r.waiters.Subscribe(ident)
 	if !ok {
-		return ErrClosed
+		return cache.ErrClosed
 	}
-	defer r.waiters.unsubscribe(ident, e)
+	defer r.waiters.Unsubscribe(ident, e)
 
 	rec, err := r.get(ctx, key)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, cache.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("wait %s: %w", k, err)
 	}
 	now := r.now()
-	if rec.State != InFlight || !now.Before(rec.LeaseUntil) {
+	if rec.State != cache.InFlight || !now.Before(rec.LeaseUntil) {
 		return nil
 	}
 	leaseOut := r.after(rec.LeaseUntil.Sub(now))
@@ -509,9 +596,9 @@ func (r *Redis) Wait(ctx context.Context, k Key) error {
 			r.waitBlocked()
 		}
 		select {
-		case <-e.ch:
+		case <-e.Done():
 			if r.closed.Load() {
-				return ErrClosed
+				return cache.ErrClosed
 			}
 			return nil
 		case <-leaseOut:
@@ -520,13 +607,13 @@ func (r *Redis) Wait(ctx context.Context, k Key) error {
 			return ctx.Err()
 		case <-poll.C:
 			cur, err := r.get(ctx, key)
-			if errors.Is(err, ErrNotFound) {
+			if errors.Is(err, cache.ErrNotFound) {
 				return nil
 			}
 			if err != nil {
 				return fmt.Errorf("wait %s: %w", k, err)
 			}
-			if cur.State != InFlight || cur.Owner != rec.Owner || !r.now().Before(cur.LeaseUntil) {
+			if cur.State != cache.InFlight || cur.Owner != rec.Owner || !r.now().Before(cur.LeaseUntil) {
 				return nil
 			}
 		}
@@ -534,7 +621,7 @@ func (r *Redis) Wait(ctx context.Context, k Key) error {
 }
 
 // Ping reports whether Redis answers PING within ctx.
-func (r *Redis) Ping(ctx context.Context) error {
+func (r *Store) Ping(ctx context.Context) error {
 	if err := r.begin(ctx); err != nil {
 		return err
 	}
@@ -548,7 +635,7 @@ func (r *Redis) Ping(ctx context.Context) error {
 // in Cluster mode) and reads their states in pipelined batches. The result
 // is cached for 5 seconds (store clock); when Redis fails, or after Close,
 // the last result is returned. LSMBytes and VLogBytes are 0.
-func (r *Redis) Stats() Stats {
+func (r *Store) Stats() cache.Stats {
 	r.statsMu.Lock()
 	defer r.statsMu.Unlock()
 	now := r.now()
@@ -560,7 +647,7 @@ func (r *Redis) Stats() Stats {
 	if r.begin(ctx) != nil {
 		return r.stats
 	}
-	st := Stats{At: now}
+	st := cache.Stats{At: now}
 	var mu sync.Mutex
 	err := r.scan(ctx, globEscape(r.prefix)+redisRecordNS+"*", func(ctx context.Context, c redis.Cmdable, keys []string) error {
 		cmds, err := pipelined(ctx, c, keys, func(p redis.Pipeliner, key string) *redis.StringCmd {
@@ -597,99 +684,14 @@ func (r *Redis) Stats() Stats {
 	return st
 }
 
-// List returns the metadata of up to limit records of one scope, in key
-// order (endpoint, then id), skipping expired ones. If limit <= 0, 100.
-// Redis has no ordered scan: the scope's keys are collected by SCAN and
-// sorted, and the records are then read in batches until limit is reached.
-func (r *Redis) List(ctx context.Context, scope string, limit int) ([]ListedKey, error) {
-	if strings.IndexByte(scope, 0) >= 0 {
-		return nil, fmt.Errorf("list: %w: scope contains NUL", ErrInvalidKey)
-	}
-	if limit <= 0 {
-		limit = defaultListLimit
-	}
-	if err := r.begin(ctx); err != nil {
-		return nil, fmt.Errorf("list %q: %w", scope, err)
-	}
-	var b strings.Builder
-	b.WriteString(globEscape(r.prefix) + redisRecordNS + "{")
-	escapePart(&b, scope)
-	b.WriteString(":*")
-	type entry struct {
-		key  string
-		name Key
-	}
-	var mu sync.Mutex
-	var entries []entry
-	err := r.scan(ctx, b.String(), func(_ context.Context, _ redis.Cmdable, keys []string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, key := range keys {
-			if k, ok := r.parseRecordKey(key); ok && k.Scope == scope {
-				entries = append(entries, entry{key, k})
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", scope, r.mapErr(err))
-	}
-	slices.SortFunc(entries, func(a, b entry) int {
-		return cmp.Or(strings.Compare(a.name.Endpoint, b.name.Endpoint), strings.Compare(a.name.ID, b.name.ID))
-	})
-
-	var out []ListedKey
-	now := r.now()
-	for chunk := range slices.Chunk(entries, redisBatch) {
-		if len(out) >= limit {
-			break
-		}
-		keys := make([]string, len(chunk))
-		for i, e := range chunk {
-			keys[i] = e.key
-		}
-		cmds, err := pipelined(ctx, r.client, keys, func(p redis.Pipeliner, key string) *redis.StringCmd {
-			return p.HGet(ctx, key, "data")
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list %q: %w", scope, r.mapErr(err))
-		}
-		for i, cmd := range cmds {
-			if len(out) >= limit {
-				break
-			}
-			v, err := cmd.Bytes()
-			if errors.Is(err, redis.Nil) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("list %q: %w", scope, r.mapErr(err))
-			}
-			rec, size, err := decodeMeta(v)
-			if err != nil {
-				return nil, fmt.Errorf("list %q: %s: %w", scope, chunk[i].name, err)
-			}
-			if expired(rec.State, rec.ExpiresAt, now) {
-				continue
-			}
-			out = append(out, ListedKey{
-				Key: chunk[i].name, State: rec.State, Fingerprint: rec.Fingerprint, Stream: rec.Stream,
-				Status: rec.Status, Size: size, Upstream: rec.Upstream,
-				LeaseUntil: rec.LeaseUntil, CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt,
-			})
-		}
-	}
-	return out, nil
-}
-
 // Close wakes every waiter (their Wait returns ErrClosed), stops the
 // pub/sub connection and breaker watchers, and closes the client. Later
 // calls return ErrClosed. Close is idempotent.
-func (r *Redis) Close() error {
+func (r *Store) Close() error {
 	r.closeOnce.Do(func() {
 		r.closed.Store(true)
 		close(r.done)
-		r.waiters.close()
+		r.waiters.Close()
 		_ = r.ps.Close()
 		<-r.psDone
 		if err := r.client.Close(); err != nil {
@@ -702,19 +704,19 @@ func (r *Redis) Close() error {
 // begin fails once ctx is done or the store is closed. Unlike Badger's, it
 // holds nothing: go-redis fails calls racing with Close with its ErrClosed,
 // which mapErr turns into ours.
-func (r *Redis) begin(ctx context.Context) error {
+func (r *Store) begin(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if r.closed.Load() {
-		return ErrClosed
+		return cache.ErrClosed
 	}
 	return nil
 }
 
-func (r *Redis) mapErr(err error) error {
+func (r *Store) mapErr(err error) error {
 	if errors.Is(err, redis.ErrClosed) && r.closed.Load() {
-		return ErrClosed
+		return cache.ErrClosed
 	}
 	return err
 }
@@ -722,7 +724,7 @@ func (r *Redis) mapErr(err error) error {
 // scan calls fn with each batch of keys matching match, on every master in
 // Cluster mode (concurrently: fn must lock what it shares), with the client
 // of the node the keys are on.
-func (r *Redis) scan(ctx context.Context, match string, fn func(ctx context.Context, c redis.Cmdable, keys []string) error) error {
+func (r *Store) scan(ctx context.Context, match string, fn func(ctx context.Context, c redis.Cmdable, keys []string) error) error {
 	one := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {

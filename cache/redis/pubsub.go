@@ -1,4 +1,4 @@
-package cache
+package redisstore
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // watchers. A (re)subscription means messages may have been lost while the
 // connection was down, so it wakes every waiter (each re-reads its record)
 // and has every watcher re-read the overrides.
-func (r *Redis) dispatch(ch <-chan any) {
+func (r *Store) dispatch(ch <-chan any) {
 	defer close(r.psDone)
 	wakePrefix := r.prefix + redisWakeNS
 	breakers := r.breakersKey()
@@ -31,7 +31,7 @@ func (r *Redis) dispatch(ch <-chan any) {
 			case m.Kind == "psubscribe" && m.Channel == r.wakePattern:
 				wakeSubscribed = true
 				r.subscriptions.Add(1)
-				wakeEvery(&r.waiters)
+				r.waiters.WakeAll()
 			case m.Kind == "subscribe" && m.Channel == breakers:
 				breakersSubscribed = true
 				r.watchersResync()
@@ -43,7 +43,7 @@ func (r *Redis) dispatch(ch <-chan any) {
 			switch {
 			case m.Pattern == r.wakePattern:
 				if ident, ok := strings.CutPrefix(m.Channel, wakePrefix); ok {
-					r.waiters.wake(ident)
+					r.waiters.Wake(ident)
 				}
 			case m.Channel == breakers:
 				if len(m.Payload) < 2 || (m.Payload[0] != '0' && m.Payload[0] != '1') {
@@ -56,18 +56,7 @@ func (r *Redis) dispatch(ch <-chan any) {
 	}
 }
 
-// wakeEvery wakes every waiter of b, whatever its key; unlike close, it
-// admits new ones.
-func wakeEvery(b *broadcast) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for k, e := range b.m {
-		close(e.ch)
-		delete(b.m, k)
-	}
-}
-
-func (r *Redis) breakersKey() string { return r.prefix + redisBreakers }
+func (r *Store) breakersKey() string { return r.prefix + redisBreakers }
 
 // SetBreakerOverride forces upstream's breaker open on every replica
 // (open), or clears the override (!open), which the replicas apply as a
@@ -77,7 +66,7 @@ func (r *Redis) breakersKey() string { return r.prefix + redisBreakers }
 // The hash has no TTL, unlike every other key: an operator's forced open
 // must not lapse by itself, and the hash holds at most one field per
 // upstream.
-func (r *Redis) SetBreakerOverride(ctx context.Context, upstream string, open bool) error {
+func (r *Store) SetBreakerOverride(ctx context.Context, upstream string, open bool) error {
 	if upstream == "" {
 		return errors.New("set breaker override: empty upstream name")
 	}
@@ -96,7 +85,7 @@ func (r *Redis) SetBreakerOverride(ctx context.Context, upstream string, open bo
 }
 
 // BreakerOverrides returns the upstreams forced open.
-func (r *Redis) BreakerOverrides(ctx context.Context) (map[string]bool, error) {
+func (r *Store) BreakerOverrides(ctx context.Context) (map[string]bool, error) {
 	if err := r.begin(ctx); err != nil {
 		return nil, fmt.Errorf("read breaker overrides: %w", err)
 	}
@@ -126,7 +115,7 @@ func (r *Redis) BreakerOverrides(ctx context.Context) (map[string]bool, error) {
 // under way is reported by both). With the breaker registry that is
 // harmless: ForceOpen of a forced-open breaker changes nothing, and a
 // repeated ForceClose only resets the counts once more.
-func (r *Redis) WatchBreakerOverrides(ctx context.Context, fn func(upstream string, open bool)) {
+func (r *Store) WatchBreakerOverrides(ctx context.Context, fn func(upstream string, open bool)) {
 	w := &breakerWatcher{signal: make(chan struct{}, 1), resync: true}
 	w.signal <- struct{}{}
 	r.watchMu.Lock()
@@ -229,7 +218,7 @@ func (w *breakerWatcher) notify() {
 	}
 }
 
-func (r *Redis) watchersResync() {
+func (r *Store) watchersResync() {
 	r.watchMu.Lock()
 	defer r.watchMu.Unlock()
 	for w := range r.watchers {
@@ -238,7 +227,7 @@ func (r *Redis) watchersResync() {
 	}
 }
 
-func (r *Redis) watchersDeliver(e breakerEvent) {
+func (r *Store) watchersDeliver(e breakerEvent) {
 	r.watchMu.Lock()
 	defer r.watchMu.Unlock()
 	for w := range r.watchers {

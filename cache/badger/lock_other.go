@@ -1,7 +1,7 @@
 //go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
 
-package cache
+package badgerstore
 
-// dirLocked cannot probe the lock here; OpenBadger then reports Badger's own
+// dirLocked cannot probe the lock here; Open then reports Badger's own
 // error, which says the directory is locked.
 func dirLocked(string) bool { return false }

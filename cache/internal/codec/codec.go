@@ -1,71 +1,22 @@
-package cache
+// Package codec is the byte form of the cache's records and dead letters,
+// shared by the Badger and Redis stores so that both hold the same bytes.
+// Each form starts with a version byte; a value of another version is
+// refused with ErrUnknownVersion, never guessed at.
+package codec
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/llmgate/llmgate/cache"
 )
 
-// Storage key layout:
-//
-//	'i' 0x00 scope 0x00 endpoint 0x00 id
-//
-// 'i' is the namespace of idempotency records ('d' is reserved for dead
-// letters). Key.Validate forbids NUL in scope and endpoint and the id is
-// printable ASCII, so the layout is unambiguous and a scope's keys share the
-// prefix 'i' 0x00 scope 0x00, which is what List scans.
-const recordNS = 'i'
-
-func storageKey(k Key) []byte {
-	b := make([]byte, 0, 4+len(k.Scope)+len(k.Endpoint)+len(k.ID))
-	b = append(b, recordNS, 0)
-	b = append(b, k.Scope...)
-	b = append(b, 0)
-	b = append(b, k.Endpoint...)
-	b = append(b, 0)
-	return append(b, k.ID...)
-}
-
-func scopeKeyPrefix(scope string) []byte {
-	b := make([]byte, 0, 3+len(scope))
-	b = append(b, recordNS, 0)
-	b = append(b, scope...)
-	return append(b, 0)
-}
-
-var recordKeyPrefix = []byte{recordNS, 0}
-
-func parseStorageKey(b []byte) (Key, bool) {
-	if len(b) < 2 || b[0] != recordNS || b[1] != 0 {
-		return Key{}, false
-	}
-	parts := [3]string{}
-	rest := b[2:]
-	for i := 0; i < 2; i++ {
-		j := indexByte(rest, 0)
-		if j < 0 {
-			return Key{}, false
-		}
-		parts[i] = string(rest[:j])
-		rest = rest[j+1:]
-	}
-	parts[2] = string(rest)
-	return Key{Scope: parts[0], Endpoint: parts[1], ID: parts[2]}, true
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
-}
-
-// Value layout: one version byte, then the version's encoding. Version 1:
+// Record layout: one version byte, then the version's encoding. Version 1:
 //
 //	state      u8
 //	flags      u8                 bit 0: stream
@@ -78,18 +29,21 @@ func indexByte(b []byte, c byte) int {
 //	body                          uvarint length + bytes
 //	events     uvarint count, then each: uvarint length + bytes
 //
-// The metadata comes first so List can read it without touching the body. A
-// later release adds version 2 and keeps decodeV1, so it reads older records.
-const codecV1 = 1
+// The metadata comes first, so a reader can stop before the body. A release
+// that changes the layout adds version 2 and still reads version 1; this one
+// reads version 1 only and rejects any other.
+const recordV1 = 1
 
-var errUnknownVersion = errors.New("unknown record encoding version")
+// ErrUnknownVersion: a stored value starts with a version byte this release
+// does not read.
+var ErrUnknownVersion = errors.New("unknown record encoding version")
 
-// encodeRecord returns the stored form of r, in one allocation.
-func encodeRecord(r *Record) []byte {
+// EncodeRecord returns the stored form of r, in one allocation.
+func EncodeRecord(r *cache.Record) []byte {
 	return appendRecord(make([]byte, 0, encodedSize(r)), r)
 }
 
-func encodedSize(r *Record) int {
+func encodedSize(r *cache.Record) int {
 	n := 1 + 1 + 1 + 3*binary.MaxVarintLen64 + binary.MaxVarintLen64
 	n += strSize(len(r.Fingerprint)) + strSize(len(r.Owner)) + strSize(len(r.Upstream))
 	n += binary.MaxVarintLen64
@@ -108,8 +62,8 @@ func encodedSize(r *Record) int {
 
 func strSize(n int) int { return binary.MaxVarintLen64 + n }
 
-func appendRecord(b []byte, r *Record) []byte {
-	b = append(b, codecV1, byte(r.State))
+func appendRecord(b []byte, r *cache.Record) []byte {
+	b = append(b, recordV1, byte(r.State))
 	var flags byte
 	if r.Stream {
 		flags |= 1
@@ -161,10 +115,10 @@ func fromUnixNano(n int64) time.Time {
 	return time.Unix(0, n).UTC()
 }
 
-// decodeRecord parses a stored value. Body and Events alias b: pass a copy
+// DecodeRecord parses a stored record. Body and Events alias b: pass a copy
 // that nobody else will modify (Badger's ValueCopy is one).
-func decodeRecord(b []byte) (*Record, error) {
-	r := new(Record)
+func DecodeRecord(b []byte) (*cache.Record, error) {
+	r := new(cache.Record)
 	d := decoder{b: b}
 	if err := d.header(r); err != nil {
 		return nil, err
@@ -175,21 +129,6 @@ func decodeRecord(b []byte) (*Record, error) {
 	return r, nil
 }
 
-// decodeMeta parses the metadata and returns the size of the body or events
-// without keeping them. It does not retain b.
-func decodeMeta(b []byte) (*Record, int, error) {
-	r := new(Record)
-	d := decoder{b: b}
-	if err := d.header(r); err != nil {
-		return nil, 0, err
-	}
-	size, err := d.bodySize()
-	if err != nil {
-		return nil, 0, err
-	}
-	return r, size, nil
-}
-
 type decoder struct {
 	b   []byte
 	err error
@@ -197,18 +136,18 @@ type decoder struct {
 
 var errTruncated = errors.New("truncated record")
 
-func (d *decoder) header(r *Record) error {
+func (d *decoder) header(r *cache.Record) error {
 	if len(d.b) == 0 {
 		return fmt.Errorf("decode record: %w: empty value", errTruncated)
 	}
-	if v := d.b[0]; v != codecV1 {
-		return fmt.Errorf("decode record: %w %d (this release reads 1)", errUnknownVersion, v)
+	if v := d.b[0]; v != recordV1 {
+		return fmt.Errorf("decode record: %w %d (this release reads 1)", ErrUnknownVersion, v)
 	}
 	if len(d.b) < 3 {
 		return fmt.Errorf("decode record: %w", errTruncated)
 	}
-	r.State = State(d.b[1])
-	if r.State != InFlight && r.State != Committed {
+	r.State = cache.State(d.b[1])
+	if r.State != cache.InFlight && r.State != cache.Committed {
 		return fmt.Errorf("decode record: unknown state %d", d.b[1])
 	}
 	flags := d.b[2]
@@ -250,7 +189,7 @@ func (d *decoder) header(r *Record) error {
 	return nil
 }
 
-func (d *decoder) body(r *Record) error {
+func (d *decoder) body(r *cache.Record) error {
 	if body := d.bytes(); len(body) > 0 {
 		r.Body = body[:len(body):len(body)]
 	}
@@ -269,14 +208,6 @@ func (d *decoder) body(r *Record) error {
 		return fmt.Errorf("decode record: %w", d.err)
 	}
 	return nil
-}
-
-func (d *decoder) bodySize() (int, error) {
-	var r Record
-	if err := d.body(&r); err != nil {
-		return 0, err
-	}
-	return r.Size(), nil
 }
 
 func (d *decoder) uvarint() uint64 {
@@ -327,4 +258,38 @@ func (d *decoder) bytes() []byte {
 	v := d.b[:n]
 	d.b = d.b[n:]
 	return v
+}
+
+// Dead-letter layout: one version byte, then, in version 1, the JSON of
+// the DeadLetter's fields with the body as base64 under "body" (DeadLetter
+// itself leaves the body out of its JSON).
+const deadLetterV1 = 1
+
+// deadLetterJSON is the stored form: the JSON fields plus the body.
+type deadLetterJSON struct {
+	cache.DeadLetter
+	Body []byte `json:"body"`
+}
+
+// EncodeDeadLetter returns the stored form of d, body included.
+func EncodeDeadLetter(d *cache.DeadLetter) ([]byte, error) {
+	b, err := json.Marshal(deadLetterJSON{DeadLetter: *d, Body: d.Body})
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{deadLetterV1}, b...), nil
+}
+
+// DecodeDeadLetter parses a stored dead letter.
+func DecodeDeadLetter(b []byte) (*cache.DeadLetter, error) {
+	if len(b) == 0 || b[0] != deadLetterV1 {
+		return nil, fmt.Errorf("dead letter: %w", ErrUnknownVersion)
+	}
+	var r deadLetterJSON
+	if err := json.Unmarshal(b[1:], &r); err != nil {
+		return nil, fmt.Errorf("dead letter: %w", err)
+	}
+	d := r.DeadLetter
+	d.Body = r.Body
+	return &d, nil
 }

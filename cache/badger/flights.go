@@ -1,12 +1,12 @@
-package cache
+package badgerstore
 
 import (
-	"bytes"
 	"hash/maphash"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmgate/llmgate/cache"
 )
 
 // flights is the Badger store's table of in-flight records, kept in memory
@@ -34,14 +34,14 @@ const flightShards = 64
 
 type flightShard struct {
 	mu sync.Mutex
-	m  map[string]*Record // by storage key
-	_  [48]byte           // one shard per 64-byte cache line
+	m  map[string]*cache.Record // by storage key
+	_  [48]byte                 // one shard per 64-byte cache line
 }
 
 func newFlights() *flights {
 	f := &flights{seed: maphash.MakeSeed()}
 	for i := range f.shards {
-		f.shards[i].m = make(map[string]*Record)
+		f.shards[i].m = make(map[string]*cache.Record)
 	}
 	return f
 }
@@ -54,7 +54,7 @@ func (f *flights) lock(key []byte) *flightShard {
 }
 
 // put and del keep the count; the caller holds sh.mu.
-func (f *flights) put(sh *flightShard, key []byte, r *Record) {
+func (f *flights) put(sh *flightShard, key []byte, r *cache.Record) {
 	if _, ok := sh.m[string(key)]; !ok {
 		f.n.Add(1)
 	}
@@ -68,30 +68,6 @@ func (f *flights) del(sh *flightShard, key []byte) bool {
 	delete(sh.m, string(key))
 	f.n.Add(-1)
 	return true
-}
-
-// flightEntry is one in-flight record and its storage key, for List.
-type flightEntry struct {
-	key []byte
-	rec Record
-}
-
-// withPrefix returns copies of the records whose storage key starts with
-// prefix, in key order.
-func (f *flights) withPrefix(prefix []byte) []flightEntry {
-	var out []flightEntry
-	for i := range f.shards {
-		sh := &f.shards[i]
-		sh.mu.Lock()
-		for k, r := range sh.m {
-			if len(k) >= len(prefix) && k[:len(prefix)] == string(prefix) {
-				out = append(out, flightEntry{key: []byte(k), rec: *r})
-			}
-		}
-		sh.mu.Unlock()
-	}
-	slices.SortFunc(out, func(a, b flightEntry) int { return bytes.Compare(a.key, b.key) })
-	return out
 }
 
 // sweep removes the records whose lease ran out more than grace before now

@@ -1,4 +1,4 @@
-package cache
+package redisstore
 
 import (
 	"bytes"
@@ -7,22 +7,38 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/cache/internal/codec"
+	"github.com/llmgate/llmgate/cache/storetest"
 )
 
 // The Redis tests need a real Redis 7. They use LLMGATE_REDIS_ADDR
 // (default 127.0.0.1:6379) and skip when nothing answers there, unless
 // LLMGATE_REQUIRE_REDIS=1, when they fail instead (CI). Each test uses its
 // own random key prefix and deletes its keys at the end.
+
+var (
+	ctx    = context.Background()
+	chatEP = "/v1/chat/completions"
+	key1   = cache.Key{Scope: "acme", Endpoint: chatEP, ID: "key-1"}
+)
+
+const (
+	lease = 30 * time.Second
+	ttl   = 24 * time.Hour
+)
 
 var redisProbe = sync.OnceValues(func() (string, error) {
 	addr := os.Getenv("LLMGATE_REDIS_ADDR")
@@ -67,7 +83,7 @@ func requireBinary(tb testing.TB, name string) string {
 // under a random prefix (o.Prefix, if set, instead). When the test ends it
 // checks that every key under the prefix has a TTL, except the breakers
 // hash, deletes them and closes the store.
-func openTestRedis(tb testing.TB, o RedisOptions) *Redis {
+func openTestRedis(tb testing.TB, o Options) *Store {
 	tb.Helper()
 	if o.URL == "" {
 		o.URL = "redis://" + redisAddr(tb)
@@ -75,9 +91,9 @@ func openTestRedis(tb testing.TB, o RedisOptions) *Redis {
 	if o.Prefix == "" {
 		o.Prefix = testPrefix()
 	}
-	r, err := OpenRedis(ctx, o)
+	r, err := Open(ctx, o)
 	if err != nil {
-		tb.Fatalf("OpenRedis: %v", err)
+		tb.Fatalf("Open: %v", err)
 	}
 	tb.Cleanup(func() {
 		defer r.Close()
@@ -109,31 +125,43 @@ func openTestRedis(tb testing.TB, o RedisOptions) *Redis {
 func testPrefix() string { return "llmgate-test:" + rand.Text()[:10] + ":" }
 
 // observeRedis wires r's Wait hook and real TTLs into the suite's view.
-func observeRedis(r *Redis) *observed {
-	o := newObserved(r)
-	r.waitBlocked = o.signalBlocked
-	o.ttlOf = func(k Key) time.Duration {
+func observeRedis(r *Store) *storetest.Observed {
+	o := storetest.NewObserved(r)
+	r.waitBlocked = o.SignalBlocked
+	o.TTL = func(k cache.Key) time.Duration {
 		return r.client.PTTL(ctx, r.recordKey(recordIdent(k))).Val()
 	}
+	o.Grace = inFlightGrace
 	return o
+}
+
+func waitResult(t *testing.T, res <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-res:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return within 10s")
+		return nil
+	}
 }
 
 func TestRedisStoreSuite(t *testing.T) {
 	redisAddr(t)
-	runStoreSuite(t, func(t *testing.T, now func() time.Time) store {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) storetest.Store {
 		// A long poll, so that only a wake-up can end a Wait in time.
-		return observeRedis(openTestRedis(t, RedisOptions{Now: now, PollInterval: time.Hour}))
+		return observeRedis(openTestRedis(t, Options{Now: now, PollInterval: time.Hour}))
 	})
 }
 
 func TestRedisCrossReplica(t *testing.T) {
-	testCrossReplica(t, RedisOptions{URL: "redis://" + redisAddr(t)})
+	testCrossReplica(t, Options{URL: "redis://" + redisAddr(t)})
 }
 
 // testCrossReplica runs two stores on one Redis and prefix, as two gateway
 // replicas, with a poll too long to matter: only pub/sub can wake a waiter
 // of one replica on the other's commit.
-func testCrossReplica(t *testing.T, base RedisOptions) {
+func testCrossReplica(t *testing.T, base Options) {
 	base.Prefix = testPrefix()
 	base.PollInterval = time.Hour
 	a := openTestRedis(t, base)
@@ -142,24 +170,24 @@ func testCrossReplica(t *testing.T, base RedisOptions) {
 
 	for _, end := range []string{"commit", "release", "delete"} {
 		t.Run("woken by "+end+" on the other replica", func(t *testing.T) {
-			k := Key{Scope: "acme", Endpoint: chatEP, ID: "cross-" + end}
+			k := cache.Key{Scope: "acme", Endpoint: chatEP, ID: "cross-" + end}
 			c, err := a.Claim(ctx, k, "fp", lease)
-			if err != nil || c.Status != Claimed {
+			if err != nil || c.Status != cache.Claimed {
 				t.Fatalf("Claim on a: %+v, %v", c, err)
 			}
-			if cb, err := b.Claim(ctx, k, "fp", lease); err != nil || cb.Status != Busy {
+			if cb, err := b.Claim(ctx, k, "fp", lease); err != nil || cb.Status != cache.Busy {
 				t.Fatalf("Claim on b: %+v, %v; want busy", cb, err)
 			}
 			res := make(chan error, 1)
 			go func() { res <- b.Wait(ctx, k) }()
 			select {
-			case <-bo.blocked:
+			case <-bo.Blocked:
 			case err := <-res:
 				t.Fatalf("Wait on b returned %v instead of blocking", err)
 			}
 			switch end {
 			case "commit":
-				err = a.Commit(ctx, k, c.Owner, streamRecord(), ttl)
+				err = a.Commit(ctx, k, c.Owner, storetest.StreamRecord(), ttl)
 			case "release":
 				err = a.Release(ctx, k, c.Owner)
 			case "delete":
@@ -171,25 +199,25 @@ func testCrossReplica(t *testing.T, base RedisOptions) {
 			if err := waitResult(t, res); err != nil {
 				t.Fatalf("Wait on b: %v", err)
 			}
-			want := map[string]ClaimStatus{"commit": Done, "release": Claimed, "delete": Claimed}[end]
+			want := map[string]cache.ClaimStatus{"commit": cache.Done, "release": cache.Claimed, "delete": cache.Claimed}[end]
 			cb, err := b.Claim(ctx, k, "fp", lease)
 			if err != nil || cb.Status != want {
 				t.Fatalf("Claim on b after %s: %+v, %v; want %v", end, cb, err, want)
 			}
-			if want == Done {
-				want := streamRecord()
-				want.State, want.Fingerprint = Committed, "fp"
+			if want == cache.Done {
+				want := storetest.StreamRecord()
+				want.State, want.Fingerprint = cache.Committed, "fp"
 				want.CreatedAt, want.ExpiresAt = cb.Record.CreatedAt, cb.Record.CreatedAt.Add(ttl)
-				assertSameRecord(t, cb.Record, want)
+				storetest.AssertSameRecord(t, cb.Record, want)
 			}
 		})
 	}
 
 	t.Run("one claim across replicas", func(t *testing.T) {
-		k := Key{Endpoint: chatEP, ID: "race"}
+		k := cache.Key{Endpoint: chatEP, ID: "race"}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		counts := map[ClaimStatus]int{}
+		counts := map[cache.ClaimStatus]int{}
 		for i := range 32 {
 			s := a
 			if i%2 == 1 {
@@ -207,7 +235,7 @@ func testCrossReplica(t *testing.T, base RedisOptions) {
 			})
 		}
 		wg.Wait()
-		if counts[Claimed] != 1 || counts[Busy] != 31 {
+		if counts[cache.Claimed] != 1 || counts[cache.Busy] != 31 {
 			t.Fatalf("claims = %v, want 1 claimed, 31 busy", counts)
 		}
 	})
@@ -224,7 +252,7 @@ type override struct {
 
 // watch runs WatchBreakerOverrides on s until the test ends and returns
 // what it reports.
-func watch(t *testing.T, s *Redis) <-chan override {
+func watch(t *testing.T, s *Store) <-chan override {
 	wctx, cancel := context.WithCancel(ctx)
 	got := make(chan override, 100)
 	done := make(chan struct{})
@@ -248,7 +276,7 @@ func expectOverride(t *testing.T, ch <-chan override, want override) {
 	}
 }
 
-func testBreakerOverrides(t *testing.T, a, b *Redis) {
+func testBreakerOverrides(t *testing.T, a, b *Store) {
 	// Set before the replicas watch, without a message that could reach a
 	// watcher after its first read and report the same state twice.
 	if err := a.client.HSet(ctx, a.breakersKey(), "before", "open").Err(); err != nil {
@@ -292,7 +320,7 @@ func testBreakerOverrides(t *testing.T, a, b *Redis) {
 
 // killPubSub closes, server side, the connections with pattern
 // subscriptions: the test stores' pub/sub connections.
-func killPubSub(t *testing.T, r *Redis) {
+func killPubSub(t *testing.T, r *Store) {
 	t.Helper()
 	kill := func(ctx context.Context, c *redis.Client) error {
 		list, err := c.ClientList(ctx).Result()
@@ -328,15 +356,15 @@ func killPubSub(t *testing.T, r *Redis) {
 }
 
 func TestRedisResubscribeWakesWaiters(t *testing.T) {
-	r := openTestRedis(t, RedisOptions{PollInterval: time.Hour})
+	r := openTestRedis(t, Options{PollInterval: time.Hour})
 	o := observeRedis(r)
 	c, err := r.Claim(ctx, key1, "fp", lease)
-	if err != nil || c.Status != Claimed {
+	if err != nil || c.Status != cache.Claimed {
 		t.Fatal(c, err)
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	<-o.blocked
+	<-o.Blocked
 	before := r.subscriptions.Load()
 	killPubSub(t, r)
 	// Nothing changed, but a message could have been lost: the waiter
@@ -350,14 +378,14 @@ func TestRedisResubscribeWakesWaiters(t *testing.T) {
 }
 
 func TestRedisWaitLeaseTimer(t *testing.T) {
-	clock := newClock()
-	r := openTestRedis(t, RedisOptions{Now: clock.Now, After: clock.After, PollInterval: time.Hour})
+	clock := storetest.NewClock()
+	r := openTestRedis(t, Options{Now: clock.Now, After: clock.After, PollInterval: time.Hour})
 	if _, err := r.Claim(ctx, key1, "fp", lease); err != nil {
 		t.Fatal(err)
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	if d := <-clock.afterCalls; d != lease {
+	if d := <-clock.AfterCalls(); d != lease {
 		t.Fatalf("lease timer %v, want %v", d, lease)
 	}
 	clock.Advance(lease)
@@ -370,15 +398,15 @@ func TestRedisWaitLeaseTimer(t *testing.T) {
 // the store's back, as a message lost in a reconnection) is seen by the
 // PollInterval re-read.
 func TestRedisWaitPoll(t *testing.T) {
-	r := openTestRedis(t, RedisOptions{PollInterval: 20 * time.Millisecond})
+	r := openTestRedis(t, Options{PollInterval: 20 * time.Millisecond})
 	o := observeRedis(r)
 	if _, err := r.Claim(ctx, key1, "fp", lease); err != nil {
 		t.Fatal(err)
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	<-o.blocked
-	<-o.blocked // one poll re-read found it still in flight
+	<-o.Blocked
+	<-o.Blocked // one poll re-read found it still in flight
 	if err := r.client.Del(ctx, r.recordKey(recordIdent(key1))).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -387,56 +415,46 @@ func TestRedisWaitPoll(t *testing.T) {
 	}
 }
 
-// TestRedisRecordBytes: a committed record is stored in the package codec,
-// the same bytes as Badger's.
+// TestRedisRecordBytes: a committed record's data field is the record as
+// codec.EncodeRecord writes it, the same bytes the Badger store keeps (its
+// TestRecordBytes), and the fields the scripts compare are set.
 func TestRedisRecordBytes(t *testing.T) {
-	clock := newClock()
-	r := openTestRedis(t, RedisOptions{Now: clock.Now})
-	b := openStore(t, t.TempDir(), clock)
-	for _, s := range []store{r, b} {
-		c, err := s.Claim(ctx, key1, "fp", lease)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Commit(ctx, key1, c.Owner, streamRecord(), ttl); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fromRedis, err := r.client.HGet(ctx, r.recordKey(recordIdent(key1)), "data").Bytes()
+	clock := storetest.NewClock()
+	r := openTestRedis(t, Options{Now: clock.Now})
+	c, err := r.Claim(ctx, key1, "fp", lease)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fromBadger []byte
-	if err := b.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(storageKey(key1))
-		if err != nil {
-			return err
-		}
-		fromBadger, err = item.ValueCopy(nil)
-		return err
-	}); err != nil {
+	if err := r.Commit(ctx, key1, c.Owner, storetest.StreamRecord(), ttl); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(fromRedis, fromBadger) {
-		t.Fatalf("stored bytes differ:\nredis  %q\nbadger %q", fromRedis, fromBadger)
+	want := storetest.StreamRecord()
+	want.State, want.Fingerprint = cache.Committed, "fp"
+	want.CreatedAt, want.ExpiresAt = clock.Now(), clock.Now().Add(ttl)
+	got, err := r.client.HGet(ctx, r.recordKey(recordIdent(key1)), "data").Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, codec.EncodeRecord(want)) {
+		t.Fatalf("stored bytes differ from the codec's:\n got %q\nwant %q", got, codec.EncodeRecord(want))
 	}
 	fields, err := r.client.HGetAll(ctx, r.recordKey(recordIdent(key1))).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := luaTime(clock.Now().Add(ttl))
-	if fields["state"] != "2" || fields["fp"] != "fp" || fields["exp"] != want || fields["lease"] != "" {
+	exp := luaTime(clock.Now().Add(ttl))
+	if fields["state"] != "2" || fields["fp"] != "fp" || fields["exp"] != exp || fields["lease"] != "" {
 		t.Fatalf("record fields = %v", fields)
 	}
 }
 
 func TestRedisKeyLayout(t *testing.T) {
-	weird := []Key{
+	weird := []cache.Key{
 		{Scope: "a:b{c}", Endpoint: "/v1/chat/completions", ID: "id with spaces %41 *?[x]\\ {tag}"},
 		{Scope: "", Endpoint: "", ID: "~"},
 		{Scope: "ünï\tcode", Endpoint: "/e:p", ID: ":::"},
 	}
-	r := &Redis{prefix: "llmgate:"}
+	r := &Store{prefix: "llmgate:"}
 	for _, k := range weird {
 		ident := recordIdent(k)
 		key := r.recordKey(ident)
@@ -446,7 +464,7 @@ func TestRedisKeyLayout(t *testing.T) {
 		if strings.ContainsAny(ident, `*?[]\ `) {
 			t.Fatalf("ident %q keeps a glob metacharacter or a space", ident)
 		}
-		got, ok := r.parseRecordKey(key)
+		got, ok := parseRecordKey(r.prefix, key)
 		if !ok || got != k {
 			t.Fatalf("parseRecordKey(%q) = %+v, %v; want %+v", key, got, ok, k)
 		}
@@ -458,46 +476,68 @@ func TestRedisKeyLayout(t *testing.T) {
 		t.Fatalf("deadLetterKey = %q", got)
 	}
 	for _, bad := range []string{"llmgate:r:{a:b}", "llmgate:r:{a:b:c", "llmgate:r:{a:b:%zz}", "other:r:{a:b:c}", "llmgate:r:{a:b:%4}"} {
-		if k, ok := r.parseRecordKey(bad); ok {
+		if k, ok := parseRecordKey(r.prefix, bad); ok {
 			t.Fatalf("parseRecordKey(%q) = %+v, want failure", bad, k)
 		}
 	}
 
-	// On a real Redis: the weird keys round-trip through List, and a scope
-	// with glob characters matches only itself.
-	s := openTestRedis(t, RedisOptions{Prefix: testPrefix() + "*?[]"})
-	for _, k := range append(weird, Key{Scope: "a:bx{c}", Endpoint: chatEP, ID: "other-scope"}) {
-		if _, err := s.Claim(ctx, k, "fp", lease); err != nil {
+	// On a real Redis, under a prefix with glob characters: each weird key
+	// is a record of its own.
+	s := openTestRedis(t, Options{Prefix: testPrefix() + "*?[]"})
+	for i, k := range weird {
+		if _, err := s.Claim(ctx, k, fmt.Sprint("fp", i), lease); err != nil {
 			t.Fatalf("Claim %+v: %v", k, err)
 		}
 	}
-	for _, k := range weird {
-		list, err := s.List(ctx, k.Scope, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(list) != 1 || list[0].Key != k {
-			t.Fatalf("List(%q) = %+v, want only %+v", k.Scope, list, k)
+	for i, k := range weird {
+		if got, err := s.Get(ctx, k); err != nil || got.Fingerprint != fmt.Sprint("fp", i) {
+			t.Fatalf("Get(%+v) = %+v, %v; want fingerprint fp%d", k, got, err, i)
 		}
 	}
 }
 
+// parseRecordKey inverts recordKey(recordIdent(k)) under prefix, to show the
+// layout is unambiguous: escapePart writes %XX, which url.PathUnescape reads.
+func parseRecordKey(prefix, key string) (cache.Key, bool) {
+	rest, ok := strings.CutPrefix(key, prefix+redisRecordNS+"{")
+	if !ok {
+		return cache.Key{}, false
+	}
+	rest, ok = strings.CutSuffix(rest, "}")
+	if !ok {
+		return cache.Key{}, false
+	}
+	parts := strings.Split(rest, ":")
+	if len(parts) != 3 {
+		return cache.Key{}, false
+	}
+	var out [3]string
+	for i, p := range parts {
+		s, err := url.PathUnescape(p)
+		if err != nil {
+			return cache.Key{}, false
+		}
+		out[i] = s
+	}
+	return cache.Key{Scope: out[0], Endpoint: out[1], ID: out[2]}, true
+}
+
 func TestRedisOpen(t *testing.T) {
-	for name, o := range map[string]RedisOptions{
+	for name, o := range map[string]Options{
 		"no url":         {},
 		"bad scheme":     {URL: "http://127.0.0.1:6379"},
 		"bad db":         {URL: "redis://127.0.0.1:6379/x"},
 		"cluster braces": {URL: "redis://127.0.0.1:6379", Cluster: true, Prefix: "{llmgate}:"},
 	} {
-		if r, err := OpenRedis(ctx, o); err == nil {
+		if r, err := Open(ctx, o); err == nil {
 			r.Close()
-			t.Errorf("%s: OpenRedis(%+v) succeeded", name, o)
+			t.Errorf("%s: Open(%+v) succeeded", name, o)
 		}
 	}
 
 	// Nothing listens on a port just released: Open succeeds, calls fail fast.
 	start := time.Now()
-	r, err := OpenRedis(ctx, RedisOptions{URL: "redis://" + deadAddr(t)})
+	r, err := Open(ctx, Options{URL: "redis://" + deadAddr(t)})
 	if err != nil {
 		t.Fatalf("OpenRedis on an unreachable Redis: %v", err)
 	}
@@ -509,9 +549,63 @@ func TestRedisOpen(t *testing.T) {
 		t.Fatal("Ping on an unreachable Redis: no error")
 	}
 	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("Open, Claim and Ping took %v on an unreachable Redis", d)
+		t.Fatalf("Open, cache.Claim and Ping took %v on an unreachable Redis", d)
 	}
 	r.Stats() // does not hang or panic
+}
+
+// TestRedisURLOptions: universalOptions carries over everything go-redis's
+// URL parsers read, so a URL means to the one redis.NewUniversalClient what
+// it meant to redis.NewClient or redis.NewClusterClient, and Cluster alone
+// decides which client it is.
+func TestRedisURLOptions(t *testing.T) {
+	const common = "protocol=2&client_name=gw&max_retries=3&min_retry_backoff=1ms&max_retry_backoff=2ms" +
+		"&dial_timeout=3s&read_timeout=4s&write_timeout=5s&pool_fifo=true&pool_size=6&pool_timeout=7s" +
+		"&min_idle_conns=1&max_idle_conns=2&max_active_conns=9&max_concurrent_dials=3" +
+		"&pipeline_pool_size=4&pipeline_read_buffer_size=1024&pipeline_write_buffer_size=2048" +
+		"&conn_max_idle_time=8s&conn_max_lifetime=9s&conn_max_lifetime_jitter=1s"
+
+	single := "rediss://user:pw@db.example:6380/3?" + common + "&skip_verify=true"
+	want, err := redis.ParseURL(single)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := universalOptions(single, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := u.Simple()
+	got.Network = want.Network // redis.NewClient infers it from Addr
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("plain URL:\n got %+v\nwant %+v", got, want)
+	}
+
+	cluster := "rediss://user:pw@n1.example:7000?" + common +
+		"&max_redirects=4&read_only=true&route_by_latency=true&route_by_latency_tolerance=1ms" +
+		"&route_randomly=true&dialer_retries=2&dialer_retry_timeout=10ms&failing_timeout_seconds=3" +
+		"&addr=n2.example:7001&addr=n3.example:7002"
+	wantC, err := redis.ParseClusterURL(cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err = universalOptions(cluster, true); err != nil {
+		t.Fatal(err)
+	}
+	if gotC := u.Cluster(); !reflect.DeepEqual(gotC, wantC) {
+		t.Errorf("cluster URL:\n got %+v\nwant %+v", gotC, wantC)
+	}
+
+	for _, cluster := range []bool{false, true} {
+		u, err := universalOptions("redis://127.0.0.1:6379", cluster)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := redis.NewUniversalClient(u)
+		if _, isCluster := c.(*redis.ClusterClient); isCluster != cluster {
+			t.Errorf("Cluster %v with one address: client %T", cluster, c)
+		}
+		c.Close()
+	}
 }
 
 // deadAddr is a loopback address nothing listens on.
@@ -594,15 +688,15 @@ func TestRedisReconnect(t *testing.T) {
 	srv := startRedisServer(t, freePort(t))
 	url := "redis://" + srv.addr()
 	prefix := testPrefix()
-	r := openTestRedis(t, RedisOptions{URL: url, Prefix: prefix, PollInterval: time.Hour})
+	r := openTestRedis(t, Options{URL: url, Prefix: prefix, PollInterval: time.Hour})
 	ro := observeRedis(r)
-	if c, err := r.Claim(ctx, key1, "fp", lease); err != nil || c.Status != Claimed {
+	if c, err := r.Claim(ctx, key1, "fp", lease); err != nil || c.Status != cache.Claimed {
 		t.Fatalf("Claim: %+v, %v", c, err)
 	}
 
 	srv.kill()
 	start := time.Now()
-	k2 := Key{Endpoint: chatEP, ID: "while-down"}
+	k2 := cache.Key{Endpoint: chatEP, ID: "while-down"}
 	if _, err := r.Claim(ctx, k2, "fp", lease); err == nil {
 		t.Fatal("Claim with Redis down: no error")
 	} else {
@@ -622,17 +716,17 @@ func TestRedisReconnect(t *testing.T) {
 	srv.start() // empty: no persistence
 	eventually(t, 10*time.Second, "Ping after restart", func() bool { return r.Ping(ctx) == nil })
 	c, err := r.Claim(ctx, k2, "fp", lease)
-	if err != nil || c.Status != Claimed {
+	if err != nil || c.Status != cache.Claimed {
 		t.Fatalf("Claim after restart: %+v, %v", c, err)
 	}
 	eventually(t, 15*time.Second, "pub/sub resubscription", func() bool { return r.subscriptions.Load() > subs })
 
 	// Another replica's commit wakes this one's waiter, so pub/sub is back.
-	other := openTestRedis(t, RedisOptions{URL: url, Prefix: prefix, PollInterval: time.Hour})
+	other := openTestRedis(t, Options{URL: url, Prefix: prefix, PollInterval: time.Hour})
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, k2) }()
-	<-ro.blocked
-	if err := other.Commit(ctx, k2, c.Owner, jsonRecord(), ttl); err != nil {
+	<-ro.Blocked
+	if err := other.Commit(ctx, k2, c.Owner, storetest.JSONRecord(), ttl); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitResult(t, res); err != nil {
@@ -641,7 +735,7 @@ func TestRedisReconnect(t *testing.T) {
 }
 
 func TestRedisCloseWakesWaitersAndRefusesCalls(t *testing.T) {
-	r := openTestRedis(t, RedisOptions{PollInterval: time.Hour})
+	r := openTestRedis(t, Options{PollInterval: time.Hour})
 	o := observeRedis(r)
 	c, err := r.Claim(ctx, key1, "fp", lease)
 	if err != nil {
@@ -649,7 +743,7 @@ func TestRedisCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	<-o.blocked
+	<-o.Blocked
 	// Unpublished, so the waiter stays blocked; the store is closed before
 	// openTestRedis's cleanup could delete the key.
 	if err := r.client.Del(ctx, r.recordKey(recordIdent(key1))).Err(); err != nil {
@@ -663,8 +757,8 @@ func TestRedisCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if err := waitResult(t, res); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Wait across Close: %v, want ErrClosed", err)
+	if err := waitResult(t, res); !errors.Is(err, cache.ErrClosed) {
+		t.Fatalf("Wait across Close: %v, want cache.ErrClosed", err)
 	}
 	<-watched
 	if err := r.Close(); err != nil {
@@ -672,25 +766,23 @@ func TestRedisCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 	}
 	_, claimErr := r.Claim(ctx, key1, "fp", lease)
 	_, getErr := r.Get(ctx, key1)
-	_, listErr := r.List(ctx, "", 10)
-	_, dlErr := r.ListDeadLetters(ctx, DeadLetterFilter{})
+	_, dlErr := r.ListDeadLetters(ctx, cache.DeadLetterFilter{})
 	_, boErr := r.BreakerOverrides(ctx)
 	for name, err := range map[string]error{
 		"Claim":            claimErr,
 		"Get":              getErr,
-		"List":             listErr,
 		"ListDeadLetters":  dlErr,
 		"BreakerOverrides": boErr,
 		"Renew":            r.Renew(ctx, key1, c.Owner, lease),
-		"Commit":           r.Commit(ctx, key1, c.Owner, jsonRecord(), ttl),
+		"Commit":           r.Commit(ctx, key1, c.Owner, storetest.JSONRecord(), ttl),
 		"Release":          r.Release(ctx, key1, c.Owner),
 		"Delete":           r.Delete(ctx, key1),
 		"Wait":             r.Wait(ctx, key1),
 		"Ping":             r.Ping(ctx),
 		"SetBreaker":       r.SetBreakerOverride(ctx, "x", true),
 	} {
-		if !errors.Is(err, ErrClosed) {
-			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		if !errors.Is(err, cache.ErrClosed) {
+			t.Errorf("%s after Close: %v, want cache.ErrClosed", name, err)
 		}
 	}
 	_ = r.Stats()
@@ -698,29 +790,29 @@ func TestRedisCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 }
 
 func TestRedisStats(t *testing.T) {
-	clock := newClock()
-	r := openTestRedis(t, RedisOptions{Now: clock.Now})
+	clock := storetest.NewClock()
+	r := openTestRedis(t, Options{Now: clock.Now})
 	for i := range 5 {
-		k := Key{Scope: "acme", Endpoint: chatEP, ID: fmt.Sprintf("k%d", i)}
+		k := cache.Key{Scope: "acme", Endpoint: chatEP, ID: fmt.Sprintf("k%d", i)}
 		c, err := r.Claim(ctx, k, "fp", lease)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if i < 3 {
-			if err := r.Commit(ctx, k, c.Owner, jsonRecord(), ttl); err != nil {
+			if err := r.Commit(ctx, k, c.Owner, storetest.JSONRecord(), ttl); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	// Dead letters are not records.
-	if err := r.PutDeadLetter(ctx, key1, &DeadLetter{Class: "transient"}, ttl); err != nil {
+	if err := r.PutDeadLetter(ctx, key1, &cache.DeadLetter{Class: "transient"}, ttl); err != nil {
 		t.Fatal(err)
 	}
 	st := r.Stats()
 	if st.Records != 5 || st.InFlight != 2 || !st.At.Equal(clock.Now()) || st.LSMBytes != 0 || st.VLogBytes != 0 {
 		t.Fatalf("Stats = %+v, want 5 records, 2 in flight", st)
 	}
-	if _, err := r.Claim(ctx, Key{Endpoint: chatEP, ID: "more"}, "fp", lease); err != nil {
+	if _, err := r.Claim(ctx, cache.Key{Endpoint: chatEP, ID: "more"}, "fp", lease); err != nil {
 		t.Fatal(err)
 	}
 	if r.Stats().Records != 5 {
@@ -771,17 +863,17 @@ func TestRedisCluster(t *testing.T) {
 	url := "redis://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]
 
 	t.Run("suite", func(t *testing.T) {
-		runStoreSuite(t, func(t *testing.T, now func() time.Time) store {
-			return observeRedis(openTestRedis(t, RedisOptions{URL: url, Cluster: true, Now: now, PollInterval: time.Hour}))
+		storetest.Run(t, func(t *testing.T, now func() time.Time) storetest.Store {
+			return observeRedis(openTestRedis(t, Options{URL: url, Cluster: true, Now: now, PollInterval: time.Hour}))
 		})
 	})
 	t.Run("cross replica", func(t *testing.T) {
-		testCrossReplica(t, RedisOptions{URL: url, Cluster: true})
+		testCrossReplica(t, Options{URL: url, Cluster: true})
 	})
 	t.Run("keys spread over the masters", func(t *testing.T) {
-		r := openTestRedis(t, RedisOptions{URL: url, Cluster: true})
+		r := openTestRedis(t, Options{URL: url, Cluster: true})
 		for i := range 30 {
-			if _, err := r.Claim(ctx, Key{Endpoint: chatEP, ID: fmt.Sprint(i)}, "fp", lease); err != nil {
+			if _, err := r.Claim(ctx, cache.Key{Endpoint: chatEP, ID: fmt.Sprint(i)}, "fp", lease); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -820,16 +912,16 @@ func portFree(port int) bool {
 }
 
 func BenchmarkRedisClaimCommit(b *testing.B) {
-	r := openTestRedis(b, RedisOptions{})
-	rec := jsonRecord()
+	r := openTestRedis(b, Options{})
+	rec := storetest.JSONRecord()
 	rec.Body = bytes.Repeat([]byte("x"), 1024)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		k := Key{Endpoint: chatEP, ID: fmt.Sprintf("bench-%d", i)}
+		k := cache.Key{Endpoint: chatEP, ID: fmt.Sprintf("bench-%d", i)}
 		i++
 		c, err := r.Claim(ctx, k, "fp", lease)
-		if err != nil || c.Status != Claimed {
+		if err != nil || c.Status != cache.Claimed {
 			b.Fatal(c.Status, err)
 		}
 		if err := r.Commit(ctx, k, c.Owner, rec, time.Minute); err != nil {
@@ -839,8 +931,8 @@ func BenchmarkRedisClaimCommit(b *testing.B) {
 }
 
 func BenchmarkRedisGet(b *testing.B) {
-	r := openTestRedis(b, RedisOptions{})
-	rec := jsonRecord()
+	r := openTestRedis(b, Options{})
+	rec := storetest.JSONRecord()
 	rec.Body = bytes.Repeat([]byte("x"), 1024)
 	c, err := r.Claim(ctx, key1, "fp", lease)
 	if err != nil {

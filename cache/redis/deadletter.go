@@ -1,4 +1,4 @@
-package cache
+package redisstore
 
 import (
 	"context"
@@ -9,31 +9,38 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/cache/internal/codec"
 )
+
+// maxDeadLetters bounds how many dead letters a listing reads; a queue
+// that long needs an operator, and the alert says so long before.
+const maxDeadLetters = 100_000
 
 // PutDeadLetter records d (its ID is set from its key), merging with an
 // earlier record of the same key, atomically (WATCH/MULTI on the one key,
 // retried on conflict). It expires after ttl, which must be positive.
-func (r *Redis) PutDeadLetter(ctx context.Context, k Key, d *DeadLetter, ttl time.Duration) error {
+func (r *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLetter, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("put dead letter %s: ttl %v must be positive", k, ttl)
 	}
-	d.ID = DeadLetterID(k)
+	d.ID = cache.DeadLetterID(k)
 	d.Client, d.Endpoint, d.Key = k.Scope, k.Endpoint, k.ID
 	key := r.deadLetterKey(d.ID)
 	if err := r.begin(ctx); err != nil {
 		return fmt.Errorf("put dead letter %s: %w", k, err)
 	}
-	var rec DeadLetter
+	var rec cache.DeadLetter
 	txn := func(tx *redis.Tx) error {
 		prev, err := r.loadDeadLetter(ctx, tx, key)
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if err != nil && !errors.Is(err, cache.ErrNotFound) {
 			return err
 		}
 		rec = *d
-		mergeDeadLetter(&rec, prev)
+		cache.MergeDeadLetter(&rec, prev)
 		rec.ExpiresAt = r.now().Add(ttl)
-		v, err := encodeDeadLetter(&rec)
+		v, err := codec.EncodeDeadLetter(&rec)
 		if err != nil {
 			return err
 		}
@@ -61,27 +68,27 @@ func (r *Redis) PutDeadLetter(ctx context.Context, k Key, d *DeadLetter, ttl tim
 
 // loadDeadLetter reads and decodes the dead letter at key: ErrNotFound when
 // absent or expired by the store's clock.
-func (r *Redis) loadDeadLetter(ctx context.Context, c redis.Cmdable, key string) (*DeadLetter, error) {
+func (r *Store) loadDeadLetter(ctx context.Context, c redis.Cmdable, key string) (*cache.DeadLetter, error) {
 	v, err := c.Get(ctx, key).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
+		return nil, cache.ErrNotFound
 	}
 	if err != nil {
 		return nil, r.mapErr(err)
 	}
-	d, err := decodeDeadLetter(v)
+	d, err := codec.DecodeDeadLetter(v)
 	if err != nil {
 		return nil, err
 	}
 	if !d.ExpiresAt.IsZero() && !r.now().Before(d.ExpiresAt) {
-		return nil, ErrNotFound
+		return nil, cache.ErrNotFound
 	}
 	return d, nil
 }
 
 // GetDeadLetter returns the dead letter with id, body included.
 // ErrNotFound when there is none.
-func (r *Redis) GetDeadLetter(ctx context.Context, id string) (*DeadLetter, error) {
+func (r *Store) GetDeadLetter(ctx context.Context, id string) (*cache.DeadLetter, error) {
 	if err := r.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -91,7 +98,7 @@ func (r *Redis) GetDeadLetter(ctx context.Context, id string) (*DeadLetter, erro
 // DeleteDeadLetter removes a dead letter; ErrNotFound if there is none.
 // Unlike Badger's, it deletes one that the store's clock says has expired
 // but Redis still holds (DEL reports only whether the key existed).
-func (r *Redis) DeleteDeadLetter(ctx context.Context, id string) error {
+func (r *Store) DeleteDeadLetter(ctx context.Context, id string) error {
 	if err := r.begin(ctx); err != nil {
 		return err
 	}
@@ -100,7 +107,7 @@ func (r *Redis) DeleteDeadLetter(ctx context.Context, id string) error {
 		return fmt.Errorf("delete dead letter %s: %w", id, r.mapErr(err))
 	}
 	if n == 0 {
-		return ErrNotFound
+		return cache.ErrNotFound
 	}
 	return nil
 }
@@ -109,12 +116,12 @@ func (r *Redis) DeleteDeadLetter(ctx context.Context, id string) error {
 // last failure), without bodies, reading at most 100,000. The keys are
 // found by SCAN (on every master in Cluster mode) and read in pipelined
 // batches.
-func (r *Redis) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, error) {
+func (r *Store) ListDeadLetters(ctx context.Context, f cache.DeadLetterFilter) ([]cache.DeadLetter, error) {
 	if err := r.begin(ctx); err != nil {
 		return nil, err
 	}
 	var mu sync.Mutex
-	var out []DeadLetter
+	var out []cache.DeadLetter
 	read := 0
 	now := r.now()
 	err := r.scan(ctx, globEscape(r.prefix)+redisDeadLetterNS+"*", func(ctx context.Context, c redis.Cmdable, keys []string) error {
@@ -131,7 +138,7 @@ func (r *Redis) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]Dead
 		if err != nil {
 			return err
 		}
-		var got []DeadLetter
+		var got []cache.DeadLetter
 		for _, cmd := range cmds {
 			v, err := cmd.Bytes()
 			if errors.Is(err, redis.Nil) {
@@ -140,7 +147,7 @@ func (r *Redis) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]Dead
 			if err != nil {
 				return err
 			}
-			d, err := decodeDeadLetter(v)
+			d, err := codec.DecodeDeadLetter(v)
 			if err != nil {
 				r.log.Warn("skipping unreadable dead letter", slog.String("key", cmd.Args()[1].(string)), slog.Any("err", err))
 				continue
@@ -148,7 +155,7 @@ func (r *Redis) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]Dead
 			if !d.ExpiresAt.IsZero() && !now.Before(d.ExpiresAt) {
 				continue
 			}
-			if f.match(d) {
+			if f.Match(d) {
 				d.Body = nil
 				got = append(got, *d)
 			}
@@ -161,6 +168,6 @@ func (r *Redis) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]Dead
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", r.mapErr(err))
 	}
-	SortDeadLetters(out)
+	cache.SortDeadLetters(out)
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package cache
+package badgerstore
 
 import (
 	"bytes"
@@ -11,87 +11,53 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/cache/internal/codec"
+	"github.com/llmgate/llmgate/cache/storetest"
 )
 
-// fakeClock is the store's Now and After. Advance fires the timers that
-// are due; afterCalls reports each After call, which Wait makes just before
-// it blocks.
-type fakeClock struct {
-	mu         sync.Mutex
-	now        time.Time
-	timers     []fakeTimer
-	afterCalls chan time.Duration
-}
-
-type fakeTimer struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newClock() *fakeClock {
-	return &fakeClock{
-		now:        time.Date(2025, 11, 29, 12, 0, 0, 0, time.UTC),
-		afterCalls: make(chan time.Duration, 1024),
-	}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-	} else {
-		c.timers = append(c.timers, fakeTimer{at: c.now.Add(d), ch: ch})
-	}
-	select {
-	case c.afterCalls <- d:
-	default:
-	}
-	return ch
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.timers[:0]
-	for _, tm := range c.timers {
-		if !tm.at.After(c.now) {
-			tm.ch <- c.now
-			continue
+func TestBadgerStoreSuite(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) storetest.Store {
+		var o *storetest.Observed
+		s, err := Open(Options{
+			Dir: t.TempDir(),
+			Now: now,
+			// Wait calls After just before it blocks.
+			After: func(d time.Duration) <-chan time.Time {
+				o.SignalBlocked()
+				return time.After(d)
+			},
+		})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
 		}
-		kept = append(kept, tm)
-	}
-	c.timers = kept
+		t.Cleanup(func() { s.Close() })
+		o = storetest.NewObserved(s)
+		return o
+	})
 }
 
-// blocked waits until a Wait call has reached its select.
-func (c *fakeClock) blocked(t *testing.T) {
+// blocked waits until a Wait call has reached its select, which it does
+// right after calling the clock's After.
+func blocked(t *testing.T, clock *storetest.Clock) {
 	t.Helper()
 	select {
-	case <-c.afterCalls:
+	case <-clock.AfterCalls():
 	case <-time.After(10 * time.Second):
 		t.Fatal("no Wait call blocked within 10s")
 	}
 }
 
-func openStore(t testing.TB, dir string, clock *fakeClock) *Badger {
+func openStore(t testing.TB, dir string, clock *storetest.Clock) *Store {
 	t.Helper()
-	s, err := OpenBadger(BadgerOptions{Dir: dir, Now: clock.Now, After: clock.After})
+	s, err := Open(Options{Dir: dir, Now: clock.Now, After: clock.After})
 	if err != nil {
-		t.Fatalf("OpenBadger: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -100,7 +66,7 @@ func openStore(t testing.TB, dir string, clock *fakeClock) *Badger {
 var (
 	ctx    = context.Background()
 	chatEP = "/v1/chat/completions"
-	key1   = Key{Scope: "acme", Endpoint: chatEP, ID: "key-1"}
+	key1   = cache.Key{Scope: "acme", Endpoint: chatEP, ID: "key-1"}
 )
 
 const (
@@ -108,7 +74,7 @@ const (
 	ttl   = 24 * time.Hour
 )
 
-func mustClaim(t *testing.T, s *Badger, k Key, fp string, want ClaimStatus) Claim {
+func mustClaim(t *testing.T, s *Store, k cache.Key, fp string, want cache.ClaimStatus) cache.Claim {
 	t.Helper()
 	c, err := s.Claim(ctx, k, fp, lease)
 	if err != nil {
@@ -120,36 +86,12 @@ func mustClaim(t *testing.T, s *Badger, k Key, fp string, want ClaimStatus) Clai
 	return c
 }
 
-func jsonRecord() *Record {
-	return &Record{
-		Status:   200,
-		Header:   map[string][]string{"Content-Type": {"application/json"}, "X-Request-Id": {"req-1"}},
-		Body:     []byte(`{"id":"chatcmpl-1","choices":[{"message":{"content":"hi"}}]}`),
-		Upstream: "openai",
-	}
-}
-
-func streamRecord() *Record {
-	return &Record{
-		Status: 200,
-		Header: map[string][]string{"Content-Type": {"text/event-stream"}},
-		Stream: true,
-		Events: [][]byte{
-			[]byte("data: {\"choices\":[{\"delta\":{\"content\":\"he\"}}]}\n\n"),
-			[]byte("event: message\ndata: {\"a\":1,\ndata: \"b\":2}\n\n"),
-			[]byte(": keep-alive\r\n\r\n"),
-			[]byte("data: [DONE]\n\n"),
-		},
-		Upstream: "azure",
-	}
-}
-
 func TestCommitReplay(t *testing.T) {
-	for name, rec := range map[string]*Record{"json": jsonRecord(), "stream": streamRecord()} {
+	for name, rec := range map[string]*cache.Record{"json": storetest.JSONRecord(), "stream": storetest.StreamRecord()} {
 		t.Run(name, func(t *testing.T) {
-			clock := newClock()
+			clock := storetest.NewClock()
 			s := openStore(t, t.TempDir(), clock)
-			c := mustClaim(t, s, key1, "fp-"+name, Claimed)
+			c := mustClaim(t, s, key1, "fp-"+name, cache.Claimed)
 			clock.Advance(2 * time.Second)
 			committedAt := clock.Now()
 			orig := *rec
@@ -160,7 +102,7 @@ func TestCommitReplay(t *testing.T) {
 				t.Fatal("Commit modified the caller's record")
 			}
 			want := orig
-			want.State = Committed
+			want.State = cache.Committed
 			want.Fingerprint = "fp-" + name
 			want.CreatedAt = committedAt
 			want.ExpiresAt = committedAt.Add(ttl)
@@ -169,7 +111,7 @@ func TestCommitReplay(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Get: %v", err)
 			}
-			assertSameRecord(t, got, &want)
+			storetest.AssertSameRecord(t, got, &want)
 			if !got.CreatedAt.Equal(committedAt) || !got.ExpiresAt.Equal(committedAt.Add(ttl)) {
 				t.Fatalf("times = %v..%v, want %v..%v", got.CreatedAt, got.ExpiresAt, committedAt, committedAt.Add(ttl))
 			}
@@ -191,57 +133,57 @@ func TestCommitReplay(t *testing.T) {
 			}
 
 			// A second request with the same body replays; it does not run.
-			c2 := mustClaim(t, s, key1, "fp-"+name, Done)
-			assertSameRecord(t, c2.Record, &want)
+			c2 := mustClaim(t, s, key1, "fp-"+name, cache.Done)
+			storetest.AssertSameRecord(t, c2.Record, &want)
 		})
 	}
 }
 
 func TestLeaseExpiryAndRenew(t *testing.T) {
-	clock := newClock()
+	clock := storetest.NewClock()
 	s := openStore(t, t.TempDir(), clock)
-	c := mustClaim(t, s, key1, "fp", Claimed)
+	c := mustClaim(t, s, key1, "fp", cache.Claimed)
 
 	clock.Advance(lease - time.Second)
-	busy := mustClaim(t, s, key1, "fp", Busy)
-	if busy.Record.State != InFlight || !busy.Record.LeaseUntil.Equal(clock.Now().Add(time.Second)) {
+	busy := mustClaim(t, s, key1, "fp", cache.Busy)
+	if busy.Record.State != cache.InFlight || !busy.Record.LeaseUntil.Equal(clock.Now().Add(time.Second)) {
 		t.Fatalf("busy record = %+v", busy.Record)
 	}
 	if err := s.Renew(ctx, key1, c.Owner, lease); err != nil {
 		t.Fatalf("Renew: %v", err)
 	}
 	clock.Advance(lease - time.Second)
-	mustClaim(t, s, key1, "fp", Busy)
+	mustClaim(t, s, key1, "fp", cache.Busy)
 	clock.Advance(time.Second)
-	mustClaim(t, s, key1, "fp", Claimed)
+	mustClaim(t, s, key1, "fp", cache.Claimed)
 }
 
 func TestRelease(t *testing.T) {
-	s := openStore(t, t.TempDir(), newClock())
-	c := mustClaim(t, s, key1, "fp", Claimed)
+	s := openStore(t, t.TempDir(), storetest.NewClock())
+	c := mustClaim(t, s, key1, "fp", cache.Claimed)
 	if err := s.Release(ctx, key1, c.Owner); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if _, err := s.Get(ctx, key1); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Get after Release: %v, want ErrNotFound", err)
+	if _, err := s.Get(ctx, key1); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("Get after Release: %v, want cache.ErrNotFound", err)
 	}
 	// The client may retry, even with another body.
-	mustClaim(t, s, key1, "other-fp", Claimed)
+	mustClaim(t, s, key1, "other-fp", cache.Claimed)
 }
 
 func TestReopen(t *testing.T) {
 	dir := t.TempDir()
-	clock := newClock()
-	inflight := Key{Endpoint: chatEP, ID: "in-flight"}
-	done := Key{Endpoint: chatEP, ID: "committed"}
+	clock := storetest.NewClock()
+	inflight := cache.Key{Endpoint: chatEP, ID: "in-flight"}
+	done := cache.Key{Endpoint: chatEP, ID: "committed"}
 
-	s, err := OpenBadger(BadgerOptions{Dir: dir, Now: clock.Now, After: clock.After})
+	s, err := Open(Options{Dir: dir, Now: clock.Now, After: clock.After})
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := mustClaim(t, s, inflight, "fp", Claimed)
-	c := mustClaim(t, s, done, "fp2", Claimed)
-	if err := s.Commit(ctx, done, c.Owner, streamRecord(), ttl); err != nil {
+	old := mustClaim(t, s, inflight, "fp", cache.Claimed)
+	c := mustClaim(t, s, done, "fp2", cache.Claimed)
+	if err := s.Commit(ctx, done, c.Owner, storetest.StreamRecord(), ttl); err != nil {
 		t.Fatal(err)
 	}
 	before, err := s.Get(ctx, done)
@@ -254,14 +196,14 @@ func TestReopen(t *testing.T) {
 
 	// Same clock: the lease is still current, yet its owner is dead.
 	s = openStore(t, dir, clock)
-	taken := mustClaim(t, s, inflight, "fp", Claimed)
+	taken := mustClaim(t, s, inflight, "fp", cache.Claimed)
 	if taken.Owner == old.Owner {
 		t.Fatal("owner token reused across processes")
 	}
 	// And a claim by this process is respected.
-	mustClaim(t, s, inflight, "fp", Busy)
+	mustClaim(t, s, inflight, "fp", cache.Busy)
 
-	replay := mustClaim(t, s, done, "fp2", Done)
+	replay := mustClaim(t, s, done, "fp2", cache.Done)
 	if !reflect.DeepEqual(replay.Record, before) {
 		t.Fatalf("replay after reopen differs:\n got %+v\nwant %+v", replay.Record, before)
 	}
@@ -269,11 +211,11 @@ func TestReopen(t *testing.T) {
 
 // startWait runs Wait in a goroutine and returns its result channel once the
 // call is blocked.
-func startWait(t *testing.T, s *Badger, clock *fakeClock, wctx context.Context, k Key) <-chan error {
+func startWait(t *testing.T, s *Store, clock *storetest.Clock, wctx context.Context, k cache.Key) <-chan error {
 	t.Helper()
 	res := make(chan error, 1)
 	go func() { res <- s.Wait(wctx, k) }()
-	clock.blocked(t)
+	blocked(t, clock)
 	return res
 }
 
@@ -289,22 +231,22 @@ func waitResult(t *testing.T, res <-chan error) error {
 }
 
 func TestWait(t *testing.T) {
-	wakers := map[string]func(s *Badger, clock *fakeClock, owner string) error{
-		"commit": func(s *Badger, _ *fakeClock, owner string) error {
-			return s.Commit(ctx, key1, owner, jsonRecord(), ttl)
+	wakers := map[string]func(s *Store, clock *storetest.Clock, owner string) error{
+		"commit": func(s *Store, _ *storetest.Clock, owner string) error {
+			return s.Commit(ctx, key1, owner, storetest.JSONRecord(), ttl)
 		},
-		"release": func(s *Badger, _ *fakeClock, owner string) error { return s.Release(ctx, key1, owner) },
-		"delete":  func(s *Badger, _ *fakeClock, _ string) error { return s.Delete(ctx, key1) },
-		"lease timer": func(_ *Badger, clock *fakeClock, _ string) error {
+		"release": func(s *Store, _ *storetest.Clock, owner string) error { return s.Release(ctx, key1, owner) },
+		"delete":  func(s *Store, _ *storetest.Clock, _ string) error { return s.Delete(ctx, key1) },
+		"lease timer": func(_ *Store, clock *storetest.Clock, _ string) error {
 			clock.Advance(lease)
 			return nil
 		},
 	}
 	for name, wake := range wakers {
 		t.Run("woken by "+name, func(t *testing.T) {
-			clock := newClock()
+			clock := storetest.NewClock()
 			s := openStore(t, t.TempDir(), clock)
-			c := mustClaim(t, s, key1, "fp", Claimed)
+			c := mustClaim(t, s, key1, "fp", cache.Claimed)
 			res := startWait(t, s, clock, ctx, key1)
 			if err := wake(s, clock, c.Owner); err != nil {
 				t.Fatal(err)
@@ -312,39 +254,39 @@ func TestWait(t *testing.T) {
 			if err := waitResult(t, res); err != nil {
 				t.Fatalf("Wait: %v", err)
 			}
-			if s.waiters.len() != 0 {
-				t.Fatalf("%d waiter entries left", s.waiters.len())
+			if s.waiters.Len() != 0 {
+				t.Fatalf("%d waiter entries left", s.waiters.Len())
 			}
 		})
 	}
 
 	t.Run("returns at once when not in flight", func(t *testing.T) {
-		clock := newClock()
+		clock := storetest.NewClock()
 		s := openStore(t, t.TempDir(), clock)
 		if err := s.Wait(ctx, key1); err != nil {
 			t.Fatalf("Wait on absent key: %v", err)
 		}
-		c := mustClaim(t, s, key1, "fp", Claimed)
+		c := mustClaim(t, s, key1, "fp", cache.Claimed)
 		clock.Advance(lease)
 		if err := s.Wait(ctx, key1); err != nil {
 			t.Fatalf("Wait on an expired lease: %v", err)
 		}
-		c = mustClaim(t, s, key1, "fp", Claimed)
-		if err := s.Commit(ctx, key1, c.Owner, jsonRecord(), ttl); err != nil {
+		c = mustClaim(t, s, key1, "fp", cache.Claimed)
+		if err := s.Commit(ctx, key1, c.Owner, storetest.JSONRecord(), ttl); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Wait(ctx, key1); err != nil {
 			t.Fatalf("Wait on committed key: %v", err)
 		}
-		if len(clock.afterCalls) != 0 {
+		if len(clock.AfterCalls()) != 0 {
 			t.Fatal("Wait blocked although the key was not in flight")
 		}
 	})
 
 	t.Run("ctx cancel", func(t *testing.T) {
-		clock := newClock()
+		clock := storetest.NewClock()
 		s := openStore(t, t.TempDir(), clock)
-		mustClaim(t, s, key1, "fp", Claimed)
+		mustClaim(t, s, key1, "fp", cache.Claimed)
 		wctx, cancel := context.WithCancel(ctx)
 		res := startWait(t, s, clock, wctx, key1)
 		cancel()
@@ -361,16 +303,16 @@ func TestWait(t *testing.T) {
 // waiter must never block past the commit (it would hit the 10s guard, as
 // the fake lease timer never fires).
 func TestWaitNoMissedWakeup(t *testing.T) {
-	clock := newClock()
+	clock := storetest.NewClock()
 	s := openStore(t, t.TempDir(), clock)
 	for i := range 200 {
-		k := Key{Endpoint: chatEP, ID: fmt.Sprintf("race-%d", i)}
-		c := mustClaim(t, s, k, "fp", Claimed)
+		k := cache.Key{Endpoint: chatEP, ID: fmt.Sprintf("race-%d", i)}
+		c := mustClaim(t, s, k, "fp", cache.Claimed)
 		res := make(chan error, 1)
 		go func() {
 			for {
 				cl, err := s.Claim(ctx, k, "fp", lease)
-				if err != nil || cl.Status == Done {
+				if err != nil || cl.Status == cache.Done {
 					res <- err
 					return
 				}
@@ -380,7 +322,7 @@ func TestWaitNoMissedWakeup(t *testing.T) {
 				}
 			}
 		}()
-		if err := s.Commit(ctx, k, c.Owner, jsonRecord(), ttl); err != nil {
+		if err := s.Commit(ctx, k, c.Owner, storetest.JSONRecord(), ttl); err != nil {
 			t.Fatal(err)
 		}
 		if err := waitResult(t, res); err != nil {
@@ -390,12 +332,12 @@ func TestWaitNoMissedWakeup(t *testing.T) {
 }
 
 func TestTTL(t *testing.T) {
-	clock := newClock()
+	clock := storetest.NewClock()
 	s := openStore(t, t.TempDir(), clock)
-	c := mustClaim(t, s, key1, "fp", Claimed)
+	c := mustClaim(t, s, key1, "fp", cache.Claimed)
 	const short = 90 * time.Second
 	realBefore := time.Now()
-	if err := s.Commit(ctx, key1, c.Owner, jsonRecord(), short); err != nil {
+	if err := s.Commit(ctx, key1, c.Owner, storetest.JSONRecord(), short); err != nil {
 		t.Fatal(err)
 	}
 	// Badger's own TTL is set (real time, whole seconds, never early), so
@@ -407,8 +349,8 @@ func TestTTL(t *testing.T) {
 			return err
 		}
 		badgerExp = item.ExpiresAt()
-		if item.UserMeta() != byte(Committed) {
-			t.Errorf("user meta = %d, want Committed", item.UserMeta())
+		if item.UserMeta() != byte(cache.Committed) {
+			t.Errorf("user meta = %d, want cache.Committed", item.UserMeta())
 		}
 		return nil
 	}); err != nil {
@@ -424,21 +366,48 @@ func TestTTL(t *testing.T) {
 		t.Fatalf("Get just before expiry: %v", err)
 	}
 	clock.Advance(time.Nanosecond)
-	if _, err := s.Get(ctx, key1); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Get at expiry: %v, want ErrNotFound", err)
+	if _, err := s.Get(ctx, key1); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("Get at expiry: %v, want cache.ErrNotFound", err)
 	}
 	// Expired means absent: the key can be claimed afresh, with any body.
-	mustClaim(t, s, key1, "another-fp", Claimed)
+	mustClaim(t, s, key1, "another-fp", cache.Claimed)
+}
+
+// TestRecordBytes: a committed record is stored as codec.EncodeRecord
+// writes it, the same bytes the Redis store keeps (its TestRecordBytes).
+func TestRecordBytes(t *testing.T) {
+	clock := storetest.NewClock()
+	s := openStore(t, t.TempDir(), clock)
+	c := mustClaim(t, s, key1, "fp", cache.Claimed)
+	if err := s.Commit(ctx, key1, c.Owner, storetest.StreamRecord(), ttl); err != nil {
+		t.Fatal(err)
+	}
+	want := storetest.StreamRecord()
+	want.State, want.Fingerprint = cache.Committed, "fp"
+	want.CreatedAt, want.ExpiresAt = clock.Now(), clock.Now().Add(ttl)
+	var got []byte
+	if err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(storageKey(key1))
+		if err != nil {
+			return err
+		}
+		got, err = item.ValueCopy(nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, codec.EncodeRecord(want)) {
+		t.Fatalf("stored bytes differ from the codec's:\n got %q\nwant %q", got, codec.EncodeRecord(want))
+	}
 }
 
 // TestInFlightInMemory: in-flight records never reach Badger (a keyed
-// request writes once, at Commit), an orphan is swept lease+grace after its
-// lease, and an in-flight record an earlier release wrote to Badger is
-// treated as absent.
+// request writes once, at Commit), and an orphan is swept lease+grace after
+// its lease.
 func TestInFlightInMemory(t *testing.T) {
-	clock := newClock()
+	clock := storetest.NewClock()
 	s := openStore(t, t.TempDir(), clock)
-	onDisk := func(k Key) bool {
+	onDisk := func(k cache.Key) bool {
 		t.Helper()
 		err := s.db.View(func(txn *badger.Txn) error {
 			_, err := txn.Get(storageKey(k))
@@ -449,14 +418,14 @@ func TestInFlightInMemory(t *testing.T) {
 		}
 		return err == nil
 	}
-	c := mustClaim(t, s, key1, "fp", Claimed)
+	c := mustClaim(t, s, key1, "fp", cache.Claimed)
 	if err := s.Renew(ctx, key1, c.Owner, lease); err != nil {
 		t.Fatal(err)
 	}
 	if onDisk(key1) {
 		t.Fatal("an in-flight record was written to Badger")
 	}
-	if err := s.Commit(ctx, key1, c.Owner, jsonRecord(), ttl); err != nil {
+	if err := s.Commit(ctx, key1, c.Owner, storetest.JSONRecord(), ttl); err != nil {
 		t.Fatal(err)
 	}
 	if !onDisk(key1) {
@@ -464,61 +433,41 @@ func TestInFlightInMemory(t *testing.T) {
 	}
 
 	// An orphan: claimed, never committed or released.
-	orphan := Key{Endpoint: chatEP, ID: "orphan"}
-	mustClaim(t, s, orphan, "fp", Claimed)
+	orphan := cache.Key{Endpoint: chatEP, ID: "orphan"}
+	mustClaim(t, s, orphan, "fp", cache.Claimed)
 	res := startWait(t, s, clock, ctx, orphan)
 	clock.Advance(lease + inFlightGrace - time.Nanosecond)
 	if err := waitResult(t, res); err != nil { // the lease timer
 		t.Fatal(err)
 	}
 	s.sweep()
-	if rec, err := s.Get(ctx, orphan); err != nil || rec.State != InFlight {
+	if rec, err := s.Get(ctx, orphan); err != nil || rec.State != cache.InFlight {
 		t.Fatalf("orphan swept before lease+grace: %+v, %v", rec, err)
 	}
 	clock.Advance(time.Nanosecond)
 	s.sweep()
-	if _, err := s.Get(ctx, orphan); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("orphan after lease+grace: %v, want ErrNotFound", err)
+	if _, err := s.Get(ctx, orphan); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("orphan after lease+grace: %v, want cache.ErrNotFound", err)
 	}
 	if st := s.flights.n.Load(); st != 0 {
 		t.Fatalf("%d in-flight records counted after the sweep", st)
-	}
-
-	// An in-flight record in Badger, as an earlier release wrote them.
-	legacy := Key{Scope: "acme", Endpoint: chatEP, ID: "legacy"}
-	old := &Record{State: InFlight, Fingerprint: "fp-old", Owner: "0123.1", LeaseUntil: clock.Now().Add(lease), CreatedAt: clock.Now()}
-	if err := s.db.Update(func(txn *badger.Txn) error {
-		return txn.SetEntry(badger.NewEntry(storageKey(legacy), encodeRecord(old)).WithMeta(byte(InFlight)))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Get(ctx, legacy); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Get of a legacy in-flight record: %v, want ErrNotFound", err)
 	}
 	clock.Advance(statsMaxAge)
 	if st := s.Stats(); st.Records != 1 || st.InFlight != 0 {
 		t.Fatalf("Stats = %+v, want the 1 committed record", st)
 	}
-	if list, err := s.List(ctx, "acme", 0); err != nil || len(list) != 1 || list[0].Key != key1 {
-		t.Fatalf("List = %+v, %v; want only %v", list, err, key1)
-	}
-	c = mustClaim(t, s, legacy, "another-fp", Claimed)
-	if err := s.Release(ctx, legacy, c.Owner); err != nil {
-		t.Fatal(err)
-	}
-	mustClaim(t, s, legacy, "fp-old", Claimed)
 }
 
 // TestDeadLetterIDs: the set DeleteDeadLetter consults is loaded at Open, so
 // a dead letter written by an earlier process is still resolved.
 func TestDeadLetterIDs(t *testing.T) {
 	dir := t.TempDir()
-	clock := newClock()
-	s, err := OpenBadger(BadgerOptions{Dir: dir, Now: clock.Now, After: clock.After})
+	clock := storetest.NewClock()
+	s, err := Open(Options{Dir: dir, Now: clock.Now, After: clock.After})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := DeadLetter{Class: "transient"}
+	d := cache.DeadLetter{Class: "transient"}
 	if err := s.PutDeadLetter(ctx, key1, &d, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -526,13 +475,13 @@ func TestDeadLetterIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openStore(t, dir, clock)
-	if err := s.DeleteDeadLetter(ctx, DeadLetterID(Key{Endpoint: chatEP, ID: "none"})); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("DeleteDeadLetter of none: %v, want ErrNotFound", err)
+	if err := s.DeleteDeadLetter(ctx, cache.DeadLetterID(cache.Key{Endpoint: chatEP, ID: "none"})); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("DeleteDeadLetter of none: %v, want cache.ErrNotFound", err)
 	}
 	if err := s.DeleteDeadLetter(ctx, d.ID); err != nil {
 		t.Fatalf("DeleteDeadLetter after reopen: %v", err)
 	}
-	if _, err := s.GetDeadLetter(ctx, d.ID); !errors.Is(err, ErrNotFound) {
+	if _, err := s.GetDeadLetter(ctx, d.ID); !errors.Is(err, cache.ErrNotFound) {
 		t.Fatalf("GetDeadLetter after delete: %v", err)
 	}
 	if len(s.dead) != 0 {
@@ -550,18 +499,18 @@ func TestDeadLetterIDs(t *testing.T) {
 }
 
 func TestDelete(t *testing.T) {
-	s := openStore(t, t.TempDir(), newClock())
-	if err := s.Delete(ctx, key1); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Delete absent: %v, want ErrNotFound", err)
+	s := openStore(t, t.TempDir(), storetest.NewClock())
+	if err := s.Delete(ctx, key1); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("Delete absent: %v, want cache.ErrNotFound", err)
 	}
-	c := mustClaim(t, s, key1, "fp", Claimed)
-	if err := s.Commit(ctx, key1, c.Owner, jsonRecord(), ttl); err != nil {
+	c := mustClaim(t, s, key1, "fp", cache.Claimed)
+	if err := s.Commit(ctx, key1, c.Owner, storetest.JSONRecord(), ttl); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Delete(ctx, key1); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	if _, err := s.Get(ctx, key1); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get(ctx, key1); !errors.Is(err, cache.ErrNotFound) {
 		t.Fatalf("Get after Delete: %v", err)
 	}
 	// An undecodable record can still be deleted by an admin.
@@ -570,8 +519,8 @@ func TestDelete(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get(ctx, key1); !errors.Is(err, errUnknownVersion) {
-		t.Fatalf("Get of an unknown version: %v, want errUnknownVersion", err)
+	if _, err := s.Get(ctx, key1); !errors.Is(err, codec.ErrUnknownVersion) {
+		t.Fatalf("Get of an unknown version: %v, want codec.ErrUnknownVersion", err)
 	}
 	if err := s.Delete(ctx, key1); err != nil {
 		t.Fatalf("Delete of an unknown version: %v", err)
@@ -579,35 +528,33 @@ func TestDelete(t *testing.T) {
 }
 
 func TestCloseWakesWaitersAndRefusesCalls(t *testing.T) {
-	clock := newClock()
+	clock := storetest.NewClock()
 	s := openStore(t, t.TempDir(), clock)
-	c := mustClaim(t, s, key1, "fp", Claimed)
+	c := mustClaim(t, s, key1, "fp", cache.Claimed)
 	res := startWait(t, s, clock, ctx, key1)
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if err := waitResult(t, res); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Wait across Close: %v, want ErrClosed", err)
+	if err := waitResult(t, res); !errors.Is(err, cache.ErrClosed) {
+		t.Fatalf("Wait across Close: %v, want cache.ErrClosed", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
 	_, claimErr := s.Claim(ctx, key1, "fp", lease)
 	_, getErr := s.Get(ctx, key1)
-	_, listErr := s.List(ctx, "", 10)
 	for name, err := range map[string]error{
 		"Claim":   claimErr,
 		"Get":     getErr,
-		"List":    listErr,
 		"Renew":   s.Renew(ctx, key1, c.Owner, lease),
-		"Commit":  s.Commit(ctx, key1, c.Owner, jsonRecord(), ttl),
+		"Commit":  s.Commit(ctx, key1, c.Owner, storetest.JSONRecord(), ttl),
 		"Release": s.Release(ctx, key1, c.Owner),
 		"Delete":  s.Delete(ctx, key1),
 		"Wait":    s.Wait(ctx, key1),
 		"Ping":    s.Ping(ctx),
 	} {
-		if !errors.Is(err, ErrClosed) {
-			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		if !errors.Is(err, cache.ErrClosed) {
+			t.Errorf("%s after Close: %v, want cache.ErrClosed", name, err)
 		}
 	}
 	_ = s.Stats() // does not panic
@@ -615,11 +562,11 @@ func TestCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 
 func TestOpenLockedDirectory(t *testing.T) {
 	dir := t.TempDir()
-	openStore(t, dir, newClock())
-	s2, err := OpenBadger(BadgerOptions{Dir: dir})
+	openStore(t, dir, storetest.NewClock())
+	s2, err := Open(Options{Dir: dir})
 	if err == nil {
 		s2.Close()
-		t.Fatal("second OpenBadger on the same directory succeeded")
+		t.Fatal("second Open on the same directory succeeded")
 	}
 	if !errors.Is(err, ErrLocked) {
 		t.Fatalf("err = %v, want ErrLocked", err)
@@ -630,30 +577,30 @@ func TestOpenLockedDirectory(t *testing.T) {
 }
 
 func TestOpenOptions(t *testing.T) {
-	if _, err := OpenBadger(BadgerOptions{}); err == nil {
-		t.Fatal("OpenBadger without Dir: no error")
+	if _, err := Open(Options{}); err == nil {
+		t.Fatal("Open without Dir: no error")
 	}
 	// A non-lock failure is not reported as ErrLocked.
 	file := t.TempDir() + "/file"
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenBadger(BadgerOptions{Dir: file}); err == nil || errors.Is(err, ErrLocked) {
-		t.Fatalf("OpenBadger on a file: %v", err)
+	if _, err := Open(Options{Dir: file}); err == nil || errors.Is(err, ErrLocked) {
+		t.Fatalf("Open on a file: %v", err)
 	}
 	// In memory, with the real clock, and a GC goroutine that stops on Close.
-	m, err := OpenBadger(BadgerOptions{InMemory: true})
+	m, err := Open(Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := m.Claim(ctx, key1, "fp", lease)
-	if err != nil || c.Status != Claimed {
+	if err != nil || c.Status != cache.Claimed {
 		t.Fatalf("in-memory Claim: %+v %v", c, err)
 	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := OpenBadger(BadgerOptions{Dir: t.TempDir(), GCInterval: time.Millisecond})
+	d, err := Open(Options{Dir: t.TempDir(), GCInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -666,16 +613,16 @@ func TestOpenOptions(t *testing.T) {
 }
 
 func TestInvalidArguments(t *testing.T) {
-	s := openStore(t, t.TempDir(), newClock())
-	bad := Key{Endpoint: chatEP, ID: "has\nnewline"}
-	if _, err := s.Claim(ctx, bad, "fp", lease); !errors.Is(err, ErrInvalidKey) {
+	s := openStore(t, t.TempDir(), storetest.NewClock())
+	bad := cache.Key{Endpoint: chatEP, ID: "has\nnewline"}
+	if _, err := s.Claim(ctx, bad, "fp", lease); !errors.Is(err, cache.ErrInvalidKey) {
 		t.Fatalf("Claim with bad key: %v", err)
 	}
 	if _, err := s.Claim(ctx, key1, "fp", 0); err == nil {
 		t.Fatal("Claim with zero lease: no error")
 	}
-	c := mustClaim(t, s, key1, "fp", Claimed)
-	if err := s.Commit(ctx, key1, c.Owner, jsonRecord(), 0); err == nil {
+	c := mustClaim(t, s, key1, "fp", cache.Claimed)
+	if err := s.Commit(ctx, key1, c.Owner, storetest.JSONRecord(), 0); err == nil {
 		t.Fatal("Commit with zero ttl: no error")
 	}
 	if err := s.Commit(ctx, key1, c.Owner, nil, ttl); err == nil {
@@ -688,20 +635,20 @@ func TestInvalidArguments(t *testing.T) {
 	}
 }
 
-func TestStatsAndList(t *testing.T) {
-	clock := newClock()
+func TestStats(t *testing.T) {
+	clock := storetest.NewClock()
 	dir := t.TempDir()
 	s := openStore(t, dir, clock)
 	for i := range 5 {
-		k := Key{Scope: "acme", Endpoint: chatEP, ID: fmt.Sprintf("k%d", i)}
-		c := mustClaim(t, s, k, "fp", Claimed)
+		k := cache.Key{Scope: "acme", Endpoint: chatEP, ID: fmt.Sprintf("k%d", i)}
+		c := mustClaim(t, s, k, "fp", cache.Claimed)
 		if i < 3 {
-			if err := s.Commit(ctx, k, c.Owner, jsonRecord(), ttl); err != nil {
+			if err := s.Commit(ctx, k, c.Owner, storetest.JSONRecord(), ttl); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	mustClaim(t, s, Key{Scope: "acme2", Endpoint: chatEP, ID: "x"}, "fp", Claimed)
+	mustClaim(t, s, cache.Key{Scope: "acme2", Endpoint: chatEP, ID: "x"}, "fp", cache.Claimed)
 
 	st := s.Stats()
 	if st.Records != 6 || st.InFlight != 3 {
@@ -710,7 +657,7 @@ func TestStatsAndList(t *testing.T) {
 	if st.VLogBytes <= 0 {
 		t.Fatalf("Stats.VLogBytes = %d on disk", st.VLogBytes)
 	}
-	mustClaim(t, s, Key{Scope: "acme3", Endpoint: chatEP, ID: "y"}, "fp", Claimed)
+	mustClaim(t, s, cache.Key{Scope: "acme3", Endpoint: chatEP, ID: "y"}, "fp", cache.Claimed)
 	if s.Stats().Records != 6 {
 		t.Fatal("Stats not cached")
 	}
@@ -718,53 +665,23 @@ func TestStatsAndList(t *testing.T) {
 	if got := s.Stats().Records; got != 7 {
 		t.Fatalf("Stats after cache expiry: %d records, want 7", got)
 	}
-
-	list, err := s.List(ctx, "acme", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list) != 5 {
-		t.Fatalf("List = %d keys, want 5: %+v", len(list), list)
-	}
-	for i, lk := range list {
-		if lk.Key.ID != fmt.Sprintf("k%d", i) || lk.Key.Scope != "acme" || lk.Key.Endpoint != chatEP {
-			t.Fatalf("List[%d].Key = %+v", i, lk.Key)
-		}
-		wantState, wantSize := InFlight, 0
-		if i < 3 {
-			wantState, wantSize = Committed, len(jsonRecord().Body)
-		}
-		if lk.State != wantState || lk.Size != wantSize || lk.Fingerprint != "fp" {
-			t.Fatalf("List[%d] = %+v, want state %v size %d", i, lk, wantState, wantSize)
-		}
-	}
-	if list, _ := s.List(ctx, "acme", 2); len(list) != 2 {
-		t.Fatalf("List with limit 2: %d keys", len(list))
-	}
-	if list, _ := s.List(ctx, "", 10); len(list) != 0 {
-		t.Fatalf("List of the shared scope: %+v", list)
-	}
-	clock.Advance(ttl)
-	if list, _ := s.List(ctx, "acme", 10); len(list) != 2 {
-		t.Fatalf("List after expiry = %d keys, want the 2 in flight", len(list))
-	}
 }
 
 func BenchmarkClaimCommit(b *testing.B) {
-	s, err := OpenBadger(BadgerOptions{Dir: b.TempDir()})
+	s, err := Open(Options{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	rec := jsonRecord()
+	rec := storetest.JSONRecord()
 	rec.Body = bytes.Repeat([]byte("x"), 1024)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		k := Key{Endpoint: chatEP, ID: fmt.Sprintf("bench-%d", i)}
+		k := cache.Key{Endpoint: chatEP, ID: fmt.Sprintf("bench-%d", i)}
 		i++
 		c, err := s.Claim(ctx, k, "fp", lease)
-		if err != nil || c.Status != Claimed {
+		if err != nil || c.Status != cache.Claimed {
 			b.Fatal(c.Status, err)
 		}
 		if err := s.Commit(ctx, k, c.Owner, rec, ttl); err != nil {
@@ -774,12 +691,12 @@ func BenchmarkClaimCommit(b *testing.B) {
 }
 
 func BenchmarkGet(b *testing.B) {
-	s, err := OpenBadger(BadgerOptions{Dir: b.TempDir()})
+	s, err := Open(Options{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	rec := jsonRecord()
+	rec := storetest.JSONRecord()
 	rec.Body = bytes.Repeat([]byte("x"), 1024)
 	c, err := s.Claim(ctx, key1, "fp", lease)
 	if err != nil {
@@ -799,26 +716,26 @@ func BenchmarkGet(b *testing.B) {
 // BenchmarkKeyedRequest is the store's share of one keyed request that
 // succeeds: Claim, Commit, and resolving the key's dead letter (none).
 func BenchmarkKeyedRequest(b *testing.B) {
-	s, err := OpenBadger(BadgerOptions{Dir: b.TempDir()})
+	s, err := Open(Options{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	rec := jsonRecord()
+	rec := storetest.JSONRecord()
 	rec.Body = bytes.Repeat([]byte("x"), 1024)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		k := Key{Endpoint: chatEP, ID: fmt.Sprintf("bench-%d", i)}
+		k := cache.Key{Endpoint: chatEP, ID: fmt.Sprintf("bench-%d", i)}
 		i++
 		c, err := s.Claim(ctx, k, "fp", lease)
-		if err != nil || c.Status != Claimed {
+		if err != nil || c.Status != cache.Claimed {
 			b.Fatal(c.Status, err)
 		}
 		if err := s.Commit(ctx, k, c.Owner, rec, ttl); err != nil {
 			b.Fatal(err)
 		}
-		if err := s.DeleteDeadLetter(ctx, DeadLetterID(k)); !errors.Is(err, ErrNotFound) {
+		if err := s.DeleteDeadLetter(ctx, cache.DeadLetterID(k)); !errors.Is(err, cache.ErrNotFound) {
 			b.Fatal(err)
 		}
 	}
@@ -829,17 +746,17 @@ func BenchmarkKeyedRequest(b *testing.B) {
 // Badger's memtables and the table builders it pools (it frees one per 2 s
 // of idleness).
 func BenchmarkBurstHeap(b *testing.B) {
-	rec := jsonRecord()
+	rec := storetest.JSONRecord()
 	rec.Body = bytes.Repeat([]byte("x"), 1024)
 	for b.Loop() {
-		s, err := OpenBadger(BadgerOptions{Dir: b.TempDir()})
+		s, err := Open(Options{Dir: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)
 		}
 		var id [12]byte
 		for range 30_000 {
 			rand.Read(id[:])
-			k := Key{Endpoint: chatEP, ID: hex.EncodeToString(id[:])}
+			k := cache.Key{Endpoint: chatEP, ID: hex.EncodeToString(id[:])}
 			c, err := s.Claim(ctx, k, "fp", lease)
 			if err != nil {
 				b.Fatal(err)

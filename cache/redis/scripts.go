@@ -1,4 +1,4 @@
-package cache
+package redisstore
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 //	lease   in flight: lease until, store clock, "<unix seconds>.<9-digit nanoseconds>"
 //	exp     committed: ExpiresAt, store clock, same format
 //	commit  committed: the nonce of the Commit call that wrote it
-//	data    the record in the package's codec (encodeRecord): the same bytes
+//	data    the record as codec.EncodeRecord writes it: the same bytes
 //	        Badger stores, and what Go decodes; the other fields are copies
 //	        of what the scripts must compare
 //

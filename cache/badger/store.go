@@ -1,7 +1,12 @@
-package cache
+// Package badgerstore is the embedded idempotency store of package cache:
+// one Badger database in one directory, owned by one gateway process.
+// Committed records and dead letters are in Badger, in-flight records in
+// memory (see flights), so a keyed request writes once, at Commit. It
+// passes cache/storetest. Its import path is .../cache/badger; the package
+// is named badgerstore so that it does not shadow Badger's own package.
+package badgerstore
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,11 +23,15 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/cache/internal/codec"
+	"github.com/llmgate/llmgate/cache/internal/waiters"
 )
 
-// BadgerOptions configures OpenBadger. The zero value is not usable only
-// because Dir (or InMemory) must be set.
-type BadgerOptions struct {
+// Options configures Open. The zero value is not usable only because Dir
+// (or InMemory) must be set.
+type Options struct {
 	// Dir holds the database. Required unless InMemory. Only one process may
 	// open it at a time.
 	Dir string
@@ -45,9 +54,9 @@ type BadgerOptions struct {
 	Logger *slog.Logger
 }
 
-// Badger is the embedded idempotency store, one Badger database in one
+// Store is the embedded idempotency store, one Badger database in one
 // directory. It is safe for concurrent use.
-type Badger struct {
+type Store struct {
 	db    *badger.DB
 	dir   string // "" in memory
 	now   func() time.Time
@@ -72,7 +81,7 @@ type Badger struct {
 	deadMu sync.Mutex
 	dead   map[string]uint64
 
-	waiters broadcast
+	waiters waiters.Broadcast
 
 	// mu is held shared by every operation on db and exclusively by Close, so
 	// Close waits for operations in progress and none starts after it.
@@ -84,7 +93,7 @@ type Badger struct {
 	bg        sync.WaitGroup
 
 	statsMu sync.Mutex
-	stats   Stats
+	stats   cache.Stats
 }
 
 // Sizing for a sidecar, not a database (Badger's defaults take hundreds of
@@ -148,24 +157,24 @@ const (
 	defaultGCInterval  = 10 * time.Minute
 	gcDiscardRatio     = 0.5
 	statsMaxAge        = 5 * time.Second
-	defaultListLimit   = 100
 	maxConflictRetries = 100
 	// inFlightGrace is how long an in-flight record outlives its lease in
 	// memory before the sweep drops it. A claimant takes over an expired
 	// lease long before that, and until then its owner may still renew it;
 	// the sweep only makes sure an orphan nobody claims again disappears.
-	// (Earlier releases wrote in-flight records to Badger with a TTL of
-	// lease + inFlightGrace; they are ignored and expire on their own.)
 	inFlightGrace = time.Minute
 )
 
-// OpenBadger opens (or creates) the store. When another process holds the
+// ErrLocked: the store's directory is held by another process.
+var ErrLocked = errors.New("another gateway process is using this directory")
+
+// Open opens (or creates) the store. When another process holds the
 // directory the error wraps ErrLocked.
-func OpenBadger(o BadgerOptions) (*Badger, error) {
+func Open(o Options) (*Store, error) {
 	if !o.InMemory && o.Dir == "" {
-		return nil, errors.New("open badger store: BadgerOptions.Dir is required unless InMemory")
+		return nil, errors.New("open badger store: Options.Dir is required unless InMemory")
 	}
-	s := &Badger{
+	s := &Store{
 		now:   o.Now,
 		after: o.After,
 		log:   o.Logger,
@@ -251,20 +260,16 @@ func OpenBadger(o BadgerOptions) (*Badger, error) {
 //   - in flight whose lease has run out → taken over under a new owner →
 //     Claimed;
 //   - in flight otherwise → Busy.
-//
-// An in-flight record written to Badger by an earlier release is ignored: its
-// owner was a previous process on this directory, which is dead, so the key
-// is claimable; Badger drops the record when its TTL runs out.
-func (s *Badger) Claim(ctx context.Context, k Key, fingerprint string, lease time.Duration) (Claim, error) {
+func (s *Store) Claim(ctx context.Context, k cache.Key, fingerprint string, lease time.Duration) (cache.Claim, error) {
 	if lease <= 0 {
-		return Claim{}, fmt.Errorf("claim %s: lease %v must be positive", k, lease)
+		return cache.Claim{}, fmt.Errorf("claim %s: lease %v must be positive", k, lease)
 	}
 	if err := k.Validate(); err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
 	unlock, err := s.begin(ctx)
 	if err != nil {
-		return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
 	defer unlock()
 	key := storageKey(k)
@@ -274,39 +279,39 @@ func (s *Badger) Claim(ctx context.Context, k Key, fingerprint string, lease tim
 	if cur := sh.m[string(key)]; cur != nil {
 		switch {
 		case cur.Fingerprint != fingerprint:
-			return Claim{Status: Mismatch, Record: new(*cur)}, nil
+			return cache.Claim{Status: cache.Mismatch, Record: new(*cur)}, nil
 		case now.Before(cur.LeaseUntil):
-			return Claim{Status: Busy, Record: new(*cur)}, nil
+			return cache.Claim{Status: cache.Busy, Record: new(*cur)}, nil
 		}
 		// The lease ran out: take it over below.
 	} else {
 		cur, err := s.loadCommitted(key, now)
 		if err != nil {
-			return Claim{}, fmt.Errorf("claim %s: %w", k, err)
+			return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
 		}
 		switch {
 		case cur == nil:
 		case cur.Fingerprint != fingerprint:
-			return Claim{Status: Mismatch, Record: cur}, nil
+			return cache.Claim{Status: cache.Mismatch, Record: cur}, nil
 		default:
-			return Claim{Status: Done, Record: cur}, nil
+			return cache.Claim{Status: cache.Done, Record: cur}, nil
 		}
 	}
 	owner := s.ownerPrefix + strconv.FormatUint(s.ownerSeq.Add(1), 36)
-	s.flights.put(sh, key, &Record{
-		State:       InFlight,
+	s.flights.put(sh, key, &cache.Record{
+		State:       cache.InFlight,
 		Fingerprint: fingerprint,
 		Owner:       owner,
 		LeaseUntil:  now.Add(lease),
 		CreatedAt:   now,
 	})
-	return Claim{Status: Claimed, Owner: owner}, nil
+	return cache.Claim{Status: cache.Claimed, Owner: owner}, nil
 }
 
 // Renew extends the lease of the caller's in-flight record to now+lease.
 // ErrNotOwner if the key is not in flight under owner. A lease that has run
 // out is still renewed if nobody has taken it over.
-func (s *Badger) Renew(ctx context.Context, k Key, owner string, lease time.Duration) error {
+func (s *Store) Renew(ctx context.Context, k cache.Key, owner string, lease time.Duration) error {
 	if lease <= 0 {
 		return fmt.Errorf("renew %s: lease %v must be positive", k, lease)
 	}
@@ -323,7 +328,7 @@ func (s *Badger) Renew(ctx context.Context, k Key, owner string, lease time.Dura
 	defer sh.mu.Unlock()
 	cur := owned(sh, key, owner)
 	if cur == nil {
-		return fmt.Errorf("renew %s: %w", k, ErrNotOwner)
+		return fmt.Errorf("renew %s: %w", k, cache.ErrNotOwner)
 	}
 	cur.LeaseUntil = s.now().Add(lease)
 	return nil
@@ -338,7 +343,7 @@ func (s *Badger) Renew(ctx context.Context, k Key, owner string, lease time.Dura
 // It is the one Badger write of a keyed request, and it has returned only
 // once Badger has the record in its write-ahead log: a process crash after
 // Commit loses nothing.
-func (s *Badger) Commit(ctx context.Context, k Key, owner string, rec *Record, ttl time.Duration) error {
+func (s *Store) Commit(ctx context.Context, k cache.Key, owner string, rec *cache.Record, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("commit %s: ttl %v must be positive", k, ttl)
 	}
@@ -359,17 +364,17 @@ func (s *Badger) Commit(ctx context.Context, k Key, owner string, rec *Record, t
 		defer sh.mu.Unlock()
 		cur := owned(sh, key, owner)
 		if cur == nil {
-			return ErrNotOwner
+			return cache.ErrNotOwner
 		}
 		now := s.now()
 		stored := *rec
-		stored.State = Committed
+		stored.State = cache.Committed
 		stored.Fingerprint = cur.Fingerprint
 		stored.Owner = ""
 		stored.LeaseUntil = time.Time{}
 		stored.CreatedAt = now
 		stored.ExpiresAt = now.Add(ttl)
-		e := badger.NewEntry(key, encodeRecord(&stored)).WithMeta(byte(Committed))
+		e := badger.NewEntry(key, codec.EncodeRecord(&stored)).WithMeta(byte(cache.Committed))
 		e.ExpiresAt = badgerExpiry(ttl)
 		if err := s.update(func(txn *badger.Txn) error { return txn.SetEntry(e) }); err != nil {
 			// Still in flight: the owner may Release.
@@ -381,13 +386,13 @@ func (s *Badger) Commit(ctx context.Context, k Key, owner string, rec *Record, t
 	if err != nil {
 		return fmt.Errorf("commit %s: %w", k, err)
 	}
-	s.waiters.wake(string(key))
+	s.waiters.Wake(string(key))
 	return nil
 }
 
 // Release deletes the caller's in-flight record, so the client may retry,
 // and wakes waiters. ErrNotOwner if the key is not in flight under owner.
-func (s *Badger) Release(ctx context.Context, k Key, owner string) error {
+func (s *Store) Release(ctx context.Context, k cache.Key, owner string) error {
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("release %s: %w", k, err)
 	}
@@ -400,17 +405,17 @@ func (s *Badger) Release(ctx context.Context, k Key, owner string) error {
 	sh := s.flights.lock(key)
 	if owned(sh, key, owner) == nil {
 		sh.mu.Unlock()
-		return fmt.Errorf("release %s: %w", k, ErrNotOwner)
+		return fmt.Errorf("release %s: %w", k, cache.ErrNotOwner)
 	}
 	s.flights.del(sh, key)
 	sh.mu.Unlock()
-	s.waiters.wake(string(key))
+	s.waiters.Wake(string(key))
 	return nil
 }
 
 // Get returns the key's record, in flight or committed. ErrNotFound when
 // absent or expired.
-func (s *Badger) Get(ctx context.Context, k Key) (*Record, error) {
+func (s *Store) Get(ctx context.Context, k cache.Key) (*cache.Record, error) {
 	if err := k.Validate(); err != nil {
 		return nil, fmt.Errorf("get %s: %w", k, err)
 	}
@@ -430,13 +435,13 @@ func (s *Badger) Get(ctx context.Context, k Key) (*Record, error) {
 		return nil, fmt.Errorf("get %s: %w", k, err)
 	}
 	if rec == nil {
-		return nil, fmt.Errorf("get %s: %w", k, ErrNotFound)
+		return nil, fmt.Errorf("get %s: %w", k, cache.ErrNotFound)
 	}
 	return rec, nil
 }
 
 // inFlight returns a copy of key's in-flight record, or nil.
-func (s *Badger) inFlight(key []byte) *Record {
+func (s *Store) inFlight(key []byte) *cache.Record {
 	sh := s.flights.lock(key)
 	defer sh.mu.Unlock()
 	if cur := sh.m[string(key)]; cur != nil {
@@ -447,7 +452,7 @@ func (s *Badger) inFlight(key []byte) *Record {
 
 // Delete forgets the key, whatever its state (admin), and wakes waiters.
 // ErrNotFound when absent.
-func (s *Badger) Delete(ctx context.Context, k Key) error {
+func (s *Store) Delete(ctx context.Context, k cache.Key) error {
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("delete %s: %w", k, err)
 	}
@@ -474,14 +479,14 @@ func (s *Badger) Delete(ctx context.Context, k Key) error {
 			return txn.Delete(key)
 		})
 		if err == nil && !found {
-			return ErrNotFound
+			return cache.ErrNotFound
 		}
 		return err
 	}()
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", k, err)
 	}
-	s.waiters.wake(string(key))
+	s.waiters.Wake(string(key))
 	return nil
 }
 
@@ -490,7 +495,7 @@ func (s *Badger) Delete(ctx context.Context, k Key) error {
 // once if the key is not in flight (or is claimable), ctx.Err() when ctx is
 // done, and ErrClosed when the store closes. A nil return is a hint, not a
 // promise: the caller loops Claim → Busy → Wait → Claim.
-func (s *Badger) Wait(ctx context.Context, k Key) error {
+func (s *Store) Wait(ctx context.Context, k cache.Key) error {
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("wait %s: %w", k, err)
 	}
@@ -501,11 +506,11 @@ func (s *Badger) Wait(ctx context.Context, k Key) error {
 	// Subscribe before reading: a change made after the read below closes
 	// this channel, so no wake-up between the caller's Claim and this Wait
 	// is missed.
-	e, ok := s.waiters.subscribe(string(key))
+	e, ok := s.waiters.Subscribe(string(key))
 	if !ok {
-		return ErrClosed
+		return cache.ErrClosed
 	}
-	defer s.waiters.unsubscribe(string(key), e)
+	defer s.waiters.Unsubscribe(string(key), e)
 
 	unlock, err := s.begin(ctx)
 	if err != nil {
@@ -518,9 +523,9 @@ func (s *Badger) Wait(ctx context.Context, k Key) error {
 		return nil
 	}
 	select {
-	case <-e.ch:
+	case <-e.Done():
 		if s.closed.Load() {
-			return ErrClosed
+			return cache.ErrClosed
 		}
 		return nil
 	case <-s.after(rec.LeaseUntil.Sub(now)):
@@ -531,7 +536,7 @@ func (s *Badger) Wait(ctx context.Context, k Key) error {
 }
 
 // Ping reports whether the store is open and readable.
-func (s *Badger) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) error {
 	unlock, err := s.begin(ctx)
 	if err != nil {
 		return err
@@ -553,11 +558,11 @@ func (s *Badger) Ping(ctx context.Context) error {
 // pingKey is outside the record namespace and never written.
 var pingKey = []byte{'p', 0}
 
-// Stats counts the committed records with a key-only scan (the state is in
-// Badger's per-entry user byte, so no value is read), adds the in-flight
-// ones held in memory, and sums the directory's .sst and .vlog files. The result is cached for 5 seconds; after Close the last
-// result is returned.
-func (s *Badger) Stats() Stats {
+// Stats counts the committed records with a key-only scan (only committed
+// records are written to Badger, so no value is read), adds the in-flight
+// ones held in memory, and sums the directory's .sst and .vlog files. The
+// result is cached for 5 seconds; after Close the last result is returned.
+func (s *Store) Stats() cache.Stats {
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
 	now := s.now()
@@ -570,7 +575,7 @@ func (s *Badger) Stats() Stats {
 	}
 	defer unlock()
 	inFlight := s.flights.n.Load()
-	st := Stats{At: now, Records: inFlight, InFlight: inFlight}
+	st := cache.Stats{At: now, Records: inFlight, InFlight: inFlight}
 	err = s.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.PrefetchValues = false
@@ -578,10 +583,7 @@ func (s *Badger) Stats() Stats {
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			// In flight in Badger: left by an earlier release, ignored.
-			if it.Item().UserMeta() == byte(Committed) {
-				st.Records++
-			}
+			st.Records++
 		}
 		return nil
 	})
@@ -621,104 +623,13 @@ func dirSizes(dir string) (lsm, vlog int64) {
 	return lsm, vlog
 }
 
-// List returns the metadata of up to limit records of one scope, in key
-// order (endpoint, then id), skipping expired ones. If limit <= 0, 100. The
-// in-flight records (memory) are merged into the committed ones (Badger).
-func (s *Badger) List(ctx context.Context, scope string, limit int) ([]ListedKey, error) {
-	if strings.IndexByte(scope, 0) >= 0 {
-		return nil, fmt.Errorf("list: %w: scope contains NUL", ErrInvalidKey)
-	}
-	if limit <= 0 {
-		limit = defaultListLimit
-	}
-	unlock, err := s.begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", scope, err)
-	}
-	defer unlock()
-	prefix := scopeKeyPrefix(scope)
-	flying := s.flights.withPrefix(prefix)
-	var out []ListedKey
-	// takeFlying appends the in-flight records that sort before key (all
-	// of them when key is nil) and reports whether there is room for more.
-	takeFlying := func(key []byte) bool {
-		for len(flying) > 0 && len(out) < limit && (key == nil || bytes.Compare(flying[0].key, key) < 0) {
-			if k, ok := parseStorageKey(flying[0].key); ok {
-				r := &flying[0].rec
-				out = append(out, ListedKey{
-					Key: k, State: r.State, Fingerprint: r.Fingerprint,
-					LeaseUntil: r.LeaseUntil, CreatedAt: r.CreatedAt,
-				})
-			}
-			flying = flying[1:]
-		}
-		return len(out) < limit
-	}
-	now := s.now()
-	err = s.db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.PrefetchValues = false
-		opts.Prefix = prefix
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			item := it.Item()
-			// In flight in Badger: left by an earlier release, ignored.
-			if item.UserMeta() != byte(Committed) {
-				continue
-			}
-			if !takeFlying(item.Key()) {
-				return nil
-			}
-			if len(flying) > 0 && bytes.Equal(flying[0].key, item.Key()) {
-				// Claimed again after its expiry: the in-flight record is
-				// the current one, and comes next.
-				continue
-			}
-			k, ok := parseStorageKey(item.Key())
-			if !ok {
-				continue
-			}
-			var lk ListedKey
-			err := item.Value(func(v []byte) error {
-				r, size, err := decodeMeta(v)
-				if err != nil {
-					return err
-				}
-				lk = ListedKey{
-					Key: k, State: r.State, Fingerprint: r.Fingerprint, Stream: r.Stream,
-					Status: r.Status, Size: size, Upstream: r.Upstream,
-					LeaseUntil: r.LeaseUntil, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
-				}
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("%s: %w", k, err)
-			}
-			if expired(lk.State, lk.ExpiresAt, now) {
-				continue
-			}
-			out = append(out, lk)
-		}
-		takeFlying(nil)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", scope, mapClosed(err))
-	}
-	return out, nil
-}
-
 // Close stops the background goroutines, wakes every waiter (their Wait
 // returns ErrClosed), waits for operations in progress and closes the
 // database. Later calls return ErrClosed. Close is idempotent.
-func (s *Badger) Close() error {
+func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		s.waiters.close()
+		s.waiters.Close()
 		close(s.done)
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -732,14 +643,14 @@ func (s *Badger) Close() error {
 
 // begin admits one operation: it fails once ctx is done or the store is
 // closed, and otherwise holds Close off until unlock.
-func (s *Badger) begin(ctx context.Context) (unlock func(), err error) {
+func (s *Store) begin(ctx context.Context) (unlock func(), err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.RLock()
 	if s.closed.Load() {
 		s.mu.RUnlock()
-		return nil, ErrClosed
+		return nil, cache.ErrClosed
 	}
 	return s.mu.RUnlock, nil
 }
@@ -748,7 +659,7 @@ func (s *Badger) begin(ctx context.Context) (unlock func(), err error) {
 // concurrent transaction on the same key (the key locks leave none among
 // this store's own writes; the retry is a safety net). fn must set its
 // results afresh on every run. The caller holds begin's admission.
-func (s *Badger) update(fn func(txn *badger.Txn) error) error {
+func (s *Store) update(fn func(txn *badger.Txn) error) error {
 	for attempt := 0; ; attempt++ {
 		err := s.db.Update(fn)
 		if !errors.Is(err, badger.ErrConflict) || attempt == maxConflictRetries {
@@ -758,11 +669,11 @@ func (s *Badger) update(fn func(txn *badger.Txn) error) error {
 }
 
 // loadCommitted reads and decodes the committed record under key, in a
-// read-only transaction. It returns nil when there is none, when it has
+// read-only transaction. It returns nil when there is none or when it has
 // expired by the store's clock (Badger's own TTL runs on real time, in
-// whole seconds), and for an in-flight record an earlier release wrote.
-func (s *Badger) loadCommitted(key []byte, now time.Time) (*Record, error) {
-	var rec *Record
+// whole seconds).
+func (s *Store) loadCommitted(key []byte, now time.Time) (*cache.Record, error) {
+	var rec *cache.Record
 	err := s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(key)
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -771,18 +682,15 @@ func (s *Badger) loadCommitted(key []byte, now time.Time) (*Record, error) {
 		if err != nil {
 			return err
 		}
-		if item.UserMeta() == byte(InFlight) {
-			return nil
-		}
 		v, err := item.ValueCopy(nil)
 		if err != nil {
 			return err
 		}
-		r, err := decodeRecord(v)
+		r, err := codec.DecodeRecord(v)
 		if err != nil {
 			return err
 		}
-		if r.State == Committed && !expired(r.State, r.ExpiresAt, now) {
+		if r.State == cache.Committed && (r.ExpiresAt.IsZero() || now.Before(r.ExpiresAt)) {
 			rec = r
 		}
 		return nil
@@ -790,13 +698,9 @@ func (s *Badger) loadCommitted(key []byte, now time.Time) (*Record, error) {
 	return rec, mapClosed(err)
 }
 
-func expired(st State, expiresAt, now time.Time) bool {
-	return st == Committed && !expiresAt.IsZero() && !now.Before(expiresAt)
-}
-
 // owned returns key's in-flight record if owner holds it, else nil. The
 // caller holds sh.mu.
-func owned(sh *flightShard, key []byte, owner string) *Record {
+func owned(sh *flightShard, key []byte, owner string) *cache.Record {
 	cur := sh.m[string(key)]
 	if cur == nil || owner == "" || cur.Owner != owner {
 		return nil
@@ -813,14 +717,14 @@ func badgerExpiry(d time.Duration) uint64 {
 
 func mapClosed(err error) error {
 	if errors.Is(err, badger.ErrDBClosed) {
-		return ErrClosed
+		return cache.ErrClosed
 	}
 	return err
 }
 
 // runSweep drops orphaned in-flight records (see flights.sweep) and wakes
 // their waiters, and forgets expired dead-letter ids, every interval.
-func (s *Badger) runSweep(interval time.Duration) {
+func (s *Store) runSweep(interval time.Duration) {
 	defer s.bg.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -835,13 +739,13 @@ func (s *Badger) runSweep(interval time.Duration) {
 	}
 }
 
-func (s *Badger) sweep() {
+func (s *Store) sweep() {
 	for _, key := range s.flights.sweep(s.now(), inFlightGrace) {
-		s.waiters.wake(key)
+		s.waiters.Wake(key)
 	}
 }
 
-func (s *Badger) runGC(interval time.Duration) {
+func (s *Store) runGC(interval time.Duration) {
 	defer s.bg.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()

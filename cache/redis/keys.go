@@ -1,14 +1,15 @@
-package cache
+package redisstore
 
 import (
-	"fmt"
 	"strings"
+
+	"github.com/llmgate/llmgate/cache"
 )
 
-// Redis key layout. P is RedisOptions.Prefix ("llmgate:" by default):
+// Redis key layout. P is Options.Prefix ("llmgate:" by default):
 //
-//	P r:{<scope>:<endpoint>:<id>}   record, a hash (see redis.go); TTL = lease+1m in flight, ttl committed
-//	P d:{<dead-letter id>}          dead letter, a string: encodeDeadLetter's bytes; TTL = its ttl
+//	P r:{<scope>:<endpoint>:<id>}   record, a hash (see scripts.go); TTL = lease+1m in flight, ttl committed
+//	P d:{<dead-letter id>}          dead letter, a string: codec.EncodeDeadLetter's bytes; TTL = its ttl
 //	P breakers                      hash upstream → "open"; no TTL (see SetBreakerOverride)
 //
 // and the pub/sub channels (a separate namespace in Redis):
@@ -17,9 +18,9 @@ import (
 //	P breakers                      an override changed: "1"+upstream (open) or "0"+upstream (cleared)
 //
 // Each part is escaped (escapePart) so that it contains none of `:{}` nor a
-// glob metacharacter: the layout is unambiguous, List can SCAN one scope with
-// a MATCH pattern, and the braces mark exactly one Redis Cluster hash tag per
-// key. Every script touches one key, so in Cluster mode no script ever
+// glob metacharacter: the layout is unambiguous, a pattern built from a part
+// matches only that part, and the braces mark exactly one Redis Cluster hash
+// tag per key. Every script touches one key, so in Cluster mode no script ever
 // crosses slots; the tag still names the record's identity rather than the
 // whole key, so that a key added later for the same record (say P l:{same})
 // would share its slot and could join it in a script.
@@ -51,47 +52,9 @@ func escapePart(b *strings.Builder, s string) {
 	}
 }
 
-func unescapePart(s string) (string, error) {
-	if strings.IndexByte(s, '%') < 0 {
-		return s, nil
-	}
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '%' {
-			b.WriteByte(c)
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", fmt.Errorf("truncated escape in %q", s)
-		}
-		hi, ok1 := unhex(s[i+1])
-		lo, ok2 := unhex(s[i+2])
-		if !ok1 || !ok2 {
-			return "", fmt.Errorf("bad escape %q in %q", s[i:i+3], s)
-		}
-		b.WriteByte(hi<<4 | lo)
-		i += 2
-	}
-	return b.String(), nil
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	}
-	return 0, false
-}
-
 // recordIdent is the escaped "<scope>:<endpoint>:<id>" of a key: the hash
 // tag of its record and the suffix of its wake channel.
-func recordIdent(k Key) string {
+func recordIdent(k cache.Key) string {
 	var b strings.Builder
 	b.Grow(len(k.Scope) + len(k.Endpoint) + len(k.ID) + 8)
 	escapePart(&b, k.Scope)
@@ -102,15 +65,15 @@ func recordIdent(k Key) string {
 	return b.String()
 }
 
-func (r *Redis) recordKey(ident string) string {
+func (r *Store) recordKey(ident string) string {
 	return r.prefix + redisRecordNS + "{" + ident + "}"
 }
 
-func (r *Redis) wakeChannel(ident string) string {
+func (r *Store) wakeChannel(ident string) string {
 	return r.prefix + redisWakeNS + ident
 }
 
-func (r *Redis) deadLetterKey(id string) string {
+func (r *Store) deadLetterKey(id string) string {
 	var b strings.Builder
 	b.WriteString(r.prefix)
 	b.WriteString(redisDeadLetterNS)
@@ -118,31 +81,6 @@ func (r *Redis) deadLetterKey(id string) string {
 	escapePart(&b, id)
 	b.WriteByte('}')
 	return b.String()
-}
-
-// parseRecordKey inverts recordKey(recordIdent(k)).
-func (r *Redis) parseRecordKey(key string) (Key, bool) {
-	rest, ok := strings.CutPrefix(key, r.prefix+redisRecordNS+"{")
-	if !ok {
-		return Key{}, false
-	}
-	rest, ok = strings.CutSuffix(rest, "}")
-	if !ok {
-		return Key{}, false
-	}
-	parts := strings.Split(rest, ":")
-	if len(parts) != 3 {
-		return Key{}, false
-	}
-	var out [3]string
-	for i, p := range parts {
-		s, err := unescapePart(p)
-		if err != nil {
-			return Key{}, false
-		}
-		out[i] = s
-	}
-	return Key{Scope: out[0], Endpoint: out[1], ID: out[2]}, true
 }
 
 // globEscape quotes the glob metacharacters of s for SCAN MATCH and

@@ -1,0 +1,211 @@
+package badgerstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/cache/internal/codec"
+)
+
+// maxDeadLetters bounds how many dead letters a listing reads; a queue
+// that long needs an operator, and the alert says so long before.
+const maxDeadLetters = 100_000
+
+// PutDeadLetter records d (its ID is set from its key), merging with an
+// earlier record of the same key. It expires after ttl.
+func (s *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLetter, ttl time.Duration) error {
+	d.ID = cache.DeadLetterID(k)
+	d.Client, d.Endpoint, d.Key = k.Scope, k.Endpoint, k.ID
+	key := deadLetterKey(d.ID)
+	unlock, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	sh := s.flights.lock(key)
+	defer sh.mu.Unlock()
+	// Added before the write: the set may name a dead letter that is not
+	// there (the write failed), never miss one that is.
+	exp := badgerExpiry(ttl)
+	s.deadMu.Lock()
+	s.dead[d.ID] = max(s.dead[d.ID], exp)
+	s.deadMu.Unlock()
+	return s.update(func(txn *badger.Txn) error {
+		prev, err := s.loadDeadLetter(txn, key)
+		if err != nil && !errors.Is(err, cache.ErrNotFound) {
+			return err
+		}
+		rec := *d
+		cache.MergeDeadLetter(&rec, prev)
+		rec.ExpiresAt = s.now().Add(ttl)
+		v, err := codec.EncodeDeadLetter(&rec)
+		if err != nil {
+			return err
+		}
+		e := badger.NewEntry(key, v)
+		e.ExpiresAt = exp
+		if err := txn.SetEntry(e); err != nil {
+			return err
+		}
+		*d = rec
+		return nil
+	})
+}
+
+func (s *Store) loadDeadLetter(txn *badger.Txn, key []byte) (*cache.DeadLetter, error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, cache.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, err
+	}
+	d, err := codec.DecodeDeadLetter(v)
+	if err != nil {
+		return nil, err
+	}
+	if !d.ExpiresAt.IsZero() && !s.now().Before(d.ExpiresAt) {
+		return nil, cache.ErrNotFound
+	}
+	return d, nil
+}
+
+// GetDeadLetter returns the dead letter with id, body included.
+func (s *Store) GetDeadLetter(ctx context.Context, id string) (*cache.DeadLetter, error) {
+	unlock, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	var d *cache.DeadLetter
+	err = s.db.View(func(txn *badger.Txn) error {
+		var err error
+		d, err = s.loadDeadLetter(txn, deadLetterKey(id))
+		return err
+	})
+	return d, mapClosed(err)
+}
+
+// DeleteDeadLetter removes a dead letter; ErrNotFound if there is none.
+// Resolving the dead letter of a key that succeeded is on every keyed
+// request's path and usually finds none, so that case is answered from the
+// in-memory set of ids without touching Badger.
+func (s *Store) DeleteDeadLetter(ctx context.Context, id string) error {
+	unlock, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	key := deadLetterKey(id)
+	sh := s.flights.lock(key)
+	defer sh.mu.Unlock()
+	s.deadMu.Lock()
+	_, ok := s.dead[id]
+	s.deadMu.Unlock()
+	if !ok {
+		return cache.ErrNotFound
+	}
+	err = s.update(func(txn *badger.Txn) error {
+		if _, err := s.loadDeadLetter(txn, key); err != nil {
+			return err
+		}
+		return txn.Delete(key)
+	})
+	if err == nil || errors.Is(err, cache.ErrNotFound) {
+		s.deadMu.Lock()
+		delete(s.dead, id)
+		s.deadMu.Unlock()
+	}
+	return err
+}
+
+// loadDeadLetterIDs returns the ids of the dead letters in Badger and their
+// Badger expiry, with a key-only scan, for the set DeleteDeadLetter
+// consults.
+func (s *Store) loadDeadLetterIDs() (map[string]uint64, error) {
+	ids := make(map[string]uint64)
+	prefix := deadLetterKeyPrefix
+	err := s.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.PrefetchValues = false
+		opts.Prefix = prefix
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			ids[string(it.Item().Key()[len(prefix):])] = it.Item().ExpiresAt()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list dead-letter ids: %w", err)
+	}
+	return ids, nil
+}
+
+// forgetExpiredDeadLetters drops from the set the ids whose Badger TTL has
+// run out by the real clock (Badger's own): Badger no longer returns them,
+// so they need no delete.
+func (s *Store) forgetExpiredDeadLetters() {
+	now := uint64(time.Now().Unix())
+	s.deadMu.Lock()
+	defer s.deadMu.Unlock()
+	for id, exp := range s.dead {
+		if exp != 0 && exp <= now {
+			delete(s.dead, id)
+		}
+	}
+}
+
+// ListDeadLetters returns the dead letters matching f, newest first
+// (by last failure), without bodies.
+func (s *Store) ListDeadLetters(ctx context.Context, f cache.DeadLetterFilter) ([]cache.DeadLetter, error) {
+	unlock, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	var out []cache.DeadLetter
+	now := s.now()
+	err = s.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = deadLetterKeyPrefix
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid() && len(out) < maxDeadLetters; it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			d, err := codec.DecodeDeadLetter(v)
+			if err != nil {
+				s.log.Warn("skipping unreadable dead letter", "err", err)
+				continue
+			}
+			if !d.ExpiresAt.IsZero() && !now.Before(d.ExpiresAt) {
+				continue
+			}
+			if f.Match(d) {
+				d.Body = nil
+				out = append(out, *d)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, mapClosed(err)
+	}
+	cache.SortDeadLetters(out)
+	return out, nil
+}
