@@ -147,6 +147,10 @@ type Upstream struct {
 	// that carry no Idempotency-Key: the key is derived from the client and
 	// the body. Off by default.
 	Cache bool `yaml:"cache"`
+	// ForwardAccountHeaders forwards a client's OpenAI-Organization and
+	// OpenAI-Project headers to this upstream (they choose the provider
+	// account a request is billed to). Off by default: they are dropped.
+	ForwardAccountHeaders bool `yaml:"forward_account_headers"`
 }
 
 // Client is one gateway API key and the name it maps to. The name scopes
@@ -254,6 +258,15 @@ type Idempotency struct {
 	// they can be committed. A call that would pass the cap is cancelled,
 	// its key released and its dead letter recorded. Default 256.
 	MaxDetached int `yaml:"max_detached"`
+	// ForwardKeySecret keys the Idempotency-Key llmgate forwards upstream:
+	// HMAC-SHA256(secret, client, endpoint, key), so two tenants' equal keys
+	// differ upstream (a chained llmgate keeps them apart) and a key cannot
+	// be guessed back from what the provider sees. Set the same value on
+	// every replica. If empty, the same HMAC with an empty secret is used:
+	// tenants stay apart, but a low-entropy key (order-4711) could be
+	// guessed by whoever sees the forwarded value and knows the client
+	// name. Env GATEWAY_FORWARD_KEY_SECRET. A secret: never logged.
+	ForwardKeySecret string `yaml:"forward_key_secret"`
 }
 
 // Store selects and sizes the idempotency and dead-letter store.

@@ -234,6 +234,7 @@ func applyEnv(c *Config, getenv func(string) string) {
 	set(&c.Listen, "GATEWAY_ADDR")
 	set(&c.DataDir, "GATEWAY_DATA_DIR")
 	set(&c.AdminToken, "GATEWAY_ADMIN_TOKEN")
+	set(&c.Idempotency.ForwardKeySecret, "GATEWAY_FORWARD_KEY_SECRET")
 	set(&c.Store.Kind, "GATEWAY_STORE")
 	set(&c.Store.Redis.URL, "GATEWAY_REDIS_URL")
 	set(&c.Log.Format, "GATEWAY_LOG_FORMAT")

@@ -17,6 +17,7 @@ const RedactedValue = "<redacted>"
 func (c *Config) Redacted() Config {
 	r := *c
 	r.AdminToken = redact(r.AdminToken)
+	r.Idempotency.ForwardKeySecret = redact(r.Idempotency.ForwardKeySecret)
 	r.Upstreams = slices.Clone(c.Upstreams)
 	for i := range r.Upstreams {
 		u := &r.Upstreams[i]

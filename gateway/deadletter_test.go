@@ -16,6 +16,7 @@ import (
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/deadletter"
+	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
@@ -75,7 +76,7 @@ func TestDeadLetterRecordedAndReplayed(t *testing.T) {
 		t.Fatalf("replay: %d %s", r.status, r.body)
 	}
 	calls := h.fake.Calls("")
-	if got := h.fake.Requests()[calls-1].Header.Get("Idempotency-Key"); got != "order-9/summarize" {
+	if got := h.fake.Requests()[calls-1].Header.Get("Idempotency-Key"); got != idempotency.ForwardKey(nil, cache.Key{Scope: "team-a", Endpoint: "/v1/chat/completions", ID: "order-9/summarize"}) {
 		t.Fatalf("replay sent key %q upstream", got)
 	}
 	if l := listDLQ(t, h, ""); l.Total != 0 {

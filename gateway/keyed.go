@@ -108,7 +108,9 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 // client's deadline.
 func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, lease *idempotency.Lease, dl deadlines, s *summary) error {
 	work, it, done := g.work.start(r.Context(), dl.operator)
-	cl.IdemKey = kr.Raw
+	if kr.Raw != "" {
+		cl.IdemKey = idempotency.ForwardKey(g.forwardSecret, kr.Key)
+	}
 	k := &keyedCall{g: g, h: newHandoff(w), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s}
 	ended := make(chan workEnd, 1)
 	go func() {

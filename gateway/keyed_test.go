@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/simupstream"
@@ -21,8 +22,8 @@ func TestReplayIsByteIdenticalWithoutUpstreamCall(t *testing.T) {
 	if first.status != 200 {
 		t.Fatalf("first: %d %s", first.status, first.body)
 	}
-	if got := h.fake.Requests()[0].Header.Get("Idempotency-Key"); got != "order-4711/summarize" {
-		t.Errorf("key forwarded upstream as %q", got)
+	if got, want := h.fake.Requests()[0].Header.Get("Idempotency-Key"), idempotency.ForwardKey(nil, cache.Key{Endpoint: "/v1/chat/completions", ID: "order-4711/summarize"}); got != want {
+		t.Errorf("key forwarded upstream as %q, want %q (derived from the scope, never the raw key)", got, want)
 	}
 	// Same body, other spacing and key order: the same request.
 	same := `{"messages":[{"content":"Hello","role":"user"}],  "model":"gpt-4o-mini"}`

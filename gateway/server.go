@@ -84,9 +84,11 @@ type Gateway struct {
 	dlq      *deadletter.Queue
 	admin    *admin.Admin
 	work     *workSet
-	ready    atomic.Bool
-	shutdown chan struct{}
-	closing  atomic.Bool
+	// forwardSecret keys the Idempotency-Key forwarded upstream.
+	forwardSecret []byte
+	ready         atomic.Bool
+	shutdown      chan struct{}
+	closing       atomic.Bool
 }
 
 type clientKey struct {
@@ -99,7 +101,8 @@ func New(o Options) (*Gateway, error) {
 	if o.Store == nil {
 		return nil, errors.New("gateway: Options.Store is required")
 	}
-	g := &Gateway{cfg: o.Config, store: o.Store, log: o.Logger, now: o.Now, registry: o.Registry, shutdown: make(chan struct{})}
+	g := &Gateway{cfg: o.Config, store: o.Store, log: o.Logger, now: o.Now, registry: o.Registry, shutdown: make(chan struct{}),
+		forwardSecret: []byte(o.Config.Idempotency.ForwardKeySecret)}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}

@@ -213,7 +213,7 @@ func Wire(err error) *Error {
 		errors.As(err, &ua)
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_auth_failed",
 			Message: fmt.Sprintf("Upstream %s refused the gateway's credentials. This is the gateway operator's to fix, not your API key; retrying will not help.", ua.Upstream),
-			Err: err}
+			Err:     err}
 	case errors.As(err, new(*ClientDeadline)):
 		var cd *ClientDeadline
 		errors.As(err, &cd)

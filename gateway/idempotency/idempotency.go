@@ -11,6 +11,7 @@ package idempotency
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/headers"
 	"github.com/llmgate/llmgate/gateway/metrics"
 )
 
@@ -104,6 +106,23 @@ const CacheHeader = "X-Llmgate-Cache"
 // retry with its key will replay it, "false" when it was served but not
 // committed (cut short, failed, or over the record limits).
 const CommittedTrailer = "X-Llmgate-Committed"
+
+// ForwardKey is the Idempotency-Key sent upstream for k: an HMAC-SHA256
+// of the scope (client), endpoint and key under the deployment's secret.
+// Two tenants' equal keys differ upstream — a chained llmgate keeps them
+// apart, and answers neither one's replay nor 422 to the other — and the
+// client's key (which may name a business operation) cannot be read back
+// from it. It is stable across replicas and restarts that share the secret,
+// so an upstream that deduplicates still sees one key per operation.
+func ForwardKey(secret []byte, k cache.Key) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(k.Scope))
+	m.Write([]byte{0})
+	m.Write([]byte(k.Endpoint))
+	m.Write([]byte{0})
+	m.Write([]byte(k.ID))
+	return "llmgate-" + hex.EncodeToString(m.Sum(nil))
+}
 
 // HashKey is how an idempotency key appears in logs: enough to correlate
 // lines, not the key itself (it may embed business identifiers).
@@ -212,7 +231,11 @@ func (k *Keeper) replay(w http.ResponseWriter, kr *Request, rec *cache.Record) E
 func Replay(w http.ResponseWriter, rec *cache.Record) {
 	h := w.Header()
 	for k, v := range rec.Header {
-		h[k] = v
+		// A record from an earlier version may hold headers that are no
+		// longer relayed; llmgate's own outcome headers are kept.
+		if headers.Relayed(k) || k == "X-Llmgate-Outcome" || k == "X-Should-Retry" {
+			h[k] = v
+		}
 	}
 	h.Set("X-Llmgate-Upstream", rec.Upstream)
 	h.Set("Idempotent-Replayed", "true")

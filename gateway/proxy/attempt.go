@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/classify"
+	"github.com/llmgate/llmgate/gateway/headers"
 	"github.com/llmgate/llmgate/gateway/sse"
 )
 
@@ -31,7 +32,7 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
 		return a.fail(err)
 	}
 	resp.Status = res.StatusCode
-	resp.Header = responseHeaders(res.Header)
+	resp.Header = headers.Response(res.Header)
 	if res.StatusCode < 200 || res.StatusCode > 299 {
 		body, err := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
 		res.Body.Close()

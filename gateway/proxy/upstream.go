@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/textproto"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/headers"
 )
 
 // Upstream is one configured provider with its own connection pool.
@@ -123,82 +122,28 @@ func (r *Router) Close() {
 	}
 }
 
-// forwardedRequestHeaders are the client headers passed to the upstream.
-// Everything else is dropped — Authorization above all: the upstream gets
-// its own key from config. An allowlist, so that no client header can
-// redirect or impersonate anything.
-var forwardedRequestHeaders = []string{
-	"Content-Type", "Accept", "User-Agent", "Openai-Beta",
-}
-
 // newUpstreamRequest builds the request for one attempt. The URL is always
-// base_url + the path after /v1: nothing from the client chooses the host.
+// base_url + the path after /v1, with base_url's query string (Azure's
+// api-version): nothing from the client chooses the host or the query. The
+// endpoints relayed take no query parameters, so a client's query string is
+// dropped.
 func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suffix string, body []byte, idemKey string) (*http.Request, error) {
 	target := *u.base
 	target.Path = u.base.Path + suffix
 	target.RawPath = ""
-	target.RawQuery = in.URL.RawQuery
 	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
-	for _, h := range forwardedRequestHeaders {
-		if v := in.Header.Values(h); len(v) > 0 {
-			req.Header[h] = v
-		}
-	}
-	for k, v := range in.Header {
-		if strings.HasPrefix(k, "X-Stainless-") {
-			req.Header[k] = v
-		}
-	}
+	headers.CopyRequest(req.Header, in.Header, u.Cfg.ForwardAccountHeaders)
 	if u.Cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+u.Cfg.APIKey)
 	}
 	if idemKey != "" {
 		// An upstream that honours Idempotency-Key (another llmgate, some
-		// providers) deduplicates too.
+		// providers) deduplicates too. idemKey is derived from the scope
+		// (see idempotency.ForwardKey), never the client's raw key.
 		req.Header.Set("Idempotency-Key", idemKey)
 	}
 	return req, nil
-}
-
-// hopByHop headers are never copied between connections (RFC 9110 §7.6.1),
-// nor are those net/http manages or that belong to the upstream's origin.
-var droppedResponseHeaders = map[string]bool{
-	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true,
-	"Proxy-Authenticate": true, "Proxy-Authorization": true, "Te": true,
-	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
-	"Content-Length": true, "Content-Encoding": true,
-	"Set-Cookie": true, "Alt-Svc": true, "Strict-Transport-Security": true,
-	"Date": true, "Server": true,
-}
-
-// responseHeaders copies the upstream headers a client relies on
-// (Content-Type, x-request-id, x-ratelimit-*, openai-*, Retry-After, ...)
-// and drops hop-by-hop and origin-bound ones, including any named in
-// Connection.
-func responseHeaders(h http.Header) http.Header {
-	out := make(http.Header, len(h))
-	var conn []string
-	for _, v := range h["Connection"] {
-		for _, f := range strings.Split(v, ",") {
-			conn = append(conn, textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(f)))
-		}
-	}
-	for k, v := range h {
-		if droppedResponseHeaders[k] || strings.HasPrefix(k, "X-Llmgate-") || k == "X-Should-Retry" {
-			continue
-		}
-		skip := false
-		for _, c := range conn {
-			if c == k {
-				skip = true
-			}
-		}
-		if !skip {
-			out[k] = v
-		}
-	}
-	return out
 }

@@ -1,0 +1,97 @@
+// Package headers says which HTTP headers cross the gateway: the client
+// headers forwarded to an upstream, and the upstream response headers that
+// reach the client — relayed live, and kept in a committed record so that
+// a replay carries the same ones. Both are allow-lists: a header nobody
+// chose to pass does not pass. It knows nothing else.
+package headers
+
+import (
+	"net/http"
+	"net/textproto"
+	"strings"
+)
+
+// Request headers a client may send to the upstream. Everything else is
+// dropped — Authorization above all (the upstream gets its own key from
+// config), Idempotency-Key (llmgate forwards a derived one), and the
+// provider-account headers unless the upstream allows them.
+var forwardedRequest = []string{"Content-Type", "Accept", "User-Agent", "Openai-Beta"}
+
+// forwardedRequestPrefixes: the official SDKs' telemetry headers.
+var forwardedRequestPrefixes = []string{"X-Stainless-"}
+
+// AccountHeaders name the provider account a request is billed to; they
+// are forwarded only for an upstream with forward_account_headers set.
+var AccountHeaders = []string{"Openai-Organization", "Openai-Project"}
+
+// CopyRequest copies the client headers that may reach an upstream from in
+// to out; account says whether AccountHeaders may.
+func CopyRequest(out, in http.Header, account bool) {
+	for _, h := range forwardedRequest {
+		if v := in.Values(h); len(v) > 0 {
+			out[h] = v
+		}
+	}
+	if account {
+		for _, h := range AccountHeaders {
+			if v := in.Values(h); len(v) > 0 {
+				out[h] = v
+			}
+		}
+	}
+	for k, v := range in {
+		for _, p := range forwardedRequestPrefixes {
+			if strings.HasPrefix(k, p) {
+				out[k] = v
+			}
+		}
+	}
+}
+
+// Response headers a client relies on: the body's type and disposition,
+// the provider's request id and processing time, rate-limit state, and when
+// to retry. Anything else — llmgate's own (Idempotent-*, X-Llmgate-*,
+// X-Should-Retry), CORS, cookies, the provider's account
+// (Openai-Organization, Openai-Project), hop-by-hop — never passes.
+var relayedResponse = map[string]bool{
+	"Content-Type": true, "Content-Disposition": true, "Content-Language": true,
+	"X-Request-Id": true, "Request-Id": true, "Openai-Processing-Ms": true, "Openai-Version": true,
+	"Retry-After": true, "Retry-After-Ms": true, "Cache-Control": true,
+}
+
+var relayedResponsePrefixes = []string{"X-Ratelimit-", "Anthropic-Ratelimit-"}
+
+// Relayed reports whether an upstream response header (canonical name)
+// reaches the client.
+func Relayed(name string) bool {
+	if relayedResponse[name] {
+		return true
+	}
+	for _, p := range relayedResponsePrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Response returns the headers of h that reach the client, skipping any
+// named in its Connection header too.
+func Response(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	var conn map[string]bool
+	for _, v := range h["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			if conn == nil {
+				conn = map[string]bool{}
+			}
+			conn[textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(f))] = true
+		}
+	}
+	for k, v := range h {
+		if Relayed(k) && !conn[k] {
+			out[k] = v
+		}
+	}
+	return out
+}
