@@ -264,11 +264,5 @@ func (a *Admin) adminReplayGroup(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ok := 0
-	for _, r := range results {
-		if r.OK() {
-			ok++
-		}
-	}
-	return c.JSON(http.StatusOK, map[string]any{"replayed": len(results), "succeeded": ok, "results": results})
+	return c.JSON(http.StatusOK, map[string]any{"replayed": len(results), "succeeded": deadletter.Succeeded(results), "results": results})
 }

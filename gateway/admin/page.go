@@ -450,12 +450,7 @@ func (a *Admin) pageReplayGroup(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ok := 0
-	for _, r := range results {
-		if r.OK() {
-			ok++
-		}
-	}
+	ok := deadletter.Succeeded(results)
 	failed := len(results) - ok
 	msg := fmt.Sprintf("Replayed %d dead letters of %s on %s: %d succeeded, %d failed.", ok+failed, class, upstream, ok, failed)
 	if capped {

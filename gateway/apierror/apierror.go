@@ -173,7 +173,8 @@ func errString(err error) string {
 // Wire maps any error to what the client gets. It is the one place a
 // status, an error type/code, Retry-After and x-should-retry are chosen for
 // a typed error; an *Error passes through; anything unknown is a 500 whose
-// detail stays in the log.
+// detail stays in the log. It is one switch on purpose (longer than 60
+// lines): the whole error vocabulary of the gateway reads in one place.
 func Wire(err error) *Error {
 	var (
 		e  *Error

@@ -21,6 +21,17 @@ type ReplayResult struct {
 // OK reports whether the replay ended in a 2xx.
 func (r ReplayResult) OK() bool { return r.Status >= 200 && r.Status <= 299 }
 
+// Succeeded counts the replays that ended in a 2xx.
+func Succeeded(rs []ReplayResult) int {
+	n := 0
+	for _, r := range rs {
+		if r.OK() {
+			n++
+		}
+	}
+	return n
+}
+
 type replayClientKey struct{}
 
 // ReplayClient returns the client an operator's in-process replay runs as.

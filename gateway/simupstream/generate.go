@@ -173,6 +173,18 @@ const (
 	defaultDims  = 8
 )
 
+// chatReply is one generated chat answer, before it is written as JSON or
+// as a stream.
+type chatReply struct {
+	req     chatRequest
+	n       int
+	a       answer
+	call    *toolCall
+	use     usage
+	id      string
+	created int64
+}
+
 func (x *exchange) chat(body []byte) error {
 	var req chatRequest
 	if err := json.Unmarshal(body, &req); err != nil {
@@ -188,7 +200,16 @@ func (x *exchange) chat(body []byte) error {
 	if err != nil {
 		return err
 	}
+	r := x.chatReply(req, n)
+	if !req.Stream {
+		return x.chatJSON(r)
+	}
+	return x.chatStream(r)
+}
 
+// chatReply generates the answer to req: content, or a call of its first
+// tool, with usage counted as OpenAI would roughly count it.
+func (x *exchange) chatReply(req chatRequest, n int) chatReply {
 	var said string
 	prompt := 3 // OpenAI's per-reply priming
 	for _, m := range req.Messages {
@@ -198,46 +219,45 @@ func (x *exchange) chat(body []byte) error {
 			said = text
 		}
 	}
-	a := x.answer(said)
-	var call *toolCall
-	if a.finish == "tool_calls" {
+	r := chatReply{req: req, n: n, a: x.answer(said), id: x.s.newID("chatcmpl-fake"), created: time.Now().Unix()}
+	if r.a.finish == "tool_calls" {
 		name := "lookup"
 		if len(req.Tools) > 0 && req.Tools[0].Function.Name != "" {
 			name = req.Tools[0].Function.Name
 		}
 		args, _ := json.Marshal(map[string]string{"input": firstRunes(said, saidRunes)})
-		call = &toolCall{ID: "call_" + randHex(), Type: "function", Function: function{Name: name, Arguments: string(args)}}
-		a.content = ""
+		r.call = &toolCall{ID: "call_" + randHex(), Type: "function", Function: function{Name: name, Arguments: string(args)}}
+		r.a.content = ""
 	}
-	completion := tokens(a.content)
-	if call != nil {
-		completion = tokens(call.Function.Name) + tokens(call.Function.Arguments)
+	completion := tokens(r.a.content)
+	if r.call != nil {
+		completion = tokens(r.call.Function.Name) + tokens(r.call.Function.Arguments)
 	}
-	use := usage{PromptTokens: prompt, CompletionTokens: n * completion, TotalTokens: prompt + n*completion}
-	id := x.s.newID("chatcmpl-fake")
-	created := time.Now().Unix()
+	r.use = usage{PromptTokens: prompt, CompletionTokens: n * completion, TotalTokens: prompt + n*completion}
+	return r
+}
 
-	if !req.Stream {
-		resp := chatCompletion{
-			ID: id, Object: "chat.completion", Created: created, Model: req.Model,
-			Usage: use, SystemFingerprint: fingerprint,
-		}
-		for i := range n {
-			m := message{Role: "assistant", Content: &a.content}
-			if call != nil {
-				m.Content = nil
-				m.ToolCalls = []toolCall{*call}
-			}
-			resp.Choices = append(resp.Choices, chatChoice{Index: i, Message: m, FinishReason: a.finish})
-		}
-		return x.writeJSON(resp)
+func (x *exchange) chatJSON(r chatReply) error {
+	resp := chatCompletion{
+		ID: r.id, Object: "chat.completion", Created: r.created, Model: r.req.Model,
+		Usage: r.use, SystemFingerprint: fingerprint,
 	}
+	for i := range r.n {
+		m := message{Role: "assistant", Content: &r.a.content}
+		if r.call != nil {
+			m.Content = nil
+			m.ToolCalls = []toolCall{*r.call}
+		}
+		resp.Choices = append(resp.Choices, chatChoice{Index: i, Message: m, FinishReason: r.a.finish})
+	}
+	return x.writeJSON(resp)
+}
 
-	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	var events []any
+func (x *exchange) chatStream(r chatReply) error {
+	includeUsage := r.req.StreamOptions != nil && r.req.StreamOptions.IncludeUsage
 	chunk := func(choices ...chunkChoice) chatChunk {
 		c := chatChunk{
-			ID: id, Object: "chat.completion.chunk", Created: created, Model: req.Model,
+			ID: r.id, Object: "chat.completion.chunk", Created: r.created, Model: r.req.Model,
 			SystemFingerprint: fingerprint, Choices: choices,
 		}
 		if includeUsage {
@@ -245,38 +265,40 @@ func (x *exchange) chat(body []byte) error {
 		}
 		return c
 	}
+	// each is one chunk per choice, all with the same delta.
+	var events []any
+	each := func(d func() delta) {
+		for i := range r.n {
+			events = append(events, chunk(chunkChoice{Index: i, Delta: d()}))
+		}
+	}
 	empty := ""
-	for i := range n {
-		d := delta{Role: "assistant", Content: &empty}
-		if call != nil {
+	each(func() delta {
+		if r.call == nil {
+			return delta{Role: "assistant", Content: &empty}
+		}
+		zero := 0
+		head := *r.call
+		head.Index, head.Function.Arguments = &zero, ""
+		return delta{Role: "assistant", ToolCalls: []toolCall{head}}
+	})
+	if r.call != nil {
+		each(func() delta {
 			zero := 0
-			head := *call
-			head.Index, head.Function.Arguments = &zero, ""
-			d = delta{Role: "assistant", ToolCalls: []toolCall{head}}
-		}
-		events = append(events, chunk(chunkChoice{Index: i, Delta: d}))
+			return delta{ToolCalls: []toolCall{{Index: &zero, Function: function{Arguments: r.call.Function.Arguments}}}}
+		})
 	}
-	if call != nil {
-		for i := range n {
-			zero := 0
-			events = append(events, chunk(chunkChoice{Index: i, Delta: delta{ToolCalls: []toolCall{{
-				Index: &zero, Function: function{Arguments: call.Function.Arguments},
-			}}}}))
-		}
-	}
-	for _, piece := range x.pieces(a.content) {
-		for i := range n {
-			events = append(events, chunk(chunkChoice{Index: i, Delta: delta{Content: &piece}}))
-		}
+	for _, piece := range x.pieces(r.a.content) {
+		each(func() delta { return delta{Content: &piece} })
 	}
 	var tail []any
-	for i := range n {
-		tail = append(tail, chunk(chunkChoice{Index: i, Delta: delta{}, FinishReason: &a.finish}))
+	for i := range r.n {
+		tail = append(tail, chunk(chunkChoice{Index: i, Delta: delta{}, FinishReason: &r.a.finish}))
 	}
 	if includeUsage {
 		last := chunk()
 		last.Choices = []chunkChoice{}
-		last.Usage = &use
+		last.Usage = &r.use
 		tail = append(tail, last)
 	}
 	return x.stream(events, tail)
@@ -429,27 +451,6 @@ func (x *exchange) stream(events, tail []any) error {
 		return err
 	}
 	ctx := x.r.Context()
-	gap := st.ChunkDelay
-	if gap <= 0 {
-		gap = x.s.opts.ChunkDelay
-	}
-	event := func(i int, data []byte) error {
-		if i > 0 {
-			if err := x.s.pause(ctx, gap); err != nil {
-				return err
-			}
-		}
-		// One write per event, so a flush never splits one.
-		buf := make([]byte, 0, len(data)+8)
-		buf = append(buf, "data: "...)
-		buf = append(buf, data...)
-		buf = append(buf, "\n\n"...)
-		if err := x.write(buf); err != nil {
-			return err
-		}
-		return x.flush()
-	}
-
 	for i, ev := range events {
 		switch {
 		case st.StopAfter > 0 && i == st.StopAfter:
@@ -461,7 +462,7 @@ func (x *exchange) stream(events, tail []any) error {
 		if err != nil {
 			return err
 		}
-		if err := event(i, data); err != nil {
+		if err := x.event(i, data); err != nil {
 			return err
 		}
 	}
@@ -477,9 +478,31 @@ func (x *exchange) stream(events, tail []any) error {
 		if err != nil {
 			return err
 		}
-		return event(len(events), data)
+		return x.event(len(events), data)
 	}
-	return event(len(events), []byte("[DONE]"))
+	return x.event(len(events), []byte("[DONE]"))
+}
+
+// event writes the i-th event of a stream, after the chunk delay (none
+// before the first), in one write, so a flush never splits one.
+func (x *exchange) event(i int, data []byte) error {
+	if i > 0 {
+		gap := x.step.ChunkDelay
+		if gap <= 0 {
+			gap = x.s.opts.ChunkDelay
+		}
+		if err := x.s.pause(x.r.Context(), gap); err != nil {
+			return err
+		}
+	}
+	buf := make([]byte, 0, len(data)+8)
+	buf = append(buf, "data: "...)
+	buf = append(buf, data...)
+	buf = append(buf, "\n\n"...)
+	if err := x.write(buf); err != nil {
+		return err
+	}
+	return x.flush()
 }
 
 // choices validates the request's n.
