@@ -1,0 +1,54 @@
+package headers
+
+import (
+	"net/http"
+	"testing"
+)
+
+func TestResponseAllowList(t *testing.T) {
+	in := http.Header{}
+	for _, k := range []string{
+		"Content-Type", "Content-Disposition", "X-Request-Id", "Openai-Processing-Ms", "Retry-After",
+		"X-Ratelimit-Remaining-Tokens", "Anthropic-Ratelimit-Requests-Remaining", "X-Custom-Drop",
+		"Idempotent-Replayed", "X-Llmgate-Upstream", "X-Should-Retry", "Access-Control-Allow-Origin",
+		"Set-Cookie", "Openai-Organization", "Openai-Project", "Transfer-Encoding", "Content-Length",
+	} {
+		in.Set(k, "v")
+	}
+	in.Set("Connection", "close, X-Request-Id")
+	out := Response(in)
+	want := map[string]bool{"Content-Type": true, "Content-Disposition": true, "Openai-Processing-Ms": true,
+		"Retry-After": true, "X-Ratelimit-Remaining-Tokens": true, "Anthropic-Ratelimit-Requests-Remaining": true}
+	for k := range out {
+		if !want[k] {
+			t.Errorf("%s passed", k)
+		}
+	}
+	for k := range want {
+		if out.Get(k) == "" {
+			t.Errorf("%s dropped", k)
+		}
+	}
+}
+
+func TestRequestAllowList(t *testing.T) {
+	in := http.Header{}
+	for _, k := range []string{"Content-Type", "Authorization", "Idempotency-Key", "Openai-Organization", "X-Stainless-Lang", "Cookie", "Host"} {
+		in.Set(k, "v")
+	}
+	for _, account := range []bool{false, true} {
+		out := http.Header{}
+		CopyRequest(out, in, account)
+		for _, k := range []string{"Authorization", "Idempotency-Key", "Cookie", "Host"} {
+			if out.Get(k) != "" {
+				t.Errorf("%s forwarded", k)
+			}
+		}
+		if out.Get("Content-Type") == "" || out.Get("X-Stainless-Lang") == "" {
+			t.Errorf("allowed header dropped: %v", out)
+		}
+		if (out.Get("Openai-Organization") != "") != account {
+			t.Errorf("account=%v: Openai-Organization %q", account, out.Get("Openai-Organization"))
+		}
+	}
+}
