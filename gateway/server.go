@@ -38,6 +38,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/llmgate/llmgate/gateway/proxy"
+	"github.com/llmgate/llmgate/gateway/readdeadline"
 	"github.com/llmgate/llmgate/gateway/retry"
 )
 
@@ -235,11 +236,26 @@ func (g *Gateway) routes() *echo.Echo {
 	// requestLog is outermost so that it sees what recoverer made of a
 	// panic, and an aborted response too.
 	e.Use(g.requestLog, g.recoverer)
+	// Every request body is read against the short deadline until the
+	// request is known to come from a client; authenticate's successor in
+	// the /v1 group below extends it.
+	short, long := g.cfg.Server.UnauthenticatedReadBodyTimeout.D(), g.cfg.Server.ReadBodyTimeout.D()
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.SetRequest(readdeadline.Start(c.Response(), c.Request(), short))
+			return next(c)
+		}
+	})
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", g.readyz)
 
-	v1 := e.Group("/v1", g.authenticate)
+	v1 := e.Group("/v1", g.authenticate, func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			readdeadline.Extend(c.Request(), long)
+			return next(c)
+		}
+	})
 	for _, ep := range postEndpoints {
 		v1.POST(strings.TrimPrefix(ep.path, "/v1"), g.handlePost(ep))
 	}
