@@ -35,6 +35,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/admin"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
+	"github.com/llmgate/llmgate/gateway/forwarded"
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/llmgate/llmgate/gateway/proxy"
@@ -229,10 +230,11 @@ func (g *Gateway) routes() *echo.Echo {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = g.errorHandler
-	// The client's address is the connection's: X-Forwarded-For and
-	// X-Real-IP are set by whoever sends the request, so they are not
-	// trusted (GO-2026-6875). Behind a proxy, its access log has the rest.
-	e.IPExtractor = echo.ExtractIPDirect()
+	// The client's address is the connection's, unless the connection
+	// comes from one of server.trusted_proxies: X-Forwarded-For and
+	// X-Real-IP are set by whoever sends the request, so from anyone else
+	// they are not believed (GO-2026-6875). X-Real-IP never is.
+	e.IPExtractor = forwarded.New(g.cfg.Server.TrustedProxyPrefixes()).ClientIP
 	// requestLog is outermost so that it sees what recoverer made of a
 	// panic, and an aborted response too.
 	e.Use(g.requestLog, g.recoverer)
