@@ -265,7 +265,8 @@ func (g *Gateway) routes() *echo.Echo {
 	v1.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 
 	g.admin.Routes(e)
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})), g.admin.Auth)
+	// GET only: a signed-in page's cookie opens it (admin.MetricsAuth).
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})), g.admin.MetricsAuth)
 	e.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 	return e
 }
