@@ -56,6 +56,8 @@ const (
 	flashCookie = "llmgate_flash"
 	// pageDeadLetters is how many of the newest dead letters the page lists.
 	pageDeadLetters = 20
+	// maxLoginForm caps the sign-in form's body.
+	maxLoginForm = 64 << 10
 	// pageReplayMax caps one "Replay group" click: the replay runs inside
 	// the click's request, at dead_letters.replay_per_second.
 	pageReplayMax = 100
@@ -177,7 +179,10 @@ func (a *Admin) pageLogin(c echo.Context) error {
 	if !a.enabled() {
 		return a.pageDisabled(c)
 	}
-	r := c.Request()
+	// A sign-in form is a few bytes; ParseForm alone would read 10 MB. (A
+	// copy of the request: net/http's own keeps the body it made.)
+	r := c.Request().WithContext(c.Request().Context())
+	r.Body = http.MaxBytesReader(c.Response(), r.Body, maxLoginForm)
 	if err := r.ParseForm(); err != nil {
 		// Not an attempt: nothing was compared, nothing is counted.
 		status, msg := http.StatusBadRequest, "The sign-in form could not be read."
