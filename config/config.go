@@ -15,6 +15,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -68,9 +69,12 @@ func Default() Config {
 		},
 		Log: Log{Format: "json", Level: "info"},
 		Server: Server{
-			ReadHeaderTimeout: Duration(10 * time.Second),
-			IdleTimeout:       Duration(120 * time.Second),
-			ShutdownGrace:     Duration(30 * time.Second),
+			ReadHeaderTimeout:              Duration(10 * time.Second),
+			ReadBodyTimeout:                Duration(5 * time.Minute),
+			UnauthenticatedReadBodyTimeout: Duration(10 * time.Second),
+			IdleTimeout:                    Duration(120 * time.Second),
+			ShutdownGrace:                  Duration(30 * time.Second),
+			CookieSecure:                   CookieSecureAuto,
 		},
 		DeadLetters: DeadLetters{
 			TTL:             Duration(168 * time.Hour),
@@ -325,11 +329,80 @@ type Log struct {
 type Server struct {
 	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// ReadBodyTimeout bounds reading the body of a /v1 request once its
+	// client key is accepted (every /v1 request when no clients are
+	// configured), counted from the end of its headers. Default 5m: a body
+	// of limits.max_body_bytes (32 MiB) arrives in that time at about
+	// 1 Mbit/s, and only key holders get this long.
+	ReadBodyTimeout Duration `yaml:"read_body_timeout"`
+	// UnauthenticatedReadBodyTimeout bounds reading every other request
+	// body: /admin/login, the admin page and API, and a /v1 request before
+	// its key is accepted (its refused body is drained within it). Nobody
+	// needs long to send a sign-in form, so a connection that trickles one
+	// is closed soon. Default 10s.
+	UnauthenticatedReadBodyTimeout Duration `yaml:"unauthenticated_read_body_timeout"`
 	// IdleTimeout for keep-alive connections. Default 120s.
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// ShutdownGrace is how long in-flight requests and streams get to
 	// finish after SIGTERM. Default 30s.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
+	// TrustedProxies are the reverse proxies (IP addresses, or CIDR
+	// ranges such as 10.0.0.0/24) whose X-Forwarded-For and
+	// X-Forwarded-Proto headers are believed. Only when a connection comes
+	// from one of them is the client's address read from X-Forwarded-For
+	// (for the admin log and sign-in throttling) and its scheme from
+	// X-Forwarded-Proto (for cookie_secure: auto). From any other peer the
+	// headers are ignored: a client sets them to whatever it likes. Behind
+	// a proxy that is not listed, every client has the proxy's address,
+	// so sign-in throttling slows them all together. Default none.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// CookieSecure sets the Secure attribute of the admin page's cookies:
+	// "true", "false", or "auto" (default): Secure when the request came
+	// over TLS, ended in this process or, per X-Forwarded-Proto: https,
+	// at a trusted proxy.
+	CookieSecure string `yaml:"cookie_secure"`
+}
+
+// Values of server.cookie_secure.
+const (
+	CookieSecureAuto  = "auto"
+	CookieSecureTrue  = "true"
+	CookieSecureFalse = "false"
+)
+
+// TrustedProxyPrefixes parses TrustedProxies, a single address becoming a
+// prefix of its full length. Entries that do not parse are left out;
+// Validate reports them.
+func (s Server) TrustedProxyPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, v := range s.TrustedProxies {
+		if p, err := parseProxy(v); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseProxy parses one trusted_proxies entry: an address or a CIDR range.
+// IPv4-mapped IPv6 forms are unmapped, and a range's host bits cleared.
+func parseProxy(v string) (netip.Prefix, error) {
+	if strings.Contains(v, "/") {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		a, bits := p.Addr(), p.Bits()
+		if a.Is4In6() {
+			a, bits = a.Unmap(), max(bits-96, 0)
+		}
+		return netip.PrefixFrom(a, bits).Masked(), nil
+	}
+	a, err := netip.ParseAddr(v)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap().WithZone("")
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // DeadLetters configures the record of keyed requests that finally failed.

@@ -54,6 +54,14 @@ var expectedErrors = map[string][]string{
 	"log_format.bad.yml":         {`log.format: "xml" is not json or text`},
 	"log_level.bad.yml":          {`log.level: "verbose" is not debug, info, warn or error`},
 	"limits.bad.yml":             {"limits.max_body_bytes: must be > 0"},
+	"trusted_proxy_invalid.bad.yml": {
+		`server.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or a CIDR range (e.g. 10.0.0.5 or 172.18.0.0/16)`,
+	},
+	"trusted_proxy_everyone.bad.yml": {
+		`server.trusted_proxies[0]: "0.0.0.0/0" trusts every address, so any client could claim any address and scheme; list your proxies' addresses`,
+	},
+	"cookie_secure.bad.yml":     {`server.cookie_secure: "yes" is not auto, true or false`},
+	"read_body_timeout.bad.yml": {"server.unauthenticated_read_body_timeout: must be > 0"},
 	"listen_not_hostport.bad.yml": {
 		`listen: "x" is not host:port (e.g. 127.0.0.1:8080, or :8080 for every interface)`,
 	},
@@ -207,9 +215,13 @@ func TestGoodConfig(t *testing.T) {
 		},
 		Log: Log{Format: "text", Level: "debug"},
 		Server: Server{
-			ReadHeaderTimeout: Duration(5 * time.Second),
-			IdleTimeout:       Duration(90 * time.Second),
-			ShutdownGrace:     Duration(time.Minute),
+			ReadHeaderTimeout:              Duration(5 * time.Second),
+			ReadBodyTimeout:                Duration(2 * time.Minute),
+			UnauthenticatedReadBodyTimeout: Duration(5 * time.Second),
+			IdleTimeout:                    Duration(90 * time.Second),
+			ShutdownGrace:                  Duration(time.Minute),
+			TrustedProxies:                 []string{"10.0.0.5", "172.18.0.0/16", "::ffff:192.0.2.1", "2001:db8::/48"},
+			CookieSecure:                   CookieSecureTrue,
 		},
 		DeadLetters: DeadLetters{
 			TTL:                Duration(72 * time.Hour),
@@ -390,6 +402,10 @@ func TestDefaults(t *testing.T) {
 		{"server.read_header_timeout", d.Server.ReadHeaderTimeout.D(), 10 * time.Second},
 		{"server.idle_timeout", d.Server.IdleTimeout.D(), 120 * time.Second},
 		{"server.shutdown_grace", d.Server.ShutdownGrace.D(), 30 * time.Second},
+		{"server.read_body_timeout", d.Server.ReadBodyTimeout.D(), 5 * time.Minute},
+		{"server.unauthenticated_read_body_timeout", d.Server.UnauthenticatedReadBodyTimeout.D(), 10 * time.Second},
+		{"server.trusted_proxies", len(d.Server.TrustedProxies), 0},
+		{"server.cookie_secure", d.Server.CookieSecure, "auto"},
 		{"dead_letters.ttl", d.DeadLetters.TTL.D(), 168 * time.Hour},
 		{"dead_letters.max_body_bytes", d.DeadLetters.MaxBodyBytes, 256 << 10},
 		{"dead_letters.alert_threshold", d.DeadLetters.AlertThreshold, 10},
@@ -695,4 +711,18 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("marshal redacted: %v", err)
 		}
 	})
+}
+
+func TestTrustedProxyPrefixes(t *testing.T) {
+	s := Server{TrustedProxies: []string{
+		"10.0.0.5", "172.18.3.4/16", "::ffff:192.0.2.1", "::ffff:198.51.100.0/120", "2001:db8::1/48", "fe80::1%eth0", "not an address",
+	}}
+	var got []string
+	for _, p := range s.TrustedProxyPrefixes() {
+		got = append(got, p.String())
+	}
+	want := []string{"10.0.0.5/32", "172.18.0.0/16", "192.0.2.1/32", "198.51.100.0/24", "2001:db8::/48", "fe80::1/128"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("TrustedProxyPrefixes = %q, want %q", got, want)
+	}
 }

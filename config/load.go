@@ -281,4 +281,7 @@ func (c *Config) applyDefaults() {
 	for i := range c.Clients {
 		c.Clients[i].KeySHA256 = strings.ToLower(c.Clients[i].KeySHA256)
 	}
+	if len(c.Server.TrustedProxies) == 0 {
+		c.Server.TrustedProxies = nil // "trusted_proxies: []" is the default, none
+	}
 }

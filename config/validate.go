@@ -88,6 +88,8 @@ func (c *Config) Validate() error {
 	positive(&p, "limits.max_header_bytes", c.Limits.MaxHeaderBytes)
 	positive(&p, "limits.max_json_depth", c.Limits.MaxJSONDepth)
 
+	c.validateServer(&p)
+
 	switch c.Log.Format {
 	case "json", "text":
 	default:
@@ -150,6 +152,25 @@ func (c *Config) ListenIsLoopback() bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.Unmap().IsLoopback()
+}
+
+func (c *Config) validateServer(p *problems) {
+	s := c.Server
+	for i, v := range s.TrustedProxies {
+		f := fmt.Sprintf("server.trusted_proxies[%d]", i)
+		pr, err := parseProxy(v)
+		switch {
+		case err != nil:
+			p.add(f, "%q is not an IP address or a CIDR range (e.g. 10.0.0.5 or 172.18.0.0/16)", v)
+		case pr.Bits() == 0:
+			p.add(f, "%q trusts every address, so any client could claim any address and scheme; list your proxies' addresses", v)
+		}
+	}
+	switch s.CookieSecure {
+	case CookieSecureAuto, CookieSecureTrue, CookieSecureFalse:
+	default:
+		p.add("server.cookie_secure", "%q is not auto, true or false", s.CookieSecure)
+	}
 }
 
 func (c *Config) validateUpstreams(p *problems) {
@@ -262,6 +283,8 @@ func (c *Config) validateDurations(p *problems) {
 		{"store.op_timeout", c.Store.OpTimeout, true},
 		{"limits.stream_idle_timeout", c.Limits.StreamIdleTimeout, true},
 		{"server.read_header_timeout", c.Server.ReadHeaderTimeout, true},
+		{"server.read_body_timeout", c.Server.ReadBodyTimeout, true},
+		{"server.unauthenticated_read_body_timeout", c.Server.UnauthenticatedReadBodyTimeout, true},
 		{"server.idle_timeout", c.Server.IdleTimeout, false},
 		{"server.shutdown_grace", c.Server.ShutdownGrace, false},
 		{"dead_letters.ttl", c.DeadLetters.TTL, true},

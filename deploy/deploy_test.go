@@ -15,6 +15,7 @@ import (
 	"go/token"
 	"io/fs"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -549,6 +550,71 @@ func TestNginx(t *testing.T) {
 		if ng.DependsOn[g].Condition != "service_healthy" {
 			t.Errorf("compose.yaml nginx: want depends_on %s: condition: service_healthy", g)
 		}
+	}
+}
+
+// TestTrustedProxies: the gateways believe X-Forwarded-For from nginx and
+// from nothing else on the compose network, and nginx sends it.
+func TestTrustedProxies(t *testing.T) {
+	var doc struct {
+		Services map[string]struct {
+			Networks map[string]struct {
+				IPv4 string `yaml:"ipv4_address"`
+			} `yaml:"networks"`
+		} `yaml:"services"`
+		Networks map[string]struct {
+			IPAM struct {
+				Config []struct {
+					Subnet string `yaml:"subnet"`
+				} `yaml:"config"`
+			} `yaml:"ipam"`
+		} `yaml:"networks"`
+	}
+	decodeYAML(t, "compose.yaml", &doc)
+	nginx, err := netip.ParseAddr(doc.Services["nginx"].Networks["default"].IPv4)
+	if err != nil {
+		t.Fatalf("compose.yaml: nginx has no fixed ipv4_address on the default network: %v", err)
+	}
+	cfgs := doc.Networks["default"].IPAM.Config
+	if len(cfgs) != 1 {
+		t.Fatalf("compose.yaml: the default network has %d ipam subnets, want one", len(cfgs))
+	}
+	subnet, err := netip.ParsePrefix(cfgs[0].Subnet)
+	if err != nil || !subnet.Contains(nginx) {
+		t.Fatalf("compose.yaml: subnet %q does not hold nginx's %s (%v)", cfgs[0].Subnet, nginx, err)
+	}
+
+	cfg, _ := gatewayConfig(t)
+	trusted := false
+	for _, p := range cfg.Server.TrustedProxyPrefixes() {
+		if p.Contains(nginx) {
+			trusted = true
+		}
+		if p.Overlaps(subnet) && p != netip.PrefixFrom(nginx, 32) {
+			t.Errorf("gateway.yaml: server.trusted_proxies %s trusts more of the compose network than nginx %s", p, nginx)
+		}
+	}
+	if !trusted {
+		t.Errorf("gateway.yaml: server.trusted_proxies %q does not hold nginx's address %s", cfg.Server.TrustedProxies, nginx)
+	}
+
+	var loc *nginxDirective
+	for _, l := range nginxConf(t).find("http", "server").all("location") {
+		if slices.Equal(l.Args, []string{"/"}) {
+			loc = l
+		}
+	}
+	if loc == nil {
+		t.Fatal("nginx.conf: no location /")
+	}
+	want := map[string]string{"x-forwarded-for": "$proxy_add_x_forwarded_for", "x-forwarded-proto": "$scheme"}
+	for _, h := range loc.all("proxy_set_header") {
+		if len(h.Args) == 2 && want[strings.ToLower(h.Args[0])] == h.Args[1] {
+			delete(want, strings.ToLower(h.Args[0]))
+		}
+	}
+	for h, v := range want {
+		t.Errorf("nginx.conf location /: want proxy_set_header %s %s", h, v)
 	}
 }
 

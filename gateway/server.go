@@ -35,9 +35,11 @@ import (
 	"github.com/llmgate/llmgate/gateway/admin"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
+	"github.com/llmgate/llmgate/gateway/forwarded"
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/llmgate/llmgate/gateway/proxy"
+	"github.com/llmgate/llmgate/gateway/readdeadline"
 	"github.com/llmgate/llmgate/gateway/retry"
 )
 
@@ -246,18 +248,34 @@ func (g *Gateway) routes() *echo.Echo {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = g.errorHandler
-	// The client's address is the connection's: X-Forwarded-For and
-	// X-Real-IP are set by whoever sends the request, so they are not
-	// trusted (GO-2026-6875). Behind a proxy, its access log has the rest.
-	e.IPExtractor = echo.ExtractIPDirect()
+	// The client's address is the connection's, unless the connection
+	// comes from one of server.trusted_proxies: X-Forwarded-For and
+	// X-Real-IP are set by whoever sends the request, so from anyone else
+	// they are not believed (GO-2026-6875). X-Real-IP never is.
+	e.IPExtractor = forwarded.New(g.cfg.Server.TrustedProxyPrefixes()).ClientIP
 	// requestLog is outermost so that it sees what recoverer made of a
 	// panic, and an aborted response too.
 	e.Use(g.requestLog, g.recoverer)
+	// Every request body is read against the short deadline until the
+	// request is known to come from a client; authenticate's successor in
+	// the /v1 group below extends it.
+	short, long := g.cfg.Server.UnauthenticatedReadBodyTimeout.D(), g.cfg.Server.ReadBodyTimeout.D()
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.SetRequest(readdeadline.Start(c.Response(), c.Request(), short))
+			return next(c)
+		}
+	})
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/readyz", g.readyz)
 
-	v1 := e.Group("/v1", g.authenticate)
+	v1 := e.Group("/v1", g.authenticate, func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			readdeadline.Extend(c.Request(), long)
+			return next(c)
+		}
+	})
 	for _, ep := range postEndpoints {
 		v1.POST(strings.TrimPrefix(ep.path, "/v1"), g.handlePost(ep))
 	}
@@ -265,7 +283,8 @@ func (g *Gateway) routes() *echo.Echo {
 	v1.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 
 	g.admin.Routes(e)
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})), g.admin.Auth)
+	// GET only: a signed-in page's cookie opens it (admin.MetricsAuth).
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})), g.admin.MetricsAuth)
 	e.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 	return e
 }

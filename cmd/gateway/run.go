@@ -103,6 +103,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	// Headers are bounded here; bodies are bounded per request by the
+	// gateway's handler (server.read_body_timeout for a client's /v1
+	// request, server.unauthenticated_read_body_timeout for the rest), so
+	// there is no ReadTimeout. There is no WriteTimeout either: a stream
+	// may rightly run for as long as retry.deadline.
 	srv := &http.Server{
 		Handler:           gw.Handler(),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),

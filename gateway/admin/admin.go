@@ -4,6 +4,18 @@
 // server-rendered page at /admin/, and the admin token that guards both and
 // /metrics.
 //
+// Who may do what:
+//   - The JSON API takes the admin token as a Bearer header, and nothing
+//     else. A browser sends cookies with any request to their path, a
+//     form's from another site included, so a cookie must not open it.
+//   - The page signs a browser in on /admin/login (the token, once) and
+//     gives it a cookie holding a random session id (session.go). The
+//     cookie opens the page, its own form routes under /admin/ui — every
+//     one of them a POST that passes an origin check (sameOrigin) — and
+//     GET /metrics, which changes nothing and which another origin cannot
+//     read. Signing out ends the session in the store.
+//   - Failed sign-ins are slowed per source address (throttle.go).
+//
 // It reads the request path's state only through small interfaces and
 // handles (the breaker registry, the store, the dead-letter queue, the
 // metrics' counts); it never reaches into a request in flight.
@@ -18,6 +30,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -27,6 +40,7 @@ import (
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
+	"github.com/llmgate/llmgate/gateway/forwarded"
 	"github.com/llmgate/llmgate/gateway/metrics"
 )
 
@@ -52,6 +66,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock. If nil, time.Now.
 	Now func() time.Time
+	// Throttle tunes the sign-in throttle; the zero value is the policy.
+	Throttle ThrottleOptions
 }
 
 // Admin serves the admin API and page. Close stops following shared
@@ -71,6 +87,13 @@ type Admin struct {
 	// replicas; stopShared ends following them.
 	shared     SharedBreakerOverrides
 	stopShared context.CancelFunc
+
+	sessions *sessions
+	logins   *throttle
+	proxies  forwarded.Proxies
+	// xffNoted is set once a sign-in has come with an X-Forwarded-For
+	// header from a peer that is not a trusted proxy, and that was logged.
+	xffNoted atomic.Bool
 }
 
 // New returns an Admin; when the store shares breaker overrides, it starts
@@ -86,6 +109,18 @@ func New(o Options) *Admin {
 	}
 	if o.Config.AdminToken != "" {
 		a.token = sha256.Sum256([]byte(o.Config.AdminToken))
+	}
+	a.proxies = forwarded.New(o.Config.Server.TrustedProxyPrefixes())
+	a.logins = newThrottle(o.Throttle, a.now)
+	a.sessions = &sessions{now: a.now}
+	if s, ok := o.Store.(SessionStore); ok {
+		a.sessions.store = s
+	} else {
+		a.sessions.store = newMemSessions(a.now)
+		if _, shared := o.Store.(SharedBreakerOverrides); shared && a.enabled() {
+			a.log.Warn("admin page: sign-in sessions are kept by each replica, as the store does not share them; " +
+				"behind a load balancer, an operator signed in on one replica is asked to sign in again on another")
+		}
 	}
 	if s, ok := o.Store.(SharedBreakerOverrides); ok {
 		a.shared = s
@@ -103,11 +138,10 @@ func (a *Admin) Close() {
 	}
 }
 
-// Routes registers the page on e and the API under /admin behind Auth.
+// Routes registers the API under /admin behind Auth, and the page.
 func (a *Admin) Routes(e *echo.Echo) {
-	grp := e.Group("/admin", a.Auth)
-	a.apiRoutes(grp)
-	a.pageRoutes(e, grp)
+	a.apiRoutes(e.Group("/admin", a.Auth))
+	a.pageRoutes(e)
 }
 
 // SetBreakerForced is an operator's force-open (open) or close.
@@ -130,32 +164,78 @@ func (a *Admin) tokenOK(tok string) bool {
 	return subtle.ConstantTimeCompare(sum[:], a.token[:]) == 1
 }
 
-// credential is the token a request carries: a Bearer header, else the
-// page's cookie.
-func (a *Admin) credential(c echo.Context) (string, bool) {
-	if tok, ok := Bearer(c.Request().Header.Get("Authorization")); ok {
-		return tok, true
-	}
-	if ck, err := c.Cookie(Cookie); err == nil {
-		return ck.Value, true
-	}
-	return "", false
+// disabled is the error for every admin route when no token is set.
+func disabled() error {
+	return &apierror.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "admin_disabled",
+		Message: "The admin API is disabled: no admin_token is configured."}
 }
 
-// Auth guards /admin and /metrics with the admin token. Without a token
-// configured they are refused entirely.
+func unauthorized(msg string) error {
+	return &apierror.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token", Message: msg}
+}
+
+// Auth guards the JSON API: the admin token as a Bearer header, and
+// nothing else — not the page's cookie, which a browser would attach to a
+// cross-site form's request as readily as to the operator's. Without a
+// token configured the API is refused entirely.
 func (a *Admin) Auth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if !a.enabled() {
-			return &apierror.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "admin_disabled",
-				Message: "The admin API is disabled: no admin_token is configured."}
+			return disabled()
 		}
-		if tok, ok := a.credential(c); !ok || !a.tokenOK(tok) {
-			return &apierror.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
-				Message: "Missing or wrong admin token."}
+		tok, ok := Bearer(c.Request().Header.Get("Authorization"))
+		if !ok {
+			if _, err := c.Cookie(Cookie); err == nil {
+				return unauthorized("The admin API takes the admin token as 'Authorization: Bearer <token>'; the page's sign-in cookie opens only the page.")
+			}
+			return unauthorized("Missing admin token: send it as 'Authorization: Bearer <token>'.")
+		}
+		if !a.tokenOK(tok) {
+			return unauthorized("Missing or wrong admin token.")
 		}
 		return next(c)
 	}
+}
+
+// MetricsAuth guards GET /metrics: the Bearer token (Prometheus), or a
+// signed-in page's session. The cookie is enough here because the route
+// only reads — nothing a forged request could change — and a page of
+// another origin cannot read the answer (no CORS). Register it on GET
+// only.
+func (a *Admin) MetricsAuth(next echo.HandlerFunc) echo.HandlerFunc {
+	return a.pageAuth(next)
+}
+
+// pageAuth guards the page's own routes: the Bearer token, or the session
+// cookie. The state-changing ones are POSTs behind sameOrigin as well.
+func (a *Admin) pageAuth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !a.enabled() {
+			return disabled()
+		}
+		if !a.pageAuthorized(c) {
+			return unauthorized("Missing or wrong admin token, or the page's session has ended: sign in again.")
+		}
+		return next(c)
+	}
+}
+
+// pageAuthorized reports whether the request carries the admin token as a
+// Bearer header, or the cookie of a live session. A store that cannot say
+// counts as no.
+func (a *Admin) pageAuthorized(c echo.Context) bool {
+	if tok, ok := Bearer(c.Request().Header.Get("Authorization")); ok {
+		return a.tokenOK(tok)
+	}
+	ck, err := c.Cookie(Cookie)
+	if err != nil {
+		return false
+	}
+	ok, err := a.sessions.valid(c.Request().Context(), ck.Value)
+	if err != nil {
+		a.log.Warn("admin page: checking a session failed", "err", err)
+	}
+	return ok
 }
 
 // Bearer returns the token of an "Authorization: Bearer <token>" header.

@@ -6,12 +6,14 @@ package admin
 // the page refreshes itself with <meta http-equiv="refresh">, and its
 // Content-Security-Policy allows no script at all.
 //
-// A browser authenticates with the admin token once, on /admin/login; the
-// token then rides in an HttpOnly, SameSite=Strict cookie that adminAuth
-// accepts like a Bearer header. The form POSTs are guarded against
-// cross-site requests twice: the cookie is SameSite=Strict, and sameOrigin
-// rejects a request whose Sec-Fetch-Site, Origin or Referer says it came
-// from another site.
+// A browser authenticates with the admin token once, on /admin/login, and
+// gets an HttpOnly, SameSite=Strict cookie holding a session id (never the
+// token; see session.go). The cookie opens the page and its form routes
+// under /admin/ui (pageAuth), not the JSON API. The form POSTs are guarded
+// against cross-site requests twice: the cookie is SameSite=Strict, and
+// sameOrigin rejects a request whose Sec-Fetch-Site, Origin or Referer
+// says it came from another origin — which SameSite alone does not: a page
+// on another port of the same host is the same site.
 
 import (
 	"bytes"
@@ -20,17 +22,20 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 )
@@ -49,34 +54,35 @@ const (
 	// so that a link from elsewhere cannot put words on the page, and so
 	// the self-refresh does not repeat it.
 	flashCookie = "llmgate_flash"
-	// adminCookieMaxAge bounds a browser session; the operator logs in
-	// again after it.
-	adminCookieMaxAge = 8 * time.Hour
 	// pageDeadLetters is how many of the newest dead letters the page lists.
 	pageDeadLetters = 20
+	// maxLoginForm caps the sign-in form's body.
+	maxLoginForm = 64 << 10
 	// pageReplayMax caps one "Replay group" click: the replay runs inside
 	// the click's request, at dead_letters.replay_per_second.
 	pageReplayMax = 100
 )
 
-// adminCookiePaths are the paths the admin cookie is set for: the page and
-// API under /admin, and /metrics, so a logged-in browser can read both —
-// and nothing else on the gateway ever receives the token.
+// adminCookiePaths are the paths the session cookie is set for: the page
+// under /admin (the JSON API there ignores it), and /metrics, so a
+// signed-in browser can read it.
 var adminCookiePaths = []string{"/admin", "/metrics"}
 
-// adminPageRoutes registers the operator's HTML page. e is the root (for
-// the login form, which needs no token); admin is the token-guarded group.
-func (a *Admin) pageRoutes(e *echo.Echo, admin *echo.Group) {
-	// The page itself is on the root, not the group: a browser without a
-	// valid token is sent to the login form, where adminAuth would answer
-	// an API client's 401.
+// pageRoutes registers the operator's HTML page on the root: the page, the
+// sign-in form (which needs no token) and the page's form routes under
+// /admin/ui, which take the session cookie (pageAuth) and pass sameOrigin.
+func (a *Admin) pageRoutes(e *echo.Echo) {
+	// The page itself is not behind pageAuth: a browser without a session
+	// is sent to the sign-in form rather than answered an API client's 401.
 	e.GET("/admin", func(c echo.Context) error { return c.Redirect(http.StatusSeeOther, "/admin/") })
 	e.GET("/admin/", a.pageIndex)
 	e.GET("/admin/login", a.pageLoginForm)
 	e.POST("/admin/login", a.pageLogin, a.sameOrigin)
 	e.POST("/admin/logout", a.pageLogout, a.sameOrigin)
 
-	ui := admin.Group("/ui", a.sameOrigin)
+	// sameOrigin first: a forged request is refused before its cookie is
+	// looked up in the store.
+	ui := e.Group("/admin/ui", a.sameOrigin, a.pageAuth)
 	ui.POST("/breakers/:name/open", a.pageForce(true))
 	ui.POST("/breakers/:name/close", a.pageForce(false))
 	ui.POST("/deadletters/replay", a.pageReplayGroup)
@@ -84,11 +90,17 @@ func (a *Admin) pageRoutes(e *echo.Echo, admin *echo.Group) {
 	ui.POST("/deadletters/:id/discard", a.pageDiscard)
 }
 
-// pageAuthorized reports whether the request carries the admin token, as a
-// Bearer header or as the cookie.
-func (a *Admin) pageAuthorized(c echo.Context) bool {
-	tok, ok := a.credential(c)
-	return ok && a.tokenOK(tok)
+// secure is the Secure attribute of the page's cookies
+// (server.cookie_secure): on "auto", whether the browser's connection was
+// TLS, here or at a trusted proxy.
+func (a *Admin) secure(r *http.Request) bool {
+	switch a.cfg.Server.CookieSecure {
+	case config.CookieSecureTrue:
+		return true
+	case config.CookieSecureFalse:
+		return false
+	}
+	return a.proxies.HTTPS(r)
 }
 
 // pageHeaders sets the headers every HTML response of the page carries.
@@ -160,67 +172,104 @@ func (a *Admin) pageLoginForm(c echo.Context) error {
 	return a.render(c, http.StatusOK, "login", loginView{Title: "llmgate admin"})
 }
 
+// pageLogin signs a browser in: the token, once, for a session cookie.
+// Failures are throttled per source address before the token is even
+// compared, and logged in summary; the token never is.
 func (a *Admin) pageLogin(c echo.Context) error {
 	if !a.enabled() {
 		return a.pageDisabled(c)
 	}
-	if !a.tokenOK(c.FormValue("token")) {
-		a.log.Warn("admin page: login with a wrong token", "remote", c.RealIP())
+	// A sign-in form is a few bytes; ParseForm alone would read 10 MB. (A
+	// copy of the request: net/http's own keeps the body it made.)
+	r := c.Request().WithContext(c.Request().Context())
+	r.Body = http.MaxBytesReader(c.Response(), r.Body, maxLoginForm)
+	if err := r.ParseForm(); err != nil {
+		// Not an attempt: nothing was compared, nothing is counted.
+		status, msg := http.StatusBadRequest, "The sign-in form could not be read."
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			status, msg = http.StatusRequestTimeout, "The sign-in form did not arrive in time."
+		}
+		return a.render(c, status, "login", loginView{Title: "llmgate admin", Error: msg})
+	}
+	remote := a.clientIP(r)
+	addr := throttleKey(remote)
+	wait, ok, line := a.logins.begin(addr)
+	line.write(a.log)
+	if !ok {
+		secs := int((wait + time.Second - 1) / time.Second)
+		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
+		return a.render(c, http.StatusTooManyRequests, "login", loginView{Title: "llmgate admin",
+			Error: "Too many failed sign-ins from your address: try again in " + roughDuration(time.Duration(secs)*time.Second) + "."})
+	}
+	if !a.tokenOK(r.PostFormValue("token")) {
+		a.logins.end(addr, false).write(a.log)
 		return a.render(c, http.StatusUnauthorized, "login", loginView{Title: "llmgate admin", Error: "Wrong admin token."})
 	}
-	tok := c.FormValue("token")
-	if !cookieSafe(tok) {
-		// net/http would drop these bytes from the cookie, which would then
-		// never match: say so rather than loop back to this form.
-		return a.render(c, http.StatusBadRequest, "login", loginView{Title: "llmgate admin",
-			Error: "This admin token has characters a cookie cannot carry; use it as a Bearer header instead."})
+	a.logins.end(addr, true).write(a.log)
+	id, err := a.sessions.create(r.Context())
+	if err != nil {
+		a.log.Warn("admin page: starting a session failed", "err", err)
+		return a.render(c, http.StatusServiceUnavailable, "login", loginView{Title: "llmgate admin",
+			Error: "The token is right, but the session could not be stored; see the gateway's log."})
 	}
 	for _, p := range adminCookiePaths {
 		c.SetCookie(&http.Cookie{
-			Name: Cookie, Value: tok, Path: p,
-			MaxAge: int(adminCookieMaxAge / time.Second), HttpOnly: true,
-			SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil,
+			Name: Cookie, Value: id, Path: p,
+			MaxAge: int(sessionTTL / time.Second), HttpOnly: true,
+			SameSite: http.SameSiteStrictMode, Secure: a.secure(r),
 		})
 	}
-	a.log.Info("admin page: operator logged in", "remote", c.RealIP())
+	a.log.Info("admin page: operator signed in", "remote", remote)
 	return c.Redirect(http.StatusSeeOther, "/admin/")
 }
 
-// cookieSafe reports whether net/http sends v as a cookie value unchanged
-// (it quotes a value with a space or comma, and drops the bytes tested here).
-func cookieSafe(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if b := v[i]; b < 0x20 || b >= 0x7f || b == '"' || b == ';' || b == '\\' {
-			return false
-		}
+// clientIP is the address sign-ins are throttled and logged by. The first
+// time one arrives with X-Forwarded-For from a peer that is not a trusted
+// proxy, that is logged: behind an unlisted proxy every client shares its
+// address, and the throttle slows them all together.
+func (a *Admin) clientIP(r *http.Request) string {
+	if r.Header.Get("X-Forwarded-For") != "" && !a.proxies.FromTrusted(r) && a.xffNoted.CompareAndSwap(false, true) {
+		a.log.Warn("admin page: X-Forwarded-For from a peer not in server.trusted_proxies is ignored; "+
+			"if it is your proxy, list it there, or sign-in throttling treats every client behind it as one address",
+			"peer", r.RemoteAddr)
 	}
-	return true
+	return a.proxies.ClientIP(r)
 }
 
+// pageLogout signs the browser out: its session ends in the store, so a
+// copy of the cookie stops working too, and the cookies are cleared.
 func (a *Admin) pageLogout(c echo.Context) error {
+	if ck, err := c.Cookie(Cookie); err == nil && ck.Value != "" {
+		if err := a.sessions.revoke(c.Request().Context(), ck.Value); err != nil {
+			// The cookie stays, so that signing out can be tried again.
+			a.log.Warn("admin page: ending a session failed", "err", err)
+			return a.render(c, http.StatusServiceUnavailable, "login", loginView{Title: "llmgate admin",
+				Error: "Signing out failed: the session could not be deleted from the store. Try again; it ends by itself within " + roughDuration(sessionTTL) + "."})
+		}
+	}
 	for _, p := range adminCookiePaths {
 		c.SetCookie(&http.Cookie{Name: Cookie, Path: p, MaxAge: -1, HttpOnly: true,
-			SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil})
+			SameSite: http.SameSiteStrictMode, Secure: a.secure(c.Request())})
 	}
 	return c.Redirect(http.StatusSeeOther, "/admin/login")
 }
 
 // setFlash leaves a one-line result for the next render of the page.
-func setFlash(c echo.Context, msg string) {
+func (a *Admin) setFlash(c echo.Context, msg string) {
 	c.SetCookie(&http.Cookie{
 		Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(msg)), Path: "/admin/",
-		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil,
+		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: a.secure(c.Request()),
 	})
 }
 
 // takeFlash reads and clears the flash message.
-func takeFlash(c echo.Context) string {
+func (a *Admin) takeFlash(c echo.Context) string {
 	ck, err := c.Cookie(flashCookie)
 	if err != nil {
 		return ""
 	}
 	c.SetCookie(&http.Cookie{Name: flashCookie, Path: "/admin/", MaxAge: -1, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: c.Request().TLS != nil})
+		SameSite: http.SameSiteStrictMode, Secure: a.secure(c.Request())})
 	b, err := base64.RawURLEncoding.DecodeString(ck.Value)
 	if err != nil || len(b) > 500 {
 		return ""
@@ -228,8 +277,8 @@ func takeFlash(c echo.Context) string {
 	return string(b)
 }
 
-func backToPage(c echo.Context, msg string) error {
-	setFlash(c, msg)
+func (a *Admin) backToPage(c echo.Context, msg string) error {
+	a.setFlash(c, msg)
 	return c.Redirect(http.StatusSeeOther, "/admin/")
 }
 
@@ -282,7 +331,7 @@ func (a *Admin) pageIndex(c echo.Context) error {
 	}
 	now := a.now()
 	host, _ := os.Hostname()
-	v := pageView{Title: "llmgate", Host: host, Now: now.UTC().Format("2006-01-02 15:04:05 UTC"), Flash: takeFlash(c)}
+	v := pageView{Title: "llmgate", Host: host, Now: now.UTC().Format("2006-01-02 15:04:05 UTC"), Flash: a.takeFlash(c)}
 
 	for _, st := range a.breakers.Snapshot() {
 		row := breakerRow{Status: st}
@@ -376,14 +425,14 @@ func (a *Admin) pageForce(open bool) echo.HandlerFunc {
 			err = a.setBreakerForced(c.Request().Context(), name, open)
 		}
 		if err != nil {
-			return backToPage(c, "No upstream is named "+quoteName(name)+".")
+			return a.backToPage(c, "No upstream is named "+quoteName(name)+".")
 		}
 		verb := "closed"
 		if open {
 			verb = "forced open"
 		}
 		a.log.Warn("breaker forced by operator", "upstream", name, "open", open, "via", "admin page")
-		return backToPage(c, "Breaker "+name+" "+verb+".")
+		return a.backToPage(c, "Breaker "+name+" "+verb+".")
 	}
 }
 
@@ -391,12 +440,12 @@ func (a *Admin) pageReplayOne(c echo.Context) error {
 	ctx := c.Request().Context()
 	d, err := a.store.GetDeadLetter(ctx, c.Param("id"))
 	if errors.Is(err, cache.ErrNotFound) {
-		return backToPage(c, "That dead letter is gone: replayed, discarded or resolved meanwhile.")
+		return a.backToPage(c, "That dead letter is gone: replayed, discarded or resolved meanwhile.")
 	}
 	if err != nil {
 		return storeErr(err)
 	}
-	return backToPage(c, "Replayed "+quoteName(d.Key)+": "+describeReplay(a.dlq.Replay(ctx, d)))
+	return a.backToPage(c, "Replayed "+quoteName(d.Key)+": "+describeReplay(a.dlq.Replay(ctx, d)))
 }
 
 func describeReplay(r deadletter.ReplayResult) string {
@@ -414,14 +463,14 @@ func describeReplay(r deadletter.ReplayResult) string {
 func (a *Admin) pageDiscard(c echo.Context) error {
 	err := a.store.DeleteDeadLetter(c.Request().Context(), c.Param("id"))
 	if errors.Is(err, cache.ErrNotFound) {
-		return backToPage(c, "That dead letter is gone already.")
+		return a.backToPage(c, "That dead letter is gone already.")
 	}
 	if err != nil {
 		return storeErr(err)
 	}
 	a.dlq.Poke()
 	a.log.Warn("dead letter discarded by operator", "id", c.Param("id"))
-	return backToPage(c, "Dead letter discarded.")
+	return a.backToPage(c, "Dead letter discarded.")
 }
 
 // pageReplayGroup replays the dead letters of one group as the page shows
@@ -431,7 +480,7 @@ func (a *Admin) pageDiscard(c echo.Context) error {
 func (a *Admin) pageReplayGroup(c echo.Context) error {
 	upstream, class := c.FormValue("upstream"), c.FormValue("class")
 	if class == "" {
-		return backToPage(c, "Name the group to replay.")
+		return a.backToPage(c, "Name the group to replay.")
 	}
 	ctx := c.Request().Context()
 	all, err := a.store.ListDeadLetters(ctx, cache.DeadLetterFilter{Class: class})
@@ -456,5 +505,5 @@ func (a *Admin) pageReplayGroup(c echo.Context) error {
 	if capped {
 		msg += fmt.Sprintf(" The group has more than %d; replay it again for the rest.", pageReplayMax)
 	}
-	return backToPage(c, msg)
+	return a.backToPage(c, msg)
 }
