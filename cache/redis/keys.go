@@ -28,6 +28,7 @@ const (
 	redisRecordNS     = "r:"
 	redisDeadLetterNS = "d:"
 	redisWakeNS       = "wake:"
+	redisSessionNS    = "admin:session:"
 	redisBreakers     = "breakers"
 )
 

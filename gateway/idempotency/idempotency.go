@@ -266,7 +266,6 @@ type Lease struct {
 	k     *Keeper
 	req   *Request
 	owner string
-	stop  func()
 }
 
 // Renew keeps the claim alive while a long call or stream runs, until the

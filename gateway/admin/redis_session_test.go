@@ -1,0 +1,44 @@
+package admin_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	redisstore "github.com/llmgate/llmgate/cache/redis"
+	"github.com/llmgate/llmgate/gateway/admin"
+	"github.com/llmgate/llmgate/gateway/admin/sessiontest"
+)
+
+// The Redis store keeps sessions for every replica: the same contract.
+// Expiry is Redis's own (PX), on real time, so it is not advanced here.
+func TestRedisSessionsContract(t *testing.T) {
+	addr := os.Getenv("LLMGATE_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second})
+	err := c.Ping(context.Background()).Err()
+	c.Close()
+	if err != nil {
+		if os.Getenv("LLMGATE_REQUIRE_REDIS") == "1" {
+			t.Fatalf("Redis expected at %s (LLMGATE_REQUIRE_REDIS=1): %v", addr, err)
+		}
+		t.Skipf("Redis unreachable at %s (%v); LLMGATE_REQUIRE_REDIS=1 makes this a failure", addr, err)
+	}
+	sessiontest.Run(t, sessiontest.Options{New: func(t *testing.T) admin.SessionStore {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		s, err := redisstore.Open(context.Background(), redisstore.Options{URL: "redis://" + addr, Prefix: "llmgate-test-" + hex.EncodeToString(b[:]) + ":"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}})
+}
