@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"sync"
@@ -38,7 +39,7 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 			return err
 		}
 		cl := &proxy.Call{In: r, Suffix: ep.suffix, Completion: ep.completion, Body: body, Model: rt.Model,
-			Stream: rt.Stream, Deadline: dl.first()}
+			Stream: rt.Stream, Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		kr, err := g.keyFor(r, ep, u, body)
 		if err != nil {
 			return err
@@ -176,6 +177,16 @@ func (g *Gateway) deadlines(r *http.Request, start time.Time) (deadlines, error)
 	return dl, nil
 }
 
+// redactURL drops the URL from a net/http client error: base_url's query
+// string may carry a provider key (Azure's api-key).
+func redactURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
+}
+
 // handleModels merges GET /models from every upstream; an upstream that
 // fails is left out (and logged) unless all fail.
 func (g *Gateway) handleModels(c echo.Context) error {
@@ -199,7 +210,7 @@ func (g *Gateway) handleModels(c echo.Context) error {
 	var errs []error
 	for i, r := range results {
 		if r.err != nil {
-			g.log.Warn("listing models failed", "upstream", ups[i].Cfg.Name, "err", r.err)
+			g.log.Warn("listing models failed", "upstream", ups[i].Cfg.Name, "err", redactURL(r.err))
 			errs = append(errs, r.err)
 			continue
 		}

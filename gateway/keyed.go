@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/gateway/apierror"
@@ -126,47 +127,71 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 		deadline = t.C
 	}
 	gone := r.Context().Done()
+	finish := func(e workEnd) error {
+		*s = k.s
+		if e.panic != nil {
+			panic(e.panic)
+		}
+		return e.err
+	}
 	for {
 		select {
 		case e := <-ended:
-			*s = k.s
-			if e.panic != nil {
-				panic(e.panic)
-			}
-			return e.err
+			return finish(e)
 		case <-deadline:
-			k.h.end(endAtClientDeadline)
+			select {
+			case e := <-ended: // it finished as the deadline passed
+				return finish(e)
+			default:
+			}
+			goesOn := g.detach(it, s)
+			abort := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn) })
 			k.cut.Store(true)
 			s.class = "client_deadline"
-			if !g.work.detach(it) {
-				g.log.Warn("keyed call cancelled: too many detached calls (idempotency.max_detached)", "idempotency_key", s.idemKey)
+			if abort {
+				panic(http.ErrAbortHandler)
 			}
 			return nil
 		case <-gone:
 			// The client left: the call goes on (the handler waits for it,
 			// so the log line says how it ended), counted as detached.
 			gone = nil
-			if !g.work.detach(it) {
-				g.log.Warn("keyed call cancelled: too many detached calls (idempotency.max_detached)", "idempotency_key", s.idemKey)
-			}
+			g.detach(it, s)
 		}
 	}
 }
 
+// detach counts a keyed call as running on without its client; past
+// idempotency.max_detached it is cancelled instead (false).
+func (g *Gateway) detach(it *workItem, s *summary) bool {
+	if g.work.detach(it) {
+		return true
+	}
+	g.log.Warn("keyed call cancelled: too many detached calls (idempotency.max_detached)", "idempotency_key", s.idemKey)
+	return false
+}
+
 // endAtClientDeadline is what the client gets when its X-Llmgate-Deadline
 // passes first: a 504 it may retry with the same key, or — when a stream's
-// headers are out — one error event in the same words.
-func endAtClientDeadline(w http.ResponseWriter, wrote bool) {
-	err := &apierror.ClientDeadline{Keyed: true}
+// headers are out — one error event in the same words. A JSON answer whose
+// headers are out (one too large to buffer, being copied) is aborted: the
+// client must not see it end as if whole. goesOn says whether the call runs
+// on to be committed.
+func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool) (abort bool) {
+	err := &apierror.ClientDeadline{Keyed: goesOn}
 	if !wrote {
 		apierror.Write(w, err)
-		return
+		return false
+	}
+	if !strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+		return true
 	}
 	e := apierror.Wire(err)
 	_, _ = w.Write(apierror.StreamEvent(e.Message, e.Code))
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
+	return false
 }
 
 // workEnd is how a keyed call's goroutine ended: an error for the handler
@@ -192,6 +217,8 @@ type keyedCall struct {
 	// cut: the handler stopped waiting (the client's deadline passed); the
 	// call logs its own line when it ends.
 	cut atomic.Bool
+	// resp is the upstream's answer once there is one.
+	resp *proxy.Response
 }
 
 func (k *keyedCall) run(u *proxy.Upstream) (e workEnd) {
@@ -199,7 +226,12 @@ func (k *keyedCall) run(u *proxy.Upstream) (e workEnd) {
 		if p := recover(); p != nil {
 			if p != http.ErrAbortHandler {
 				k.g.log.Error("panic in keyed call", "panic", fmt.Sprint(p), "idempotency_key", k.s.idemKey)
-				k.lease.Release(k.work)
+			}
+			// Nothing was committed (a commit ends without panicking):
+			// release the key, and let a breaker waiting on this call go on.
+			k.lease.Release(k.work)
+			if k.resp != nil {
+				k.resp.Report(outcome.Verdict{Breaker: breaker.Excluded})
 			}
 			e = workEnd{panic: p}
 		}
@@ -215,6 +247,7 @@ func (k *keyedCall) run(u *proxy.Upstream) (e workEnd) {
 		k.release(outcome.Settle(outcome.Result{Err: err, Tried: k.cl.Tried}))
 		return workEnd{err: err}
 	}
+	k.resp = resp
 	k.s.note(resp)
 	if resp.Stream != nil {
 		k.stream(resp)
@@ -244,9 +277,17 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 	case v.Uncommitted != "":
 		k.lease.Uncommitted()
 		k.s.committed = "marker: response over the record limit"
-		return proxy.WriteJSON(k.h, resp, v, func(size int64) error {
+		err := proxy.WriteJSON(k.h, resp, v, func(size int64) error {
 			return k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, size, k.g.now())
 		})
+		if errors.Is(err, proxy.ErrClientWrite) {
+			// The client did not get it whole: no marker, the key is
+			// released, and its retry runs the request again.
+			k.s.committed = "false: the client did not receive it whole"
+			k.lease.Release(k.work)
+			return apierror.ClientGone
+		}
+		return err
 	default:
 		k.release(v)
 	}
@@ -280,6 +321,13 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 			k.resolved()
 			failpoint("after-commit")
 		}
+	case v.Uncommitted != "" && (tail.ClientGone() || k.cut.Load()):
+		// Nobody received it whole: no marker; the retry runs again.
+		k.lease.Uncommitted()
+		k.s.committed = "false: the client did not receive it whole"
+		k.lease.Release(k.work)
+		tail.Fail(nil)
+		return
 	case v.Uncommitted != "":
 		k.lease.Uncommitted()
 		k.s.committed = "marker: stream over the record limit"

@@ -23,10 +23,20 @@ type workSet struct {
 	closed   bool
 }
 
+// workItem is one keyed call. Its state moves once from running to
+// detached (its client stopped waiting) and once to finished, by
+// compare-and-swap, so a detach that loses the race with the call's end is
+// a no-op and the detached count is decremented exactly once.
 type workItem struct {
-	cancel   context.CancelCauseFunc
-	detached atomic.Bool
+	cancel context.CancelCauseFunc
+	state  atomic.Int32
 }
+
+const (
+	workRunning int32 = iota
+	workDetached
+	workFinished
+)
 
 func newWorkSet(max int) *workSet {
 	return &workSet{cancels: map[*workItem]struct{}{}, max: int64(max)}
@@ -52,7 +62,7 @@ func (s *workSet) start(parent context.Context, operatorDeadline time.Time) (ctx
 	return ctx, it, func() {
 		stopDL()
 		cancel(context.Canceled)
-		if it.detached.Load() {
+		if it.state.Swap(workFinished) == workDetached {
 			s.detached.Add(-1)
 		}
 		s.mu.Lock()
@@ -63,9 +73,10 @@ func (s *workSet) start(parent context.Context, operatorDeadline time.Time) (ctx
 }
 
 // detach counts it as running on without its client. Past the cap the call
-// is cancelled instead: it reports false.
+// is cancelled instead: it reports false. A call already finished (or
+// already detached) is left as it is.
 func (s *workSet) detach(it *workItem) bool {
-	if !it.detached.CompareAndSwap(false, true) {
+	if !it.state.CompareAndSwap(workRunning, workDetached) {
 		return true
 	}
 	if s.detached.Add(1) > s.max {
@@ -172,12 +183,19 @@ func (h *handoff) trailer(k, v string) {
 }
 
 // end stops the work's writes; last, when non-nil, writes the handler's own
-// ending first (wrote says whether the status line is out).
-func (h *handoff) end(last func(w http.ResponseWriter, wrote bool)) {
+// ending first (wrote says whether the status line is out). A write the
+// work is blocked in (a client that stopped reading) is ended first with a
+// write deadline, so the handler never waits on a stuck client. It reports
+// what last reported.
+func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool)) (abort bool) {
+	rc := http.NewResponseController(h.w)
+	_ = rc.SetWriteDeadline(time.Now())
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	_ = rc.SetWriteDeadline(time.Time{})
 	if !h.ended && last != nil {
-		last(h.w, h.wrote)
+		abort = last(h.w, h.wrote)
 	}
 	h.ended = true
+	return abort
 }

@@ -221,6 +221,8 @@ func Wire(err error) *Error {
 		msg := "The request's " + "X-Llmgate-Deadline passed before the answer."
 		if cd.Keyed {
 			msg += " The call goes on and is committed under its Idempotency-Key: retry with the same key to get it."
+		} else {
+			msg += " Retry it."
 		}
 		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "client_deadline_exceeded",
 			Message: msg, ShouldRetry: true, Err: err}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/gateway/idempotency"
 )
 
 // ReplayResult is what one replay did.
@@ -64,6 +65,13 @@ func (q *Queue) Replay(ctx context.Context, d *cache.DeadLetter) ReplayResult {
 	q.handler.ServeHTTP(w, req)
 	res.Status = w.status
 	res.Replayed = w.header.Get("Idempotent-Replayed") == "true"
+	if res.OK() && !res.Replayed && strings.HasPrefix(w.header.Get("Content-Type"), "text/event-stream") &&
+		w.header.Get(idempotency.CommittedTrailer) != "true" {
+		// A stream answers 200 before it is known to end well: it
+		// succeeded only if it was committed.
+		res.Error = "the stream failed again before it was committed"
+		res.Status = http.StatusBadGateway
+	}
 	result := "failed"
 	if res.OK() {
 		result = "succeeded"

@@ -103,6 +103,11 @@ func Settle(r Result) Verdict {
 	default:
 		v.NoRetry = true
 	}
+	if r.End == EndGateway {
+		// Cut by this replica's shutdown: another replica can serve the
+		// retry.
+		v.NoRetry = false
+	}
 	if !v.Commit && (o.Class.BreakerFailure() || r.End == EndGateway) {
 		class := string(o.Class)
 		if r.End == EndGateway {

@@ -82,8 +82,12 @@ type Call struct {
 	Model  string
 	Stream bool
 	// IdemKey is forwarded to the upstream when set.
-	IdemKey  string
-	Deadline time.Time
+	IdemKey string
+	// Deadline: no attempt or fallback starts after it. ClientDeadline
+	// says it is the client's own (X-Llmgate-Deadline), not the
+	// operator's: a retry it stops says nothing about the upstream.
+	Deadline       time.Time
+	ClientDeadline bool
 	// Tried lists the upstreams the call reached or was refused by, in
 	// order, for its dead letter.
 	Tried []string
@@ -180,7 +184,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Respo
 		if resp.Stream != nil {
 			return resp, nil
 		}
-		resp.end = outcome.EndOf(ctx)
+		resp.end = p.endOf(ctx, c, stop)
 		if resp.Outcome.Class.Retryable() && resp.end == outcome.EndNone && stop != retry.StopDeadline && stop != retry.StopCanceled {
 			// Retries ended transient: the next upstream in the chain, if
 			// any, gets its turn; the deadline still bounds the whole. This
@@ -202,6 +206,31 @@ func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Respo
 		lastErr = &apierror.DeadlineSpent{}
 	}
 	return nil, lastErr
+}
+
+// endOf says what, other than the upstream, ended a call: its context, or
+// the retry loop stopping for the client's deadline (the next wait would
+// pass it) or for shutdown (every wait ends).
+func (p *Proxy) endOf(ctx context.Context, c *Call, stop retry.StopReason) outcome.End {
+	if end := outcome.EndOf(ctx); end != outcome.EndNone {
+		return end
+	}
+	switch {
+	case stop == retry.StopDeadline && c.ClientDeadline:
+		return outcome.EndClient
+	case stop == retry.StopCanceled && p.shuttingDown():
+		return outcome.EndGateway
+	}
+	return outcome.EndNone
+}
+
+func (p *Proxy) shuttingDown() bool {
+	select {
+	case <-p.shutdown:
+		return true
+	default:
+		return false
+	}
 }
 
 // runUpstream is the one retry loop around attempts at u.

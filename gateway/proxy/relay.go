@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -83,10 +84,14 @@ func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict, beforeE
 	_, _ = w.Write(resp.Body)
 	if resp.Rest != nil {
 		defer resp.Rest.Close()
-		n, err := io.Copy(w, resp.Rest)
-		if err != nil {
-			// Headers are sent: abort, so the client sees a cut response
-			// rather than a short one that looks complete.
+		n, err := copyRest(w, resp.Rest)
+		switch {
+		case errors.Is(err, ErrClientWrite):
+			return err
+		case err != nil:
+			// The upstream broke off, headers are sent: abort, so the
+			// client sees a cut response rather than a short one that
+			// looks complete.
 			panic(http.ErrAbortHandler)
 		}
 		if beforeEnd != nil && beforeEnd(int64(len(resp.Body))+n) != nil {
@@ -94,6 +99,32 @@ func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict, beforeE
 		}
 	}
 	return nil
+}
+
+// ErrClientWrite: a write to the client failed (it left, or its deadline
+// ended the handler's wait): it did not get the answer whole.
+var ErrClientWrite = errors.New("writing to the client failed")
+
+// copyRest copies an upstream body to the client, telling the upstream
+// breaking off (its error) from the client failing (ErrClientWrite).
+func copyRest(w http.ResponseWriter, rest io.Reader) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		m, rerr := rest.Read(buf)
+		if m > 0 {
+			if _, werr := w.Write(buf[:m]); werr != nil {
+				return n, fmt.Errorf("%w: %w", ErrClientWrite, werr)
+			}
+			n += int64(m)
+		}
+		switch {
+		case errors.Is(rerr, io.EOF):
+			return n, nil
+		case rerr != nil:
+			return n, rerr
+		}
+	}
 }
 
 // RelayStream sends a live upstream stream to the client event by event,
@@ -124,10 +155,16 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Reco
 	}
 	w.WriteHeader(resp.Status)
 	r := &relay{out: &clientOut{w: w}, rec: rec, hold: hold}
+	r.tail.out = r.out
 	r.event(s.first)
 	p.metrics.StreamTTFB(resp.Upstream.Cfg.Name, p.now().Sub(start))
 
-	o := r.rest(s, resp.Status)
+	var o classify.Outcome
+	if r.obs.SawDone() {
+		o = r.done() // a stream whose first event is [DONE]
+	} else {
+		o = r.rest(s, resp.Status)
+	}
 	resp.end = outcome.EndOf(resp.reqCtx)
 	resp.Outcome = o
 	if o.Class.BreakerFailure() {
@@ -159,7 +196,6 @@ func (r *relay) event(ev []byte) {
 // rest relays the events after the first until the stream ends, and
 // classifies its end.
 func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
-	r.tail.out = r.out
 	for {
 		ev, err := s.next()
 		if err == nil {
@@ -167,7 +203,7 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 			if r.obs.SawDone() {
 				// [DONE] is the end: what follows (a connection held open,
 				// a reset) is not the stream's and must not fail it.
-				return r.obs.Outcome()
+				return r.done()
 			}
 			continue
 		}
@@ -190,6 +226,17 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 		}
 		return o
 	}
+}
+
+// done classifies a stream that reached [DONE]. One that is no answer (an
+// error event, a malformed event) and whose tail is held back gets an
+// error event to replace the tail: the client must not see a clean end.
+func (r *relay) done() classify.Outcome {
+	o := r.obs.Outcome()
+	if !outcome.Committable(o) && len(r.tail.events) > 0 {
+		r.tail.failure = apierror.StreamEvent("The upstream stream failed before it finished: "+o.Reason+".", "upstream_stream_error")
+	}
+	return o
 }
 
 // failed ends a broken stream with exactly one error event: none when the
@@ -229,11 +276,19 @@ func (t *Tail) Fail(ev []byte) {
 	if ev == nil {
 		ev = t.failure
 	}
-	if t.events != nil && ev != nil {
+	if ev == nil {
+		// Never drop a held tail silently: the client would see a clean end.
+		ev = apierror.StreamEvent("The upstream stream did not end with an answer.", "upstream_stream_error")
+	}
+	if t.events != nil {
 		t.out.send(ev)
 	}
 	t.events = nil
 }
+
+// ClientGone reports whether a write to the client failed: it did not get
+// the stream whole.
+func (t *Tail) ClientGone() bool { return t.out.gone }
 
 // clientOut writes events to the client, flushing each; after a failed
 // write (the client left) it writes nothing more.
