@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -38,5 +39,36 @@ func BenchmarkSSERecord(b *testing.B) {
 			rec.Add(ev)
 		}
 		rd.Release()
+	}
+}
+
+// BenchmarkSSENext splits streams into events, with each line ending and
+// with lines longer than the reader's buffer; nothing is kept, so the
+// allocations are the reader's own (per stream, not per event).
+func BenchmarkSSENext(b *testing.B) {
+	chat := Stream()
+	long := bytes.Repeat([]byte("data: "+strings.Repeat("x", 100000)+"\n\n"), 4)
+	for _, bc := range []struct {
+		name   string
+		stream []byte
+	}{
+		{"LF", chat},
+		{"CRLF", bytes.ReplaceAll(chat, []byte("\n"), []byte("\r\n"))},
+		{"CR", bytes.ReplaceAll(chat, []byte("\n"), []byte("\r"))},
+		{"long lines", long},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(bc.stream)))
+			for b.Loop() {
+				rd := NewReader(bytes.NewReader(bc.stream), 1<<20)
+				for {
+					if _, err := rd.Next(); err != nil {
+						break
+					}
+				}
+				rd.Release()
+			}
+		})
 	}
 }
