@@ -37,41 +37,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-
 	var demoURL string
 	if *demo {
-		// The simulated upstream is the e2e tests' fake, served in-process
-		// on a loopback port of its own.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		stop, url, err := startDemoUpstream()
 		if err != nil {
-			return fmt.Errorf("demo upstream: %w", err)
+			return err
 		}
-		fake := &http.Server{Handler: simupstream.New(simupstream.Options{ChunkDelay: 40 * time.Millisecond, KeepRequests: -1}), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = fake.Serve(ln) }()
-		defer fake.Close()
-		demoURL = "http://" + ln.Addr().String() + "/v1"
-		inner := getenv
-		getenv = func(k string) string {
-			switch k {
-			case "OPENAI_BASE_URL":
-				return demoURL
-			case "OPENAI_API_KEY":
-				return "demo"
-			}
-			return inner(k)
-		}
+		defer stop()
+		demoURL, getenv = url, demoEnv(url, getenv)
 	}
-
 	cfg, err := config.LoadFile(*configPath, getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	if *demo {
-		for i := range cfg.Upstreams {
-			if cfg.Upstreams[i].BaseURL == demoURL {
-				cfg.Upstreams[i].Name = "demo"
-			}
-		}
+		nameDemoUpstream(&cfg, demoURL)
 	}
 	if *checkOnly {
 		out, err := yaml.Marshal(cfg.Redacted())
@@ -81,7 +61,48 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "configuration OK\n%s", out)
 		return nil
 	}
+	return serve(ctx, cfg, *demo, stdout, stderr)
+}
 
+// startDemoUpstream serves the simulated upstream in-process on a loopback
+// port of its own.
+func startDemoUpstream() (stop func(), baseURL string, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", fmt.Errorf("demo upstream: %w", err)
+	}
+	fake := &http.Server{Handler: simupstream.New(simupstream.Options{ChunkDelay: 40 * time.Millisecond, KeepRequests: -1}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = fake.Serve(ln) }()
+	return func() { fake.Close() }, "http://" + ln.Addr().String() + "/v1", nil
+}
+
+// demoEnv points the zero-config upstream at the simulated one.
+func demoEnv(baseURL string, getenv func(string) string) func(string) string {
+	return func(k string) string {
+		switch k {
+		case "OPENAI_BASE_URL":
+			return baseURL
+		case "OPENAI_API_KEY":
+			return "demo"
+		}
+		return getenv(k)
+	}
+}
+
+func nameDemoUpstream(cfg *config.Config, baseURL string) {
+	for i := range cfg.Upstreams {
+		if cfg.Upstreams[i].BaseURL == baseURL {
+			cfg.Upstreams[i].Name = "demo"
+		}
+	}
+}
+
+// serve opens the store, builds the gateway and serves until ctx ends,
+// then shuts down in order: readiness goes 503 and retry waits end;
+// in-flight requests and streams get the grace period; detached keyed
+// calls what is left of it; then the gateway and the store close (the
+// deferred calls run in that order).
+func serve(ctx context.Context, cfg config.Config, demo bool, stdout, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
@@ -92,7 +113,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			log.Error("closing store", "err", err)
 		}
 	}()
-
 	gw, err := gateway.New(gateway.Options{Config: cfg, Store: store, Logger: log})
 	if err != nil {
 		return err
@@ -103,40 +123,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	// Headers are bounded here; bodies are bounded per request by the
-	// gateway's handler (server.read_body_timeout for a client's /v1
-	// request, server.unauthenticated_read_body_timeout for the rest), so
-	// there is no ReadTimeout. There is no WriteTimeout either: a stream
-	// may rightly run for as long as retry.deadline.
-	srv := &http.Server{
-		Handler:           gw.Handler(),
-		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
-		IdleTimeout:       cfg.Server.IdleTimeout.D(),
-		MaxHeaderBytes:    cfg.Limits.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := newServer(cfg, gw.Handler(), log)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-
-	addr := "http://" + ln.Addr().String()
-	fmt.Fprintf(stdout, "llmgate listening on %s\n", addr)
-	log.Info("listening", "addr", ln.Addr().String(), "upstreams", upstreamNames(cfg), "clients", len(cfg.Clients),
-		"store", cfg.Store.Kind, "data_dir", cfg.DataDir, "admin", cfg.AdminToken != "")
-	if *demo {
-		fmt.Fprintf(stdout, "demo: a simulated upstream answers every model. Try:\n"+
-			"  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-1' \\\n"+
-			"    -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", addr)
-	}
+	announce(cfg, ln.Addr().String(), demo, stdout, log)
 
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-
-	// Ordered shutdown: readiness goes 503 and retry waits end; in-flight
-	// requests and streams get the grace period; then the store closes
-	// (deferred above). The shutdown context is fresh: ctx is already done.
+	// The shutdown context is fresh: ctx is already done.
 	log.Info("shutting down", "grace", cfg.Server.ShutdownGrace.D())
 	gw.BeginShutdown()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace.D())
@@ -154,6 +151,35 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// newServer is the HTTP server. Headers are bounded here; bodies are
+// bounded per request by the gateway's handler (server.read_body_timeout
+// for a client's /v1 request, server.unauthenticated_read_body_timeout for
+// the rest), so there is no ReadTimeout. There is no WriteTimeout either: a
+// stream may rightly run for as long as retry.deadline.
+func newServer(cfg config.Config, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
+		IdleTimeout:       cfg.Server.IdleTimeout.D(),
+		MaxHeaderBytes:    cfg.Limits.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// announce prints the "listening" line tests read the address from, logs
+// the setup, and in demo mode how to try it.
+func announce(cfg config.Config, addr string, demo bool, stdout io.Writer, log *slog.Logger) {
+	url := "http://" + addr
+	fmt.Fprintf(stdout, "llmgate listening on %s\n", url)
+	log.Info("listening", "addr", addr, "upstreams", upstreamNames(cfg), "clients", len(cfg.Clients),
+		"store", cfg.Store.Kind, "data_dir", cfg.DataDir, "admin", cfg.AdminToken != "")
+	if demo {
+		fmt.Fprintf(stdout, "demo: a simulated upstream answers every model. Try:\n"+
+			"  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-1' \\\n"+
+			"    -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", url)
+	}
 }
 
 func upstreamNames(cfg config.Config) string {
