@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/llmgate/llmgate/classify"
+	"github.com/llmgate/llmgate/gateway/apierror"
 )
 
 // summary is what a request's log line and metrics say. requestLog makes
@@ -106,7 +107,8 @@ func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, a
 		attrs = append(attrs, slog.Bool("aborted", true))
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
-		attrs = append(attrs, slog.Any("err", err))
+		// What the client was told, and the cause behind it.
+		attrs = append(attrs, slog.Any("err", apierror.Wire(fromEcho(err))))
 	}
 	g.log.LogAttrs(context.Background(), level, "request", attrs...)
 	if s.endpoint != "" {

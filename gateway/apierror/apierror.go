@@ -189,10 +189,10 @@ func Wire(err error) *Error {
 	case errors.As(err, &bo):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "upstream_unavailable",
 			Message:    fmt.Sprintf("Upstream %s is unavailable: its circuit breaker is open. Retry after the Retry-After interval.", bo.Upstream),
-			RetryAfter: bo.RetryAfter, Err: err}
+			RetryAfter: bo.RetryAfter, Err: bo.Err}
 	case errors.As(err, new(*DeadlineSpent)):
 		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "deadline_exceeded",
-			Message: "The request's deadline passed before an upstream could be tried.", Err: err}
+			Message: "The request's deadline passed before an upstream could be tried."}
 	case errors.As(err, &su):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "idempotency_store_unavailable",
 			Message:    "The idempotency store is unavailable, so this keyed request was not run (it would not be protected against duplicates). Retry later.",
