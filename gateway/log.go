@@ -107,8 +107,13 @@ func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, a
 		attrs = append(attrs, slog.Bool("aborted", true))
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
-		// What the client was told, and the cause behind it.
-		attrs = append(attrs, slog.Any("err", apierror.Wire(fromEcho(err))))
+		// What the client was told, and the cause behind it (echo's own
+		// errors as echo says them).
+		logged := err
+		if he := (*echo.HTTPError)(nil); !errors.As(err, &he) {
+			logged = apierror.Wire(err)
+		}
+		attrs = append(attrs, slog.Any("err", logged))
 	}
 	g.log.LogAttrs(context.Background(), level, "request", attrs...)
 	if s.endpoint != "" {

@@ -64,6 +64,9 @@ func SetGatewayHeaders(h http.Header, upstream string, o classify.Outcome) {
 // aborted, so the client sees a cut answer rather than a complete one.
 func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict, beforeEnd func(size int64) error) error {
 	if resp.Status == 0 {
+		if resp.Outcome.Class == classify.Canceled {
+			return apierror.ClientGone
+		}
 		return &apierror.Transport{Upstream: resp.Upstream.Cfg.Name, Reason: resp.Outcome.Reason, Timeout: resp.Outcome.Timeout}
 	}
 	if v.Replace != nil {
