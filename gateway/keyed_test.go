@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -210,20 +212,59 @@ func TestClientDisconnectStillCommits(t *testing.T) {
 	}
 }
 
+// TestUnkeyedDisconnectCancelsUpstream: when the client of an unkeyed
+// request leaves, the gateway cancels its upstream call (nobody is left to
+// pay for the answer), promptly and without a retry.
 func TestUnkeyedDisconnectCancelsUpstream(t *testing.T) {
-	h := newHarness(t, nil)
-	h.fake.Enqueue(simupstream.Step{Hang: true})
+	// The upstream hangs until its request context ends; ended receives
+	// the context's error when its handler returns.
+	fake := simupstream.New(simupstream.Options{})
+	fake.Enqueue(simupstream.Step{Hang: true})
+	ended := make(chan error, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { ended <- r.Context().Err() }()
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(up.Close)
+	// The upstream's own timeout is far longer than the bound below, so
+	// only a cancellation can end the call in time.
+	h := newHarness(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = up.URL + "/v1"
+		c.Upstreams[0].Timeout = config.Duration(time.Minute)
+	})
+	// Registered after the harness, so it runs before the harness's
+	// cleanups: on failure it releases the hanging handler, and the servers
+	// close instead of waiting for it.
+	t.Cleanup(fake.Close)
+
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	arrived := make(chan error, 1)
 	go func() {
-		_ = h.fake.WaitForCalls(ctx, 1)
-		cancel()
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer wcancel()
+		arrived <- fake.WaitForCalls(wctx, 1)
+		cancel() // the client leaves while the upstream thinks
 	}()
-	if res, err := h.send(ctx, http.MethodPost, "/v1/chat/completions", chatBody, nil); err == nil {
+	res, err := h.send(ctx, http.MethodPost, "/v1/chat/completions", chatBody, nil)
+	if err == nil {
 		res.Body.Close()
+		t.Fatalf("the client got %d instead of leaving", res.StatusCode)
 	}
-	// The hanging upstream handler returns only when its client (the
-	// gateway) cancels; Close would block otherwise.
-	h.up.Close()
+	if err := <-arrived; err != nil {
+		t.Fatalf("the request never reached the upstream: %v", err)
+	}
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the upstream call ended with its context %v, want canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream call still runs 5s after its client left: the gateway did not cancel it")
+	}
+	if n := fake.Calls(""); n != 1 {
+		t.Fatalf("upstream calls %d, want 1: a request whose client left was retried", n)
+	}
 }
 
 func TestRequireKey(t *testing.T) {
