@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -64,12 +63,14 @@ func TestSameKeyDifferentBodyIs422(t *testing.T) {
 func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
 	h := newHarness(t, nil)
 	h.fake.Enqueue(simupstream.Step{Delay: 300 * time.Millisecond})
-	var wg sync.WaitGroup
-	results := make([]result, 6)
-	for i := range results {
-		wg.Go(func() { results[i] = h.chat(chatBody, key("dup")) })
+	answers := make([]<-chan asyncResult, 6)
+	for i := range answers {
+		answers[i] = h.chatAsync(chatBody, key("dup"))
 	}
-	wg.Wait()
+	results := make([]result, len(answers))
+	for i, a := range answers {
+		results[i] = h.await(a)
+	}
 	for i, r := range results {
 		if r.status != 200 || string(r.body) != string(results[0].body) {
 			t.Fatalf("answer %d: %d %s", i, r.status, r.body)
@@ -83,8 +84,7 @@ func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
 func TestInFlightPastWaitBoundIs409(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Idempotency.WaitTimeout = config.Duration(100 * time.Millisecond) })
 	h.fake.Enqueue(simupstream.Step{Delay: 2 * time.Second})
-	done := make(chan result)
-	go func() { done <- h.chat(chatBody, key("slow")) }()
+	done := h.chatAsync(chatBody, key("slow"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := h.fake.WaitForCalls(ctx, 1); err != nil {
@@ -95,7 +95,7 @@ func TestInFlightPastWaitBoundIs409(t *testing.T) {
 	if r.header.Get("Retry-After") == "" || r.header.Get("X-Should-Retry") != "true" {
 		t.Fatalf("409 headers: %v", r.header)
 	}
-	first := <-done
+	first := h.await(done)
 	if first.status != 200 {
 		t.Fatalf("first %d", first.status)
 	}
@@ -193,6 +193,7 @@ func TestClientDisconnectStillCommits(t *testing.T) {
 			h := newHarness(t, nil)
 			h.fake.Enqueue(simupstream.Step{Delay: 300 * time.Millisecond, ChunkDelay: 20 * time.Millisecond})
 			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			go func() {
 				_ = h.fake.WaitForCalls(ctx, 1)
 				cancel() // the client gives up while the model is thinking
@@ -330,15 +331,14 @@ func TestAdminIdempotencyRecord(t *testing.T) {
 func TestLeaseRenewedDuringLongCall(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Idempotency.Lease = config.Duration(150 * time.Millisecond) })
 	h.fake.Enqueue(simupstream.Step{Delay: time.Second})
-	done := make(chan result)
-	go func() { done <- h.chat(chatBody, key("long")) }()
+	done := h.chatAsync(chatBody, key("long"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := h.fake.WaitForCalls(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	dup := h.chat(chatBody, key("long"))
-	first := <-done
+	first := h.await(done)
 	if first.status != 200 || dup.status != 200 || string(dup.body) != string(first.body) {
 		t.Fatalf("first %d, duplicate %d", first.status, dup.status)
 	}
