@@ -152,11 +152,7 @@ func testCrossReplica(t *testing.T, base RedisOptions) {
 			}
 			res := make(chan error, 1)
 			go func() { res <- b.Wait(ctx, k) }()
-			select {
-			case <-bo.blocked:
-			case err := <-res:
-				t.Fatalf("Wait on b returned %v instead of blocking", err)
-			}
+			waitBlocked(t, bo, res)
 			switch end {
 			case "commit":
 				err = a.Commit(ctx, k, c.Owner, streamRecord(), ttl)
@@ -336,7 +332,7 @@ func TestRedisResubscribeWakesWaiters(t *testing.T) {
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	<-o.blocked
+	waitBlocked(t, o, res)
 	before := r.subscriptions.Load()
 	killPubSub(t, r)
 	// Nothing changed, but a message could have been lost: the waiter
@@ -357,8 +353,15 @@ func TestRedisWaitLeaseTimer(t *testing.T) {
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	if d := <-clock.afterCalls; d != lease {
-		t.Fatalf("lease timer %v, want %v", d, lease)
+	select {
+	case d := <-clock.afterCalls:
+		if d != lease {
+			t.Fatalf("lease timer %v, want %v", d, lease)
+		}
+	case err := <-res:
+		t.Fatalf("Wait returned %v instead of arming the lease timer", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait armed no lease timer within 10s")
 	}
 	clock.Advance(lease)
 	if err := waitResult(t, res); err != nil {
@@ -377,8 +380,8 @@ func TestRedisWaitPoll(t *testing.T) {
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	<-o.blocked
-	<-o.blocked // one poll re-read found it still in flight
+	waitBlocked(t, o, res)
+	waitBlocked(t, o, res) // one poll re-read found it still in flight
 	if err := r.client.Del(ctx, r.recordKey(recordIdent(key1))).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -631,7 +634,7 @@ func TestRedisReconnect(t *testing.T) {
 	other := openTestRedis(t, RedisOptions{URL: url, Prefix: prefix, PollInterval: time.Hour})
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, k2) }()
-	<-ro.blocked
+	waitBlocked(t, ro, res)
 	if err := other.Commit(ctx, k2, c.Owner, jsonRecord(), ttl); err != nil {
 		t.Fatal(err)
 	}
@@ -649,7 +652,7 @@ func TestRedisCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	<-o.blocked
+	waitBlocked(t, o, res)
 	// Unpublished, so the waiter stays blocked; the store is closed before
 	// openTestRedis's cleanup could delete the key.
 	if err := r.client.Del(ctx, r.recordKey(recordIdent(key1))).Err(); err != nil {
@@ -666,7 +669,11 @@ func TestRedisCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 	if err := waitResult(t, res); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Wait across Close: %v, want ErrClosed", err)
 	}
-	<-watched
+	select {
+	case <-watched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("WatchBreakerOverrides did not return within 10s of Close")
+	}
 	if err := r.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}

@@ -40,6 +40,20 @@ func newObserved(s store) *observed {
 	return &observed{store: s, blocked: make(chan struct{}, 1024)}
 }
 
+// waitBlocked waits until a Wait call on o blocks. res is that call's
+// result, so that a Wait that returns instead fails the test rather than
+// leaving it waiting for a signal that never comes.
+func waitBlocked(t *testing.T, o *observed, res <-chan error) {
+	t.Helper()
+	select {
+	case <-o.blocked:
+	case err := <-res:
+		t.Fatalf("Wait returned %v instead of blocking", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not block within 10s")
+	}
+}
+
 // signalBlocked is the hook a store calls when Wait is about to block.
 func (o *observed) signalBlocked() {
 	select {
