@@ -844,7 +844,7 @@ func newRun(t *testing.T, build buildFunc, sc scenario, format string) *run {
 	r.url = srv.URL
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	r.client = &http.Client{Transport: tr}
+	r.client = &http.Client{Transport: tr, Timeout: waitLimit}
 	return r
 }
 
