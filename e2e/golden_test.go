@@ -27,7 +27,7 @@ package e2e
 // with its own Idempotency-Key. The requests of a run are sent one after
 // another, and each exchange ends only when the gateway's handler has
 // returned, so that its log line and metrics are in. The timers of the
-// hang, stall and deadline cases are kept short (see hangTimeout).
+// hang, stall and deadline cases are kept short (see timer).
 
 import (
 	"bytes"
@@ -48,6 +48,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,7 +172,7 @@ func embeddingBody(_, content string) string {
 
 // scenario is one row of the grid: an upstream behaviour (or a request the
 // gateway handles itself), run for each of its formats and modes, each run
-// in a fresh gateway, store and fake upstream.
+// with a fresh gateway and fake upstream over the scenario's store.
 type scenario struct {
 	name string
 	// doc says what the scenario pins; it is written into the golden file.
@@ -203,6 +204,9 @@ type scenario struct {
 	clientGone bool
 	// fake configures the fake upstream.
 	fake simupstream.Options
+	// variableHeaders adds to the response headers whose values vary
+	// (name -> placeholder).
+	variableHeaders map[string]string
 	// custom replaces the grid's requests (concurrent cases).
 	custom func(r *run)
 }
@@ -236,14 +240,13 @@ func times(n int, s simupstream.Step) []simupstream.Step {
 	return out
 }
 
-// Timeouts for the cases that wait for a hang or a stall. Where every
-// attempt hangs, any timeout gives the same result, so it is short. Where
-// an answer must come within it (a retry after a hang, the events before a
-// stall), it is long enough for a loaded CI machine running -race.
-const (
-	hangTimeout  = 40 * time.Millisecond
-	answerWithin = 150 * time.Millisecond
-)
+// timer is the timeout, idle timeout or deadline of the cases that wait
+// for a hang or a stall. What is recorded depends on it only if it is too
+// short: a request must reach the fake before it fires, and an answer
+// (a retry after a hang, the events before a stall) must come back within
+// it. 40ms was too short on a loaded machine running -race; so that those
+// cases stay cheap, they run fewer formats and attempts.
+const timer = 250 * time.Millisecond
 
 func upstreamTimeout(d time.Duration) func(c *config.Config) {
 	return func(c *config.Config) { c.Upstreams[0].Timeout = config.Duration(d) }
@@ -323,11 +326,16 @@ func scenarios() []scenario {
 			steps: []simupstream.Step{{ResetAfter: 20}}},
 		{name: "truncated_always", doc: "the body is cut after 20 bytes on every attempt",
 			def: step(simupstream.Step{ResetAfter: 20})},
-		{name: "hang_once", doc: "the upstream never answers the first attempt (timeout 150ms), then answers",
-			cfg:   upstreamTimeout(answerWithin),
-			steps: []simupstream.Step{{Hang: true}}},
-		{name: "hang_always", doc: "the upstream never answers (timeout 40ms): 504",
-			cfg: upstreamTimeout(hangTimeout),
+		{name: "hang_once", doc: "the upstream never answers the first attempt (timeout 250ms), then answers",
+			formats: []string{fmtJSON, fmtSSE}, // sse_usage is sse until the first byte
+			cfg:     upstreamTimeout(timer),
+			steps:   []simupstream.Step{{Hang: true}}},
+		{name: "hang_always", doc: "the upstream never answers (timeout 250ms, max_attempts 2): 504",
+			formats: []string{fmtJSON, fmtSSE},
+			cfg: func(c *config.Config) {
+				upstreamTimeout(timer)(c)
+				c.Retry.MaxAttempts = 2
+			},
 			def: step(simupstream.Step{Hang: true})},
 
 		// Stream faults.
@@ -335,9 +343,9 @@ func scenarios() []scenario {
 			formats: sseFormats, steps: []simupstream.Step{{StopAfter: 1}}},
 		{name: "stream_stop_after_3", doc: "the stream ends cleanly after three events, without [DONE]",
 			formats: sseFormats, steps: []simupstream.Step{{StopAfter: 3}}},
-		{name: "stream_stall_after_2", doc: "the stream stalls after two events (idle timeout 150ms)",
+		{name: "stream_stall_after_2", doc: "the stream stalls after two events (idle timeout 250ms)",
 			formats: sseFormats,
-			cfg:     func(c *config.Config) { c.Limits.StreamIdleTimeout = config.Duration(answerWithin) },
+			cfg:     func(c *config.Config) { c.Limits.StreamIdleTimeout = config.Duration(timer) },
 			steps:   []simupstream.Step{{StallAfter: 2}}},
 		{name: "stream_error_event", doc: "the stream ends with an error event instead of [DONE]",
 			formats: sseFormats, steps: []simupstream.Step{{ErrorInStream: true}}},
@@ -363,7 +371,10 @@ func scenarios() []scenario {
 			setup: func(r *run) { r.admin(http.MethodPost, "/admin/breakers/primary/open") }},
 		{name: "breaker_tripped", doc: "consecutive_failures 1: one failed request opens the breaker, the next are refused",
 			cfg: func(c *config.Config) { c.Breaker.ConsecutiveFailures = 1 },
-			def: step(simupstream.Step{Status: 503}),
+			// The time left of open_timeout (30s), rounded up: 30 unless a
+			// slow machine took a second since the trip.
+			variableHeaders: map[string]string{"Retry-After": "<seconds left of open_timeout>"},
+			def:             step(simupstream.Step{Status: 503}),
 			setup: func(r *run) {
 				r.exchange("setup: a failing request trips the breaker", r.request(fmtJSON, "Trip", nil))
 			}},
@@ -390,12 +401,13 @@ func scenarios() []scenario {
 			def: step(simupstream.Step{Status: 503})},
 
 		// The request's deadline.
-		{name: "deadline_header", doc: "X-Llmgate-Deadline: 50ms and a hanging upstream: 504 at the deadline",
-			header: map[string]string{"X-Llmgate-Deadline": "50ms"},
-			def:    step(simupstream.Step{Hang: true})},
-		{name: "deadline_header_seconds", doc: "X-Llmgate-Deadline as seconds (0.05)",
+		{name: "deadline_header", doc: "X-Llmgate-Deadline: 250ms and a hanging upstream: 504 at the deadline",
+			formats: []string{fmtJSON, fmtSSE},
+			header:  map[string]string{"X-Llmgate-Deadline": timer.String()},
+			def:     step(simupstream.Step{Hang: true})},
+		{name: "deadline_header_seconds", doc: "X-Llmgate-Deadline as seconds (0.25)",
 			formats: []string{fmtJSON},
-			header:  map[string]string{"X-Llmgate-Deadline": "0.05"},
+			header:  map[string]string{"X-Llmgate-Deadline": strconv.FormatFloat(timer.Seconds(), 'f', -1, 64)},
 			def:     step(simupstream.Step{Hang: true})},
 		{name: "deadline_header_invalid", doc: "X-Llmgate-Deadline that is not a duration: 400",
 			formats: []string{fmtJSON},
@@ -422,12 +434,16 @@ func scenarios() []scenario {
 		{name: "cache_failure_not_cached", doc: "cache on, the upstream fails 400: nothing is cached",
 			header: map[string]string{"X-Llmgate-Cache": "on"}, repeat: true,
 			formats: []string{fmtJSON}, steps: []simupstream.Step{{Status: 400}}},
-		{name: "keyed_in_flight_409", doc: "wait_timeout 30ms: a duplicate of a keyed request still in flight gets 409; the first then commits and replays",
+		{name: "keyed_in_flight_409", doc: "wait_timeout 30ms: a duplicate of a keyed request held at the upstream gets 409; the first then commits and replays",
 			cfg:    func(c *config.Config) { c.Idempotency.WaitTimeout = config.Duration(30 * time.Millisecond) },
 			modes:  []string{modeKeyed},
 			custom: inFlightDuplicate},
-		{name: "client_gone", doc: "the client leaves while the upstream hangs (timeout 40ms): unkeyed is cancelled, keyed runs on",
-			cfg: upstreamTimeout(hangTimeout), clientGone: true,
+		{name: "client_gone", doc: "the client leaves while the upstream hangs (timeout 250ms, max_attempts 1): unkeyed is cancelled, keyed runs on",
+			formats: []string{fmtJSON, fmtSSE}, clientGone: true,
+			cfg: func(c *config.Config) {
+				upstreamTimeout(timer)(c)
+				c.Retry.MaxAttempts = 1
+			},
 			def: step(simupstream.Step{Hang: true})},
 
 		// Other endpoints.
@@ -497,21 +513,22 @@ func withClients(c *config.Config) {
 	c.Clients = []config.Client{{Name: "team-a", Key: "team-a-key"}, {Name: "team-b", Key: "team-b-key"}}
 }
 
-// inFlightDuplicate: a keyed request is still being answered (the upstream
-// takes 400ms) when a duplicate arrives; the duplicate waits wait_timeout
-// (30ms) and gets 409. The first then commits, and a third replays it.
+// inFlightDuplicate: a keyed request is held at the upstream (the test
+// lets it through only later, so no timing decides the outcome) when a
+// duplicate arrives; the duplicate waits wait_timeout (30ms) and gets 409.
+// The first then commits, and a third replays it.
 func inFlightDuplicate(r *run) {
-	r.fake.Enqueue(simupstream.Step{Delay: 400 * time.Millisecond})
 	hdr := map[string]string{"Idempotency-Key": r.key}
-	calls := r.fake.Calls("")
+	held := r.holdNextUpstreamCall()
 	p := r.start(r.request(r.format, "Hello", hdr))
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	if err := r.fake.WaitForCalls(ctx, calls+1); err != nil {
-		r.t.Fatal(err)
+	select {
+	case <-held.arrived:
+	case <-time.After(waitLimit):
+		r.t.Fatalf("the first request did not reach the upstream within %v", waitLimit)
 	}
 	dup := r.start(r.request(r.format, "Hello", hdr)).finish()
 	dup.Name = "keyed duplicate while the first is in flight"
+	held.release()
 	first := p.finish()
 	first.Name = "keyed (the first; in flight during the duplicate, so its metrics and logs include the duplicate's)"
 	r.out.Exchanges = append(r.out.Exchanges, first, dup)
@@ -577,7 +594,10 @@ type requestRecord struct {
 func TestGolden(t *testing.T) {
 	start := time.Now()
 	want := map[string]bool{}
-	runs := 0
+	var runs atomic.Int64
+	t.Cleanup(func() {
+		t.Logf("%d scenarios, %d runs in %v", len(want), runs.Load(), time.Since(start).Round(time.Millisecond))
+	})
 	for _, sc := range scenarios() {
 		sc = sc.withDefaults()
 		if want[sc.name] {
@@ -585,12 +605,16 @@ func TestGolden(t *testing.T) {
 		}
 		want[sc.name] = true
 		t.Run(sc.name, func(t *testing.T) {
+			// Scenarios share nothing, and most of their time is spent
+			// waiting (timers, the disk): they run in parallel, as many
+			// as -parallel allows.
+			t.Parallel()
 			build := goldenStack(t, t.TempDir())
 			gf := goldenFile{Scenario: sc.name, Doc: sc.doc}
 			for _, format := range sc.formats {
 				for _, mode := range sc.modes {
 					gf.Runs = append(gf.Runs, runScenario(t, build, sc, format, mode))
-					runs++
+					runs.Add(1)
 				}
 			}
 			compareGolden(t, filepath.Join(goldenDir, sc.name+".json"), marshalGolden(t, gf))
@@ -611,7 +635,6 @@ func TestGolden(t *testing.T) {
 		}
 		t.Errorf("%s has no scenario; run with -update to remove it", f)
 	}
-	t.Logf("%d scenarios, %d runs in %v", len(want), runs, time.Since(start).Round(time.Millisecond))
 }
 
 // marshalGolden is v as indented JSON, with <, > and & left as they are.
@@ -768,6 +791,37 @@ type run struct {
 	seq    int
 	done   sync.Map // exchange tag -> chan struct{}, closed when its handler returns
 	out    runRecord
+
+	mu   sync.Mutex
+	hold *heldCall // the next upstream call to hold, if any
+}
+
+// heldCall is an upstream call the test holds before the fake sees it:
+// arrived is closed when it arrives, and it goes on when released (or when
+// its request ends).
+type heldCall struct {
+	arrived, proceed chan struct{}
+	once             sync.Once
+}
+
+func (h *heldCall) release() { h.once.Do(func() { close(h.proceed) }) }
+
+// holdNextUpstreamCall holds the next call that reaches the fake upstream.
+func (r *run) holdNextUpstreamCall() *heldCall {
+	h := &heldCall{arrived: make(chan struct{}), proceed: make(chan struct{})}
+	r.t.Cleanup(h.release) // a failed test must not leave it held
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hold = h
+	return h
+}
+
+func (r *run) takeHold() *heldCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.hold
+	r.hold = nil
+	return h
 }
 
 type buildFunc = func(t *testing.T, cfg config.Config, logs io.Writer) http.Handler
@@ -816,7 +870,16 @@ func newRun(t *testing.T, build buildFunc, sc scenario, format string) *run {
 		r.key = "golden-key-" + format
 	}
 	r.fake = simupstream.New(sc.fake)
-	up := httptest.NewServer(r.fake)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if h := r.takeHold(); h != nil {
+			close(h.arrived)
+			select {
+			case <-h.proceed:
+			case <-req.Context().Done():
+			}
+		}
+		r.fake.ServeHTTP(w, req)
+	}))
 	t.Cleanup(up.Close)
 	t.Cleanup(r.fake.Close) // before up.Close: releases hanging handlers
 
@@ -996,6 +1059,12 @@ func (r *run) send(req *http.Request) exchangeRecord {
 	rec.raw = body
 	rec.Status = res.StatusCode
 	rec.Header = headerLines(res.Header)
+	for i, h := range rec.Header {
+		name, _, _ := strings.Cut(h, ": ")
+		if p, ok := r.sc.variableHeaders[name]; ok {
+			rec.Header[i] = name + ": " + p
+		}
+	}
 	if reTime.Match(body) {
 		// A time's fractional seconds lose trailing zeros: the length
 		// varies with it.
