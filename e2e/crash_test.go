@@ -45,7 +45,7 @@ func TestCrashInjection(t *testing.T) {
 				p := start(t, bin, []string{"-config", cfg}, []string{"LLMGATE_FAILPOINTS=" + tc.point})
 				req, _ := http.NewRequest(http.MethodPost, p.URL+"/v1/chat/completions", strings.NewReader(body))
 				req.Header.Set("Idempotency-Key", hdr["Idempotency-Key"])
-				if res, err := http.DefaultClient.Do(req); err == nil {
+				if res, err := httpClient.Do(req); err == nil {
 					// A stream's headers may arrive before the crash; its
 					// body cannot finish.
 					_, rerr := readAll(res)

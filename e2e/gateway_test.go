@@ -31,6 +31,7 @@ func newFake(t *testing.T, o simupstream.Options) (*simupstream.Server, string) 
 func openaiClient(baseURL string) *openai.Client {
 	c := openai.DefaultConfig("any-client-key")
 	c.BaseURL = baseURL + "/v1"
+	c.HTTPClient = httpClient
 	return openai.NewClientWithConfig(c)
 }
 
@@ -116,7 +117,7 @@ func TestGracefulShutdownFinishesStream(t *testing.T) {
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "")}, nil)
 	req, _ := http.NewRequest(http.MethodPost, p.URL+"/v1/chat/completions",
 		strings.NewReader(`{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"long"}]}`))
-	res, err := http.DefaultClient.Do(req)
+	res, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func TestNoUpstreamButBaseURL(t *testing.T) {
 			req.Header.Set(k, v)
 		}
 		req.Host = a
-		res, err := http.DefaultClient.Do(req)
+		res, err := httpClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +106,7 @@ func TestNoCORS(t *testing.T) {
 			req.Header.Set("Origin", "http://evil.example")
 			req.Header.Set("Access-Control-Request-Method", "POST")
 			req.Header.Set("Authorization", "Bearer e2e-admin-token")
-			res, err := http.DefaultClient.Do(req)
+			res, err := httpClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +158,7 @@ func TestSecretsNeverWritten(t *testing.T) {
 		for k, v := range admin {
 			req.Header.Set(k, v)
 		}
-		res, err := http.DefaultClient.Do(req)
+		res, err := httpClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

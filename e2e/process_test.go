@@ -182,20 +182,36 @@ retry:
 	return path
 }
 
+// httpClient is the tests' HTTP client: its limit covers reading the answer,
+// so that a gateway that hangs fails a test instead of hanging it. No
+// request of these tests takes half as long (the longest waits are a
+// replica's 30s wait_timeout and lease takeovers of a few seconds).
+var httpClient = &http.Client{Timeout: 60 * time.Second}
+
 func post(t *testing.T, url, body string, hdr map[string]string) (int, http.Header, []byte) {
 	t.Helper()
+	status, h, b, err := tryPost(url, body, hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status, h, b
+}
+
+// tryPost is post for goroutines other than the test's, which must not
+// call t.Fatal: it returns the error instead.
+func tryPost(url, body string, hdr map[string]string) (int, http.Header, []byte, error) {
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := httpClient.Do(req)
 	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
+		return 0, nil, nil, fmt.Errorf("POST %s: %w", url, err)
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, res.Header, b
+	return res.StatusCode, res.Header, b, nil
 }
 
 func writeFile(t *testing.T, path, content string) {

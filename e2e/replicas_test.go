@@ -64,14 +64,17 @@ func TestReplicasShareKeys(t *testing.T) {
 				url = b.URL
 			}
 			wg.Go(func() {
-				status, _, got := post(t, url+"/v1/chat/completions", body, key)
-				if status != 200 {
-					t.Errorf("replica answer %d: %d %s", i, status, got)
+				status, _, got, err := tryPost(url+"/v1/chat/completions", body, key)
+				if err != nil || status != 200 {
+					t.Errorf("replica answer %d: %d %s %v", i, status, got, err)
 				}
 				answers[i] = got
 			})
 		}
 		wg.Wait()
+		if t.Failed() {
+			return
+		}
 		for i := range answers {
 			if string(answers[i]) != string(answers[0]) {
 				t.Fatalf("replicas answered differently:\n%s\n%s", answers[0], answers[i])
@@ -96,7 +99,7 @@ func TestReplicaKilledMidRequestIsTakenOver(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, a.URL+"/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", key["Idempotency-Key"])
-		if res, err := http.DefaultClient.Do(req); err == nil {
+		if res, err := httpClient.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, res.Body)
 			res.Body.Close()
 		}
@@ -131,7 +134,7 @@ func TestForceOpenAppliesToEveryReplica(t *testing.T) {
 	adminReq := func(method, url string) (int, []byte) {
 		req, _ := http.NewRequest(method, url, nil)
 		req.Header.Set("Authorization", "Bearer e2e-admin-token")
-		res, err := http.DefaultClient.Do(req)
+		res, err := httpClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -118,19 +119,60 @@ type result struct {
 	body   []byte
 }
 
+// requestLimit bounds every harness request, reading the answer included,
+// so that a gateway that hangs fails the test instead of hanging it.
+const requestLimit = 30 * time.Second
+
+var testClient = &http.Client{Timeout: requestLimit}
+
 // do sends a request to the gateway and reads the whole answer.
 func (h *harness) do(method, path, body string, hdr map[string]string) result {
 	h.t.Helper()
+	r, err := h.try(method, path, body, hdr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return r
+}
+
+// try is do for goroutines other than the test's, which must not call
+// t.Fatal: it returns the error instead.
+func (h *harness) try(method, path, body string, hdr map[string]string) (result, error) {
 	res, err := h.send(context.Background(), method, path, body, hdr)
 	if err != nil {
-		h.t.Fatalf("%s %s: %v", method, path, err)
+		return result{}, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	if err != nil {
-		h.t.Fatalf("%s %s: reading body: %v", method, path, err)
+		return result{}, fmt.Errorf("%s %s: reading body: %w", method, path, err)
 	}
-	return result{status: res.StatusCode, header: res.Header, body: b}
+	return result{status: res.StatusCode, header: res.Header, body: b}, nil
+}
+
+// chatAsync sends a chat request from its own goroutine; await takes its
+// result. The request is bounded by requestLimit, so await is too.
+func (h *harness) chatAsync(body string, hdr map[string]string) <-chan asyncResult {
+	ch := make(chan asyncResult, 1)
+	go func() {
+		r, err := h.try(http.MethodPost, "/v1/chat/completions", body, hdr)
+		ch <- asyncResult{r, err}
+	}()
+	return ch
+}
+
+type asyncResult struct {
+	r   result
+	err error
+}
+
+func (h *harness) await(ch <-chan asyncResult) result {
+	h.t.Helper()
+	a := <-ch
+	if a.err != nil {
+		h.t.Fatal(a.err)
+	}
+	return a.r
 }
 
 func (h *harness) send(ctx context.Context, method, path, body string, hdr map[string]string) (*http.Response, error) {
@@ -148,7 +190,7 @@ func (h *harness) send(ctx context.Context, method, path, body string, hdr map[s
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	return http.DefaultClient.Do(req)
+	return testClient.Do(req)
 }
 
 func (h *harness) chat(body string, hdr map[string]string) result {

@@ -2,9 +2,10 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -64,12 +65,14 @@ func TestSameKeyDifferentBodyIs422(t *testing.T) {
 func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
 	h := newHarness(t, nil)
 	h.fake.Enqueue(simupstream.Step{Delay: 300 * time.Millisecond})
-	var wg sync.WaitGroup
-	results := make([]result, 6)
-	for i := range results {
-		wg.Go(func() { results[i] = h.chat(chatBody, key("dup")) })
+	answers := make([]<-chan asyncResult, 6)
+	for i := range answers {
+		answers[i] = h.chatAsync(chatBody, key("dup"))
 	}
-	wg.Wait()
+	results := make([]result, len(answers))
+	for i, a := range answers {
+		results[i] = h.await(a)
+	}
 	for i, r := range results {
 		if r.status != 200 || string(r.body) != string(results[0].body) {
 			t.Fatalf("answer %d: %d %s", i, r.status, r.body)
@@ -83,8 +86,7 @@ func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
 func TestInFlightPastWaitBoundIs409(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Idempotency.WaitTimeout = config.Duration(100 * time.Millisecond) })
 	h.fake.Enqueue(simupstream.Step{Delay: 2 * time.Second})
-	done := make(chan result)
-	go func() { done <- h.chat(chatBody, key("slow")) }()
+	done := h.chatAsync(chatBody, key("slow"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := h.fake.WaitForCalls(ctx, 1); err != nil {
@@ -95,7 +97,7 @@ func TestInFlightPastWaitBoundIs409(t *testing.T) {
 	if r.header.Get("Retry-After") == "" || r.header.Get("X-Should-Retry") != "true" {
 		t.Fatalf("409 headers: %v", r.header)
 	}
-	first := <-done
+	first := h.await(done)
 	if first.status != 200 {
 		t.Fatalf("first %d", first.status)
 	}
@@ -193,6 +195,7 @@ func TestClientDisconnectStillCommits(t *testing.T) {
 			h := newHarness(t, nil)
 			h.fake.Enqueue(simupstream.Step{Delay: 300 * time.Millisecond, ChunkDelay: 20 * time.Millisecond})
 			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			go func() {
 				_ = h.fake.WaitForCalls(ctx, 1)
 				cancel() // the client gives up while the model is thinking
@@ -212,20 +215,59 @@ func TestClientDisconnectStillCommits(t *testing.T) {
 	}
 }
 
+// TestUnkeyedDisconnectCancelsUpstream: when the client of an unkeyed
+// request leaves, the gateway cancels its upstream call (nobody is left to
+// pay for the answer), promptly and without a retry.
 func TestUnkeyedDisconnectCancelsUpstream(t *testing.T) {
-	h := newHarness(t, nil)
-	h.fake.Enqueue(simupstream.Step{Hang: true})
+	// The upstream hangs until its request context ends; ended receives
+	// the context's error when its handler returns.
+	fake := simupstream.New(simupstream.Options{})
+	fake.Enqueue(simupstream.Step{Hang: true})
+	ended := make(chan error, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { ended <- r.Context().Err() }()
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(up.Close)
+	// The upstream's own timeout is far longer than the bound below, so
+	// only a cancellation can end the call in time.
+	h := newHarness(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = up.URL + "/v1"
+		c.Upstreams[0].Timeout = config.Duration(time.Minute)
+	})
+	// Registered after the harness, so it runs before the harness's
+	// cleanups: on failure it releases the hanging handler, and the servers
+	// close instead of waiting for it.
+	t.Cleanup(fake.Close)
+
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	arrived := make(chan error, 1)
 	go func() {
-		_ = h.fake.WaitForCalls(ctx, 1)
-		cancel()
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer wcancel()
+		arrived <- fake.WaitForCalls(wctx, 1)
+		cancel() // the client leaves while the upstream thinks
 	}()
-	if res, err := h.send(ctx, http.MethodPost, "/v1/chat/completions", chatBody, nil); err == nil {
+	res, err := h.send(ctx, http.MethodPost, "/v1/chat/completions", chatBody, nil)
+	if err == nil {
 		res.Body.Close()
+		t.Fatalf("the client got %d instead of leaving", res.StatusCode)
 	}
-	// The hanging upstream handler returns only when its client (the
-	// gateway) cancels; Close would block otherwise.
-	h.up.Close()
+	if err := <-arrived; err != nil {
+		t.Fatalf("the request never reached the upstream: %v", err)
+	}
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the upstream call ended with its context %v, want canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream call still runs 5s after its client left: the gateway did not cancel it")
+	}
+	if n := fake.Calls(""); n != 1 {
+		t.Fatalf("upstream calls %d, want 1: a request whose client left was retried", n)
+	}
 }
 
 func TestRequireKey(t *testing.T) {
@@ -291,15 +333,14 @@ func TestAdminIdempotencyRecord(t *testing.T) {
 func TestLeaseRenewedDuringLongCall(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Idempotency.Lease = config.Duration(150 * time.Millisecond) })
 	h.fake.Enqueue(simupstream.Step{Delay: time.Second})
-	done := make(chan result)
-	go func() { done <- h.chat(chatBody, key("long")) }()
+	done := h.chatAsync(chatBody, key("long"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := h.fake.WaitForCalls(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	dup := h.chat(chatBody, key("long"))
-	first := <-done
+	first := h.await(done)
 	if first.status != 200 || dup.status != 200 || string(dup.body) != string(first.body) {
 		t.Fatalf("first %d, duplicate %d", first.status, dup.status)
 	}

@@ -37,7 +37,7 @@ func TestSoak(t *testing.T) {
 	}, nil, simupstream.Options{KeepRequests: -1}) // the fake keeps no request: its memory is not the gateway's
 
 	h.fake.SetDefault(simupstream.Step{})
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: requestLimit}
 	defer client.CloseIdleConnections()
 
 	send := func(body string, hdr map[string]string) int {

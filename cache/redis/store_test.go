@@ -180,11 +180,7 @@ func testCrossReplica(t *testing.T, base Options) {
 			}
 			res := make(chan error, 1)
 			go func() { res <- b.Wait(ctx, k) }()
-			select {
-			case <-bo.Blocked:
-			case err := <-res:
-				t.Fatalf("Wait on b returned %v instead of blocking", err)
-			}
+			waitBlocked(t, bo, res)
 			switch end {
 			case "commit":
 				err = a.Commit(ctx, k, c.Owner, storetest.StreamRecord(), ttl)
@@ -364,7 +360,7 @@ func TestRedisResubscribeWakesWaiters(t *testing.T) {
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	<-o.Blocked
+	waitBlocked(t, o, res)
 	before := r.subscriptions.Load()
 	killPubSub(t, r)
 	// Nothing changed, but a message could have been lost: the waiter
@@ -385,8 +381,15 @@ func TestRedisWaitLeaseTimer(t *testing.T) {
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	if d := <-clock.AfterCalls(); d != lease {
-		t.Fatalf("lease timer %v, want %v", d, lease)
+	select {
+	case d := <-clock.AfterCalls():
+		if d != lease {
+			t.Fatalf("lease timer %v, want %v", d, lease)
+		}
+	case err := <-res:
+		t.Fatalf("Wait returned %v instead of arming the lease timer", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait armed no lease timer within 10s")
 	}
 	clock.Advance(lease)
 	if err := waitResult(t, res); err != nil {
@@ -405,8 +408,8 @@ func TestRedisWaitPoll(t *testing.T) {
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	<-o.Blocked
-	<-o.Blocked // one poll re-read found it still in flight
+	waitBlocked(t, o, res)
+	waitBlocked(t, o, res) // one poll re-read found it still in flight
 	if err := r.client.Del(ctx, r.recordKey(recordIdent(key1))).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -725,7 +728,7 @@ func TestRedisReconnect(t *testing.T) {
 	other := openTestRedis(t, Options{URL: url, Prefix: prefix, PollInterval: time.Hour})
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, k2) }()
-	<-ro.Blocked
+	waitBlocked(t, ro, res)
 	if err := other.Commit(ctx, k2, c.Owner, storetest.JSONRecord(), ttl); err != nil {
 		t.Fatal(err)
 	}
@@ -743,7 +746,7 @@ func TestRedisCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 	}
 	res := make(chan error, 1)
 	go func() { res <- r.Wait(ctx, key1) }()
-	<-o.Blocked
+	waitBlocked(t, o, res)
 	// Unpublished, so the waiter stays blocked; the store is closed before
 	// openTestRedis's cleanup could delete the key.
 	if err := r.client.Del(ctx, r.recordKey(recordIdent(key1))).Err(); err != nil {
@@ -760,7 +763,11 @@ func TestRedisCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 	if err := waitResult(t, res); !errors.Is(err, cache.ErrClosed) {
 		t.Fatalf("Wait across Close: %v, want cache.ErrClosed", err)
 	}
-	<-watched
+	select {
+	case <-watched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("WatchBreakerOverrides did not return within 10s of Close")
+	}
 	if err := r.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
@@ -946,5 +953,19 @@ func BenchmarkRedisGet(b *testing.B) {
 		if _, err := r.Get(ctx, key1); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// waitBlocked waits until a Wait call on o blocks. res is that call's
+// result, so that a Wait that returns instead fails the test rather than
+// leaving it waiting for a signal that never comes.
+func waitBlocked(t *testing.T, o *storetest.Observed, res <-chan error) {
+	t.Helper()
+	select {
+	case <-o.Blocked:
+	case err := <-res:
+		t.Fatalf("Wait returned %v instead of blocking", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not block within 10s")
 	}
 }
