@@ -212,6 +212,9 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 		}
 		var o classify.Outcome
 		switch {
+		case errors.Is(err, io.EOF) && r.obs.SawError():
+			// The upstream said why it ended: its error event decides.
+			o = r.obs.Outcome()
 		case errors.Is(err, io.EOF):
 			// A stream that ends without [DONE] was cut short.
 			o = classify.Outcome{Class: classify.Transient, Reason: "stream ended without [DONE]", Status: status}
@@ -220,7 +223,7 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 		default:
 			o = classify.FromError(err)
 		}
-		if o.Class.BreakerFailure() {
+		if !outcome.Committable(o) {
 			msg := "The upstream stream failed before it finished: " + o.Reason + "."
 			if o.Timeout {
 				msg = "The upstream stream stalled and was ended by the gateway."

@@ -135,6 +135,11 @@ func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suf
 	if err != nil {
 		return nil, err
 	}
+	// net/http's Transport re-sends a request it deems replayable — one
+	// with a GetBody and an Idempotency-Key header — when its pooled
+	// connection breaks, even after the request was written: a hidden
+	// second retry layer. Without GetBody it re-sends only what never left.
+	req.GetBody = nil
 	headers.CopyRequest(req.Header, in.Header, u.Cfg.ForwardAccountHeaders)
 	if u.Cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+u.Cfg.APIKey)
