@@ -9,6 +9,7 @@
 //	idempotency/ claim, lease, commit, release, replay
 //	outcome/     the one place a request's end is settled
 //	deadletter/  failed keyed requests: record, alert, paced replay
+//	limits/      per-client rate, concurrency and stored-bytes limits
 //	admin/       the operator's API and page
 //
 // Echo stops here: the rooms take http.ResponseWriter and *http.Request.
@@ -36,6 +37,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/idempotency"
+	"github.com/llmgate/llmgate/gateway/limits"
 	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/llmgate/llmgate/gateway/proxy"
 	"github.com/llmgate/llmgate/gateway/retry"
@@ -47,6 +49,7 @@ import (
 type Store interface {
 	idempotency.Store
 	admin.Store
+	limits.Store
 	Ping(ctx context.Context) error
 }
 
@@ -65,6 +68,10 @@ type Options struct {
 	// Now is the clock for request timing, deadlines, the retry budget and
 	// dead letters. If nil, time.Now.
 	Now func() time.Time
+	// LimitsNow is the clock of the per-client limits: their token buckets
+	// and the hours stored bytes expire in. If nil, time.Now. It is apart
+	// from Now so a test can move it by hours without moving deadlines.
+	LimitsNow func() time.Time
 }
 
 // Gateway serves the OpenAI-compatible API. Create it with New.
@@ -83,6 +90,7 @@ type Gateway struct {
 	clients  []clientKey
 	dlq      *deadletter.Queue
 	admin    *admin.Admin
+	limits   *limits.Limiter
 	work     *workSet
 	// forwardSecret keys the Idempotency-Key forwarded upstream.
 	forwardSecret []byte
@@ -143,6 +151,7 @@ func New(o Options) (*Gateway, error) {
 	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "llmgate_store_records", Help: "Idempotency records in the store (committed and in flight).",
 	}, func() float64 { return float64(g.store.Stats().Records) }))
+	g.limits = limits.New(limits.Options{Config: o.Config, Store: o.Store, Metrics: g.metrics, Logger: g.log, Now: o.LimitsNow})
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now})
 	eps := make([]string, len(postEndpoints))
 	for i, ep := range postEndpoints {
@@ -216,10 +225,11 @@ func (g *Gateway) Drain(ctx context.Context) {
 	g.work.Drain(ctx, 2*g.cfg.Store.OpTimeout.D())
 }
 
-// Close stops the dead-letter monitor and following shared overrides, and
-// releases idle upstream connections. Call it after the server has shut
+// Close stops the dead-letter monitor, following shared overrides and
+// counting clients' stored bytes, and releases idle upstream connections. Call it after the server has shut
 // down and Drain returned, before the store closes.
 func (g *Gateway) Close() {
+	g.limits.Close()
 	g.admin.Close()
 	g.dlq.Close()
 	g.router.Close()
