@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -243,6 +245,61 @@ func TestClientStorageRebuiltAtStart(t *testing.T) {
 	wantLimited(t, h, h.chat(chatBody, with(alice, "Idempotency-Key", "after-restart")), "client_storage_quota_exceeded", "", calls)
 	if r := h.chat(chatBody, with(alice, "Idempotency-Key", "fill-a")); r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay after restart: %d %s", r.status, r.body)
+	}
+}
+
+// Forgetting a client: every idempotency record and dead letter stored
+// under its name goes, with a count and a WARN line; other clients keep
+// theirs; its stored bytes start again from zero.
+func TestPurgeClientData(t *testing.T) {
+	mutate, alice, bob := tenants(config.ClientLimits{MaxStoredBytes: 2000})
+	h := newHarness(t, func(c *config.Config) { mutate(c); c.Retry.MaxAttempts = 1 })
+	h.fake.SetDefault(simupstream.Step{Status: 503})
+	for _, hdr := range []map[string]string{with(alice, "Idempotency-Key", "fails"), with(bob, "Idempotency-Key", "fails")} {
+		if r := h.chat(chatBody, hdr); r.status != 503 {
+			t.Fatalf("failing call: %d %s", r.status, r.body)
+		}
+	}
+	h.fake.SetDefault(simupstream.Step{})
+	if r := h.chat(chatBody, with(bob, "Idempotency-Key", "fill-a")); r.status != 200 {
+		t.Fatalf("bob: %d %s", r.status, r.body)
+	}
+	n := fillStorage(t, h, alice)
+
+	if r := h.do(http.MethodDelete, "/admin/clients/alice/data", "", nil); r.status != http.StatusUnauthorized {
+		t.Fatalf("purge without the admin token: %d %s", r.status, r.body)
+	}
+	r := h.admin(http.MethodDelete, "/admin/clients/alice/data")
+	var got struct {
+		Client      string `json:"client"`
+		Records     int    `json:"records"`
+		DeadLetters int    `json:"dead_letters"`
+	}
+	if r.status != 200 || json.Unmarshal(r.body, &got) != nil || got.Client != "alice" || got.Records != n || got.DeadLetters != 1 {
+		t.Fatalf("purge: %d %s; want %d records and 1 dead letter", r.status, r.body, n)
+	}
+	if !strings.Contains(h.logs.String(), `"level":"WARN","msg":"client data purged"`) {
+		t.Fatalf("no WARN line for the purge:\n%s", h.logs.String())
+	}
+	if r := h.admin(http.MethodGet, "/admin/idempotency/fill-a?client=alice"); r.status != 404 {
+		t.Fatalf("alice's record after the purge: %d %s", r.status, r.body)
+	}
+	if l := listDLQ(t, h, "?client=alice"); l.Total != 0 {
+		t.Fatalf("alice's dead letters after the purge: %+v", l)
+	}
+	if l := listDLQ(t, h, "?client=bob"); l.Total != 1 {
+		t.Fatalf("bob's dead letters after alice's purge: %+v", l)
+	}
+	if r := h.chat(chatBody, with(bob, "Idempotency-Key", "fill-a")); r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("bob's record after alice's purge: %d %s", r.status, r.body)
+	}
+	// Alice starts again: her keys run anew and her quota is free.
+	calls := h.fake.Calls("")
+	if r := h.chat(chatBody, with(alice, "Idempotency-Key", "fill-a")); r.status != 200 || r.header.Get("Idempotent-Replayed") != "" || h.fake.Calls("") != calls+1 {
+		t.Fatalf("alice's key after the purge: %d replayed=%q %s", r.status, r.header.Get("Idempotent-Replayed"), r.body)
+	}
+	if again := h.admin(http.MethodDelete, "/admin/clients/alice/data"); again.status != 200 || !strings.Contains(string(again.body), `"records":1`) {
+		t.Fatalf("second purge: %d %s", again.status, again.body)
 	}
 }
 

@@ -50,6 +50,9 @@ type Store interface {
 	idempotency.Store
 	admin.Store
 	limits.Store
+	// PurgeScope deletes every record and dead letter of a client (see
+	// package cache).
+	PurgeScope(ctx context.Context, scope string) (cache.Purged, error)
 	Ping(ctx context.Context) error
 }
 
@@ -275,6 +278,7 @@ func (g *Gateway) routes() *echo.Echo {
 	v1.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 
 	g.admin.Routes(e)
+	e.DELETE("/admin/clients/:name/data", g.admin.PurgeClientData(g), g.admin.Auth)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})), g.admin.Auth)
 	e.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 	return e
@@ -345,6 +349,17 @@ func (g *Gateway) readyz(c echo.Context) error {
 		return c.String(http.StatusServiceUnavailable, "store unavailable\n")
 	}
 	return c.String(http.StatusOK, "ready\n")
+}
+
+// PurgeClient forgets a client's data: every idempotency record and dead
+// letter stored under its name, and what its storage limit counted of
+// them. A client removed from the config may be purged too.
+func (g *Gateway) PurgeClient(ctx context.Context, name string) (cache.Purged, error) {
+	p, err := g.store.PurgeScope(ctx, name)
+	if err == nil {
+		g.limits.Forget(name)
+	}
+	return p, err
 }
 
 type clientCtxKey struct{}
