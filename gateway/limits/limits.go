@@ -386,11 +386,14 @@ func (l *Limiter) count(ctx context.Context) error {
 		c.mu.Unlock()
 	}
 	err := errors.Join(errs...)
-	if err != nil {
+	switch {
+	case err != nil && l.ctx.Err() != nil:
+		// Closing: the count was cut short on purpose.
+	case err != nil:
 		l.log.Warn("counting clients' stored bytes failed; their storage limits count only this process's commits until a count succeeds",
 			slog.Any("err", err))
-	} else {
-		l.log.Info("counted clients' stored bytes", slog.Int("clients", len(l.stored)), slog.Duration("took", time.Since(start)))
+	default:
+		l.log.Debug("counted clients' stored bytes", slog.Int("clients", len(l.stored)), slog.Duration("took", time.Since(start)))
 	}
 	return err
 }
