@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgate/llmgate/cache"
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/cache/storetest"
 	"github.com/llmgate/llmgate/config"
@@ -56,8 +58,14 @@ func newLimitsHarness(t *testing.T, mutate func(c *config.Config)) (*harness, *s
 // The old gateway's server stops; newHarness's cleanup closes the gateway.
 func serve(t *testing.T, h *harness, store *badgerstore.Store, clock *storetest.Clock) {
 	t.Helper()
+	serveOn(t, h, store, store, clock)
+}
+
+// serveOn is serve with the gateway given st, a wrapper of store.
+func serveOn(t *testing.T, h *harness, store *badgerstore.Store, st Store, clock *storetest.Clock) {
+	t.Helper()
 	h.srv.Close()
-	gw, err := New(Options{Config: h.cfg, Store: store, LimitsNow: clock.Now,
+	gw, err := New(Options{Config: h.cfg, Store: st, LimitsNow: clock.Now,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +226,12 @@ func TestClientStorageQuota(t *testing.T) {
 // config, on the store reopened from its directory.
 func restart(t *testing.T, h *harness, clock *storetest.Clock) {
 	t.Helper()
+	restartWith(t, h, clock, nil)
+}
+
+// restartWith is restart with the new gateway's store wrapped by wrap.
+func restartWith(t *testing.T, h *harness, clock *storetest.Clock, wrap func(Store) Store) {
+	t.Helper()
 	h.srv.Close()
 	if err := h.store.Close(); err != nil {
 		t.Fatal(err)
@@ -227,7 +241,11 @@ func restart(t *testing.T, h *harness, clock *storetest.Clock) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	serve(t, h, store, clock)
+	var st Store = store
+	if wrap != nil {
+		st = wrap(store)
+	}
+	serveOn(t, h, store, st, clock)
 }
 
 // The stored bytes are counted again at start from the store: a restart
@@ -245,6 +263,34 @@ func TestClientStorageRebuiltAtStart(t *testing.T) {
 	wantLimited(t, h, h.chat(chatBody, with(alice, "Idempotency-Key", "after-restart")), "client_storage_quota_exceeded", "", calls)
 	if r := h.chat(chatBody, with(alice, "Idempotency-Key", "fill-a")); r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay after restart: %d %s", r.status, r.body)
+	}
+}
+
+// scanFails is a store that cannot count stored bytes.
+type scanFails struct{ Store }
+
+func (scanFails) ScanCommitted(context.Context, string, func(cache.CommittedRecord) error) error {
+	return errors.New("store unreachable")
+}
+
+// The store cannot be counted at start: the storage limit fails open —
+// it admits what this process's own commits leave room for — and says so
+// in a log line and a metric (a failed count per client: alice and bob).
+func TestClientStorageFailsOpen(t *testing.T) {
+	mutate, alice, _ := tenants(config.ClientLimits{MaxStoredBytes: 2000})
+	h, clock := newLimitsHarness(t, mutate)
+	fillStorage(t, h, alice)
+	restartWith(t, h, clock, func(s Store) Store { return scanFails{s} })
+	if r := h.chat(chatBody, with(alice, "Idempotency-Key", "unknown-usage")); r.status != 200 {
+		t.Fatalf("with the usage unknown: %d %s", r.status, r.body)
+	}
+	if !strings.Contains(h.logs.String(), "counting clients' stored bytes failed") {
+		t.Fatal("no log line for the failed count")
+	}
+	m := h.admin(http.MethodGet, "/metrics")
+	if !strings.Contains(string(m.body), `llmgate_client_limit_fail_open_total{limit="storage"} 1`) ||
+		!strings.Contains(string(m.body), `llmgate_client_usage_scans_total{result="error"} 2`) {
+		t.Fatalf("metrics do not show the fail-open:\n%s", m.body)
 	}
 }
 
