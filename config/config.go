@@ -15,6 +15,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -56,10 +57,11 @@ func Default() Config {
 			MaxDetached:     256,
 		},
 		Store: Store{
-			Kind:       StoreBadger,
-			GCInterval: Duration(10 * time.Minute),
-			OpTimeout:  Duration(5 * time.Second),
-			Redis:      Redis{Prefix: "llmgate:"},
+			Kind:        StoreBadger,
+			GCInterval:  Duration(10 * time.Minute),
+			OpTimeout:   Duration(5 * time.Second),
+			UsageRescan: Duration(10 * time.Minute),
+			Redis:       Redis{Prefix: "llmgate:"},
 		},
 		Limits: Limits{
 			MaxBodyBytes:      32 << 20,
@@ -67,7 +69,8 @@ func Default() Config {
 			MaxJSONDepth:      64,
 			StreamIdleTimeout: Duration(60 * time.Second),
 		},
-		Log: Log{Format: "json", Level: "info"},
+		Log:      Log{Format: "json", Level: "info"},
+		Replicas: 1,
 		Server: Server{
 			ReadHeaderTimeout:              Duration(10 * time.Second),
 			ReadBodyTimeout:                Duration(5 * time.Minute),
@@ -114,6 +117,16 @@ type Config struct {
 
 	Upstreams []Upstream `yaml:"upstreams"`
 	Clients   []Client   `yaml:"clients"`
+	// ClientLimits are the limits of every client that does not set its
+	// own (Client.Limits), and of the one shared scope when no clients are
+	// configured. The zero value limits nothing.
+	ClientLimits ClientLimits `yaml:"client_limits"`
+	// Replicas is how many gateway processes share the traffic (behind one
+	// load balancer, on one Redis store). Per-client request rates and
+	// concurrency are kept in each process, so each allows its share: the
+	// configured figure divided by Replicas. Default 1; with the Badger
+	// store it must be 1 (one process owns the data dir).
+	Replicas int `yaml:"replicas"`
 
 	Retry       Retry       `yaml:"retry"`
 	Breaker     Breaker     `yaml:"breaker"`
@@ -168,6 +181,9 @@ type Client struct {
 	// need not sit in the config file (e.g. from `printf %s "$KEY" | sha256sum`).
 	// Load lower-cases it.
 	KeySHA256 string `yaml:"key_sha256"`
+	// Limits are this client's own limits. A field left at 0 takes
+	// Config.ClientLimits' value; -1 lifts that limit for this client.
+	Limits ClientLimits `yaml:"limits"`
 }
 
 // Digest is the SHA-256 of the client's key, from Key or KeySHA256: what
@@ -194,6 +210,72 @@ func KeyDigest(key string) [sha256.Size]byte { return sha256.Sum256([]byte(key))
 type digestError struct{ field, msg, client string }
 
 func (e *digestError) Error() string { return "clients: " + e.client + ": " + e.field + ": " + e.msg }
+
+// ClientLimits bound what one client may take of what every client
+// shares: its request rate, its requests in flight, and the bytes stored
+// under its idempotency keys. A request over a limit gets 429 and never
+// reaches an upstream. In Config.ClientLimits 0 means no limit; in a
+// client's own Limits 0 means "as Config.ClientLimits" and -1 means no
+// limit (see Client.EffectiveLimits).
+type ClientLimits struct {
+	// RequestsPerSecond is the client's sustained rate of POST requests,
+	// across all replicas (each allows RequestsPerSecond/replicas), as a
+	// token bucket. Every request counts, replays of committed keys too.
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	// Burst is how many requests the bucket holds: how many may arrive at
+	// once after a quiet spell. Only meaningful with RequestsPerSecond. If
+	// 0, max(1, ceil(RequestsPerSecond)). Each replica holds
+	// ceil(Burst/replicas). It cannot be -1 in a client's limits.
+	Burst int `yaml:"burst"`
+	// MaxConcurrent caps the client's POST requests in flight, keyed
+	// calls that run on after their client stopped waiting included.
+	// Each replica admits ceil(MaxConcurrent/replicas).
+	MaxConcurrent int `yaml:"max_concurrent"`
+	// MaxStoredBytes caps the bytes committed under the client's
+	// idempotency keys and content-cache entries (cache.Record.StoredSize,
+	// counted until the hour they expire in has passed). Over it a keyed
+	// request gets 429 before it is claimed (a replay of a committed key is
+	// still served), and a content-cached request is served without being
+	// stored.
+	MaxStoredBytes int64 `yaml:"max_stored_bytes"`
+}
+
+// EffectiveLimits are the limits that apply to c when def is the default
+// block (Config.ClientLimits): each field c sets (not 0) replaces def's,
+// and -1 becomes 0, no limit. A burst left at 0 with a rate is
+// max(1, ceil(rate)).
+func (c Client) EffectiveLimits(def ClientLimits) ClientLimits {
+	return c.Limits.Over(def)
+}
+
+// Over resolves l, a client's own limits, over def as EffectiveLimits
+// describes. With l zero it resolves def alone.
+func (l ClientLimits) Over(def ClientLimits) ClientLimits {
+	out := ClientLimits{
+		RequestsPerSecond: pickLimit(l.RequestsPerSecond, def.RequestsPerSecond),
+		Burst:             pickLimit(l.Burst, def.Burst),
+		MaxConcurrent:     pickLimit(l.MaxConcurrent, def.MaxConcurrent),
+		MaxStoredBytes:    pickLimit(l.MaxStoredBytes, def.MaxStoredBytes),
+	}
+	if out.RequestsPerSecond == 0 {
+		out.Burst = 0
+	} else if out.Burst == 0 {
+		out.Burst = max(1, int(math.Ceil(out.RequestsPerSecond)))
+	}
+	return out
+}
+
+// pickLimit is a client's own value over the default's: 0 takes the
+// default, a negative value (-1) means no limit (0).
+func pickLimit[T int | int64 | float64](own, def T) T {
+	switch {
+	case own < 0:
+		return 0
+	case own == 0:
+		return max(def, 0)
+	}
+	return own
+}
 
 // Retry configures the one retry layer.
 type Retry struct {
@@ -288,7 +370,13 @@ type Store struct {
 	// detached from the client (a client's short deadline must not leave
 	// a key claimed), under this timeout alone. Default 5s.
 	OpTimeout Duration `yaml:"op_timeout"`
-	Redis     Redis    `yaml:"redis"`
+	// UsageRescan is how often the bytes stored under each client with a
+	// max_stored_bytes limit are counted again from the store (they are
+	// counted at start, and then as this process commits): it picks up
+	// other replicas' commits and records deleted by an operator. 0 counts
+	// only at start (and retries a failed count every 30s). Default 10m.
+	UsageRescan Duration `yaml:"usage_rescan"`
+	Redis       Redis    `yaml:"redis"`
 }
 
 // Redis configures the shared store for several replicas.

@@ -44,6 +44,13 @@ var expectedErrors = map[string][]string{
 	"client_duplicate_key.bad.yml":      {`clients[1].key: same key as clients[0] ("alice"); keys must be unique`},
 	"admin_token_is_client_key.bad.yml": {`admin_token: same as the key of clients[0] ("alice"); the admin token must not be a client key`},
 
+	"client_limits_negative.bad.yml":  {"client_limits.max_concurrent: -1 is not >= 0 (0 is no limit)"},
+	"client_own_limits_range.bad.yml": {"clients[0].limits.requests_per_second: -2 is not -1 (no limit), 0 (as client_limits) or more"},
+	"client_own_burst.bad.yml":        {"clients[0].limits.burst: must be >= 0 (0: as many as one second's rate)"},
+	"replicas_badger.bad.yml":         {"replicas: 2 replicas need store.kind: redis (a Badger data dir belongs to one process)"},
+	"replicas_zero.bad.yml":           {"replicas: must be >= 1 (the number of gateway processes sharing the traffic)"},
+	"usage_rescan.bad.yml":            {"store.usage_rescan: -1m is negative"},
+
 	"retry_max_attempts.bad.yml": {"retry.max_attempts: must be >= 1 (1 means no retries)"},
 	"negative_duration.bad.yml":  {"retry.deadline: -1m is negative"},
 	"budget_ratio.bad.yml":       {"retry.budget_ratio: 1.5 is outside [0, 1]"},
@@ -167,9 +174,12 @@ func TestGoodConfig(t *testing.T) {
 			},
 		},
 		Clients: []Client{
-			{Name: "alice", Key: "sk-gw-alice-secret"},
+			{Name: "alice", Key: "sk-gw-alice-secret",
+				Limits: ClientLimits{RequestsPerSecond: 2.5, Burst: 10, MaxConcurrent: -1}},
 			{Name: "bob", KeySHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}, // lower-cased
 		},
+		ClientLimits: ClientLimits{RequestsPerSecond: 1, Burst: 3, MaxConcurrent: 4, MaxStoredBytes: 1 << 20},
+		Replicas:     3,
 		Retry: Retry{
 			MaxAttempts:        4,
 			BaseDelay:          Duration(500 * time.Millisecond),
@@ -200,6 +210,7 @@ func TestGoodConfig(t *testing.T) {
 			Kind:       StoreRedis,
 			SyncWrites: true,
 			GCInterval: Duration(5 * time.Minute), OpTimeout: Duration(5 * time.Second),
+			UsageRescan: Duration(2 * time.Minute),
 			Redis: Redis{
 				URL:      "rediss://default:redis-secret-pw@cache.internal:6380/2",
 				PoolSize: 20,
@@ -724,5 +735,30 @@ func TestTrustedProxyPrefixes(t *testing.T) {
 	want := []string{"10.0.0.5/32", "172.18.0.0/16", "192.0.2.1/32", "198.51.100.0/24", "2001:db8::/48", "fe80::1/128"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("TrustedProxyPrefixes = %q, want %q", got, want)
+	}
+}
+
+// TestEffectiveLimits holds the inheritance rule: a client's 0 takes the
+// default, its -1 lifts the limit, and a rate without a burst holds one
+// second's worth.
+func TestEffectiveLimits(t *testing.T) {
+	def := ClientLimits{RequestsPerSecond: 2.5, MaxConcurrent: 4, MaxStoredBytes: 1000}
+	for _, tc := range []struct {
+		name string
+		own  ClientLimits
+		want ClientLimits
+	}{
+		{"inherits everything", ClientLimits{}, ClientLimits{RequestsPerSecond: 2.5, Burst: 3, MaxConcurrent: 4, MaxStoredBytes: 1000}},
+		{"own values", ClientLimits{RequestsPerSecond: 10, Burst: 1, MaxConcurrent: 1, MaxStoredBytes: 5},
+			ClientLimits{RequestsPerSecond: 10, Burst: 1, MaxConcurrent: 1, MaxStoredBytes: 5}},
+		{"-1 lifts", ClientLimits{RequestsPerSecond: -1, Burst: 7, MaxConcurrent: -1, MaxStoredBytes: -1}, ClientLimits{}},
+		{"small rate", ClientLimits{RequestsPerSecond: 0.1}, ClientLimits{RequestsPerSecond: 0.1, Burst: 1, MaxConcurrent: 4, MaxStoredBytes: 1000}},
+	} {
+		if got := (Client{Limits: tc.own}).EffectiveLimits(def); got != tc.want {
+			t.Errorf("%s: EffectiveLimits = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	if got := (ClientLimits{}).Over(ClientLimits{}); got != (ClientLimits{}) {
+		t.Errorf("zero over zero = %+v, want no limits", got)
 	}
 }

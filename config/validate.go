@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -38,6 +39,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateUpstreams(&p)
 	c.validateClients(&p)
+	c.validateClientLimits(&p)
 	c.validateDurations(&p)
 
 	r := c.Retry
@@ -260,6 +262,44 @@ func (c *Config) validateClients(p *problems) {
 	}
 }
 
+// validateClientLimits checks client_limits (0 or more: 0 is no limit),
+// every client's own limits (also -1: no limit for it; burst 0 or more),
+// and replicas.
+func (c *Config) validateClientLimits(p *problems) {
+	check := func(field string, l ClientLimits, least float64) {
+		rps := l.RequestsPerSecond
+		if math.IsNaN(rps) || math.IsInf(rps, 0) || (rps < 0 && rps != least) {
+			p.add(field+".requests_per_second", "%v is not %s", rps, limitRange(least))
+		}
+		if l.Burst < 0 {
+			p.add(field+".burst", "must be >= 0 (0: as many as one second's rate)")
+		}
+		if n := l.MaxConcurrent; n < 0 && float64(n) != least {
+			p.add(field+".max_concurrent", "%d is not %s", n, limitRange(least))
+		}
+		if n := l.MaxStoredBytes; n < 0 && float64(n) != least {
+			p.add(field+".max_stored_bytes", "%d is not %s", n, limitRange(least))
+		}
+	}
+	check("client_limits", c.ClientLimits, 0)
+	for i, cl := range c.Clients {
+		check(fmt.Sprintf("clients[%d].limits", i), cl.Limits, -1)
+	}
+	switch {
+	case c.Replicas < 1:
+		p.add("replicas", "must be >= 1 (the number of gateway processes sharing the traffic)")
+	case c.Replicas > 1 && c.Store.Kind == StoreBadger:
+		p.add("replicas", "%d replicas need store.kind: redis (a Badger data dir belongs to one process)", c.Replicas)
+	}
+}
+
+func limitRange(least float64) string {
+	if least < 0 {
+		return "-1 (no limit), 0 (as client_limits) or more"
+	}
+	return ">= 0 (0 is no limit)"
+}
+
 // validateDurations rejects negative durations everywhere, and zero where
 // zero would mean "never" or "no time at all" rather than a sensible off.
 func (c *Config) validateDurations(p *problems) {
@@ -281,6 +321,7 @@ func (c *Config) validateDurations(p *problems) {
 		{"idempotency.cache_ttl", c.Idempotency.CacheTTL, true},
 		{"store.gc_interval", c.Store.GCInterval, true},
 		{"store.op_timeout", c.Store.OpTimeout, true},
+		{"store.usage_rescan", c.Store.UsageRescan, false},
 		{"limits.stream_idle_timeout", c.Limits.StreamIdleTimeout, true},
 		{"server.read_header_timeout", c.Server.ReadHeaderTimeout, true},
 		{"server.read_body_timeout", c.Server.ReadBodyTimeout, true},

@@ -17,6 +17,8 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/deadletter"
+	"github.com/llmgate/llmgate/gateway/limits"
 	"github.com/llmgate/llmgate/gateway/outcome"
 	"github.com/llmgate/llmgate/gateway/proxy"
 )
@@ -26,6 +28,17 @@ import (
 func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
 		s.endpoint = ep.label
+		// The client's concurrency and rate limits, before anything else;
+		// an operator's dead-letter replay is paced by its own rate.
+		var slot *limits.Slot
+		if _, replay := deadletter.ReplayClient(r.Context()); !replay {
+			var err error
+			if slot, err = g.limits.Admit(clientOf(r)); err != nil {
+				s.class = "client_limited"
+				return err
+			}
+		}
+		defer slot.Release()
 		start := g.now()
 		body, rt, u, err := g.parseRequest(r)
 		s.model = rt.Model
@@ -45,7 +58,7 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 			return err
 		}
 		if kr != nil {
-			return g.serveKeyed(w, r, cl, u, kr, dl, s)
+			return g.serveKeyed(w, r, cl, u, kr, dl, s, slot)
 		}
 		return g.serveUnkeyed(w, r, cl, u, dl, s)
 	})

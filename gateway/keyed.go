@@ -16,6 +16,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/idempotency"
+	"github.com/llmgate/llmgate/gateway/limits"
 	"github.com/llmgate/llmgate/gateway/outcome"
 	"github.com/llmgate/llmgate/gateway/proxy"
 	"github.com/llmgate/llmgate/gateway/sse"
@@ -69,11 +70,22 @@ func (g *Gateway) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 
 // serveKeyed runs a keyed request: replay a committed response, wait for
 // an in-flight duplicate, or claim the key and run the call.
-func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, dl deadlines, s *summary) error {
+func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, dl deadlines, s *summary, slot *limits.Slot) error {
 	s.idemKey = idempotency.HashKey(kr.Key.ID)
 	if kr.Cache {
 		s.cache = "miss"
 		w.Header().Set(idempotency.CacheHeader, "miss")
+	}
+	// Over its storage quota a client's keyed request is refused before
+	// its claim, unless it replays a committed answer; a content-cached one
+	// is looked up and otherwise served without being stored.
+	if err := g.storageCheck(kr); err != nil {
+		if ev, ok := g.keeper.Lookup(w, r, kr); ok {
+			s.replay(ev, kr)
+			return nil
+		}
+		s.class = "client_limited"
+		return err
 	}
 	if kr.NoStore {
 		if ev, ok := g.keeper.Lookup(w, r, kr); ok {
@@ -97,7 +109,22 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 	if err != nil || lease == nil {
 		return err
 	}
-	return g.runClaimed(w, r, cl, u, kr, lease, dl, s)
+	return g.runClaimed(w, r, cl, u, kr, lease, dl, s, slot)
+}
+
+// storageCheck is the client's storage quota for a request that would
+// store: over it, a content-cached request becomes no-store (caching saves
+// calls; it is no guarantee a client asked for) and passes.
+func (g *Gateway) storageCheck(kr *idempotency.Request) error {
+	if kr.NoStore {
+		return nil
+	}
+	err := g.limits.CheckStorage(kr.Key.Scope)
+	if err != nil && kr.Cache {
+		kr.NoStore = true
+		return nil
+	}
+	return err
 }
 
 // runClaimed runs a claimed key's call. The call outlives the client: it
@@ -107,8 +134,11 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 // finishes and commits, and the client's retry gets this answer instead of
 // paying for a second, different one. The handler waits for it, or for the
 // client's deadline.
-func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, lease *idempotency.Lease, dl deadlines, s *summary) error {
+func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, lease *idempotency.Lease, dl deadlines, s *summary, slot *limits.Slot) error {
 	work, it, done := g.work.start(r.Context(), dl.operator)
+	// The call holds its client's concurrency slot until it ends, also
+	// after the handler has returned.
+	held := slot.Take()
 	if kr.Raw != "" {
 		cl.IdemKey = idempotency.ForwardKey(g.forwardSecret, kr.Key)
 	}
@@ -116,6 +146,7 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 	ended := make(chan workEnd, 1)
 	go func() {
 		defer done()
+		defer held.Release()
 		stopRenew := lease.Renew(work)
 		defer stopRenew()
 		ended <- k.run(u)
@@ -267,11 +298,12 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 	switch {
 	case v.Commit:
 		failpoint("before-commit")
-		err := k.lease.Commit(k.work, &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
-			Body: resp.Body, Upstream: resp.Upstream.Cfg.Name})
-		if err != nil {
+		rec := &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
+			Body: resp.Body, Upstream: resp.Upstream.Cfg.Name}
+		if err := k.lease.Commit(k.work, rec); err != nil {
 			return err
 		}
+		k.g.limits.Committed(k.kr.Key.Scope, rec.StoredSize(), k.kr.TTL)
 		k.resolved()
 		failpoint("after-commit")
 	case v.Uncommitted != "":
@@ -314,9 +346,11 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 	switch {
 	case v.Commit:
 		failpoint("before-commit")
-		err = k.lease.Commit(k.work, &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
-			Stream: true, Events: rec.Events(), Upstream: resp.Upstream.Cfg.Name})
+		stored := &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
+			Stream: true, Events: rec.Events(), Upstream: resp.Upstream.Cfg.Name}
+		err = k.lease.Commit(k.work, stored)
 		if err == nil {
+			g.limits.Committed(k.kr.Key.Scope, stored.StoredSize(), k.kr.TTL)
 			committed = true
 			k.resolved()
 			failpoint("after-commit")

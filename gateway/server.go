@@ -9,6 +9,7 @@
 //	idempotency/ claim, lease, commit, release, replay
 //	outcome/     the one place a request's end is settled
 //	deadletter/  failed keyed requests: record, alert, paced replay
+//	limits/      per-client rate, concurrency and stored-bytes limits
 //	admin/       the operator's API and page
 //
 // Echo stops here: the rooms take http.ResponseWriter and *http.Request.
@@ -37,6 +38,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/forwarded"
 	"github.com/llmgate/llmgate/gateway/idempotency"
+	"github.com/llmgate/llmgate/gateway/limits"
 	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/llmgate/llmgate/gateway/proxy"
 	"github.com/llmgate/llmgate/gateway/readdeadline"
@@ -49,6 +51,10 @@ import (
 type Store interface {
 	idempotency.Store
 	admin.Store
+	limits.Store
+	// PurgeScope deletes every record and dead letter of a client (see
+	// package cache).
+	PurgeScope(ctx context.Context, scope string) (cache.Purged, error)
 	Ping(ctx context.Context) error
 }
 
@@ -67,6 +73,10 @@ type Options struct {
 	// Now is the clock for request timing, deadlines, the retry budget and
 	// dead letters. If nil, time.Now.
 	Now func() time.Time
+	// LimitsNow is the clock of the per-client limits: their token buckets
+	// and the hours stored bytes expire in. If nil, time.Now. It is apart
+	// from Now so a test can move it by hours without moving deadlines.
+	LimitsNow func() time.Time
 }
 
 // Gateway serves the OpenAI-compatible API. Create it with New.
@@ -85,6 +95,7 @@ type Gateway struct {
 	clients  []clientKey
 	dlq      *deadletter.Queue
 	admin    *admin.Admin
+	limits   *limits.Limiter
 	work     *workSet
 	// forwardSecret keys the Idempotency-Key forwarded upstream.
 	forwardSecret []byte
@@ -145,6 +156,7 @@ func New(o Options) (*Gateway, error) {
 	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "llmgate_store_records", Help: "Idempotency records in the store (committed and in flight).",
 	}, func() float64 { return float64(g.store.Stats().Records) }))
+	g.limits = limits.New(limits.Options{Config: o.Config, Store: o.Store, Metrics: g.metrics, Logger: g.log, Now: o.LimitsNow})
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now})
 	eps := make([]string, len(postEndpoints))
 	for i, ep := range postEndpoints {
@@ -218,10 +230,11 @@ func (g *Gateway) Drain(ctx context.Context) {
 	g.work.Drain(ctx, 2*g.cfg.Store.OpTimeout.D())
 }
 
-// Close stops the dead-letter monitor and following shared overrides, and
-// releases idle upstream connections. Call it after the server has shut
+// Close stops the dead-letter monitor, following shared overrides and
+// counting clients' stored bytes, and releases idle upstream connections. Call it after the server has shut
 // down and Drain returned, before the store closes.
 func (g *Gateway) Close() {
+	g.limits.Close()
 	g.admin.Close()
 	g.dlq.Close()
 	g.router.Close()
@@ -283,6 +296,7 @@ func (g *Gateway) routes() *echo.Echo {
 	v1.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 
 	g.admin.Routes(e)
+	e.DELETE("/admin/clients/:name/data", g.admin.PurgeClientData(g), g.admin.Auth)
 	// GET only: a signed-in page's cookie opens it (admin.MetricsAuth).
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})), g.admin.MetricsAuth)
 	e.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
@@ -360,6 +374,17 @@ func (g *Gateway) readyz(c echo.Context) error {
 		return c.String(http.StatusServiceUnavailable, "store unavailable\n")
 	}
 	return c.String(http.StatusOK, "ready\n")
+}
+
+// PurgeClient forgets a client's data: every idempotency record and dead
+// letter stored under its name, and what its storage limit counted of
+// them. A client removed from the config may be purged too.
+func (g *Gateway) PurgeClient(ctx context.Context, name string) (cache.Purged, error) {
+	p, err := g.store.PurgeScope(ctx, name)
+	if err == nil {
+		g.limits.Forget(name)
+	}
+	return p, err
 }
 
 type clientCtxKey struct{}

@@ -15,6 +15,7 @@ import (
 //	lease   in flight: lease until, store clock, "<unix seconds>.<9-digit nanoseconds>"
 //	exp     committed: ExpiresAt, store clock, same format
 //	commit  committed: the nonce of the Commit call that wrote it
+//	size    committed: the record's StoredSize, for ScanCommitted
 //	data    the record as codec.EncodeRecord writes it: the same bytes
 //	        Badger stores, and what Go decodes; the other fields are copies
 //	        of what the scripts must compare
@@ -74,7 +75,7 @@ return 1
 
 // commitScript: ARGV owner, fingerprint (the one data was encoded with),
 // data (the committed record), exp, PX (ttl), wake channel, nonce (fresh,
-// random). Returns 1, or 0 when not in flight under owner with that
+// random), size (the record's StoredSize). Returns 1, or 0 when not in flight under owner with that
 // fingerprint. A committed record carrying this call's nonce is a go-redis
 // retry of this call: 1 again, without a second PUBLISH. A second Commit
 // call (another nonce) gets 0, as with Badger.
@@ -83,7 +84,7 @@ local cur = redis.call('HMGET', KEYS[1], 'state', 'owner', 'fp', 'commit')
 if cur[1] == '2' and cur[2] == ARGV[1] and cur[4] == ARGV[7] then return 1 end
 if cur[1] ~= '1' or cur[2] ~= ARGV[1] or cur[3] ~= ARGV[2] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'state', '2', 'fp', ARGV[2], 'owner', ARGV[1], 'exp', ARGV[4], 'commit', ARGV[7], 'data', ARGV[3])
+redis.call('HSET', KEYS[1], 'state', '2', 'fp', ARGV[2], 'owner', ARGV[1], 'exp', ARGV[4], 'commit', ARGV[7], 'size', ARGV[8], 'data', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('PUBLISH', ARGV[6], 'commit')
 return 1

@@ -432,7 +432,7 @@ func (r *Store) commit(ctx context.Context, ident, owner string, rec *cache.Reco
 	stored.ExpiresAt = now.Add(ttl)
 	ok, err := commitScript.Run(ctx, r.client, []string{key},
 		owner, stored.Fingerprint, codec.EncodeRecord(&stored), luaTime(stored.ExpiresAt),
-		pxMillis(ttl), r.wakeChannel(ident), rand.Text()).Int()
+		pxMillis(ttl), r.wakeChannel(ident), rand.Text(), stored.StoredSize()).Int()
 	if err != nil {
 		return r.mapErr(err)
 	}

@@ -32,6 +32,8 @@ type Store interface {
 	GetDeadLetter(ctx context.Context, id string) (*cache.DeadLetter, error)
 	DeleteDeadLetter(ctx context.Context, id string) error
 	ListDeadLetters(ctx context.Context, f cache.DeadLetterFilter) ([]cache.DeadLetter, error)
+	ScanCommitted(ctx context.Context, scope string, fn func(cache.CommittedRecord) error) error
+	PurgeScope(ctx context.Context, scope string) (cache.Purged, error)
 }
 
 // Observed is a store under test plus what Run needs to watch it from
@@ -570,6 +572,147 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 		if _, err := s.GetDeadLetter(ctx, d2.ID); !errors.Is(err, cache.ErrNotFound) {
 			t.Fatalf("GetDeadLetter of an expired one: %v", err)
 		}
+	})
+
+	// commitAs claims and commits rec under k, and returns the record as
+	// stored (its fingerprint set), for StoredSize.
+	commitAs := func(t *testing.T, s Store, k cache.Key, rec *cache.Record, ttl time.Duration) *cache.Record {
+		t.Helper()
+		c := claim(t, s, k, "fp-"+k.ID, cache.Claimed)
+		if err := s.Commit(ctx, k, c.Owner, rec, ttl); err != nil {
+			t.Fatalf("Commit(%v): %v", k, err)
+		}
+		rec.Fingerprint = "fp-" + k.ID
+		return rec
+	}
+	scan := func(t *testing.T, s Store, scope string) map[cache.CommittedRecord]int {
+		t.Helper()
+		got := map[cache.CommittedRecord]int{}
+		if err := s.ScanCommitted(ctx, scope, func(r cache.CommittedRecord) error { got[r]++; return nil }); err != nil {
+			t.Fatalf("ScanCommitted(%q): %v", scope, err)
+		}
+		return got
+	}
+	// Scopes whose storage keys a careless prefix or pattern would mix up.
+	neighbours := []string{"acme2", "", "ac*", "acme:x"}
+
+	t.Run("scan committed", func(t *testing.T) {
+		s, clock := setup(t)
+		if got := scan(t, s, "acme"); len(got) != 0 {
+			t.Fatalf("empty store: %v", got)
+		}
+		at := clock.Now()
+		big := JSONRecord()
+		big.Body = bytes.Repeat([]byte("x"), 5000)
+		want := map[cache.CommittedRecord]int{}
+		for _, c := range []struct {
+			k   cache.Key
+			rec *cache.Record
+			ttl time.Duration
+		}{
+			{cache.Key{Scope: "acme", Endpoint: chatEP, ID: "json"}, JSONRecord(), ttl},
+			{cache.Key{Scope: "acme", Endpoint: chatEP, ID: "stream"}, StreamRecord(), time.Hour},
+			{cache.Key{Scope: "acme", Endpoint: "/v1/embeddings", ID: "big"}, big, 2 * time.Hour},
+			{cache.Key{Scope: "acme", Endpoint: chatEP, ID: "again"}, JSONRecord(), ttl},
+		} {
+			r := commitAs(t, s, c.k, c.rec, c.ttl)
+			want[cache.CommittedRecord{Size: r.StoredSize(), ExpiresAt: at.Add(c.ttl)}]++
+		}
+		claim(t, s, cache.Key{Scope: "acme", Endpoint: chatEP, ID: "in-flight"}, "fp", cache.Claimed)
+		for _, sc := range neighbours {
+			commitAs(t, s, cache.Key{Scope: sc, Endpoint: chatEP, ID: "json"}, JSONRecord(), ttl)
+		}
+		if got := scan(t, s, "acme"); !reflect.DeepEqual(got, want) {
+			t.Fatalf("ScanCommitted(acme) = %v, want %v", got, want)
+		}
+		for _, sc := range neighbours {
+			r := JSONRecord()
+			r.Fingerprint = "fp-json"
+			if got := scan(t, s, sc); len(got) != 1 || got[cache.CommittedRecord{Size: r.StoredSize(), ExpiresAt: at.Add(ttl)}] != 1 {
+				t.Fatalf("ScanCommitted(%q) = %v, want its one record", sc, got)
+			}
+		}
+		stop := errors.New("stop")
+		calls := 0
+		if err := s.ScanCommitted(ctx, "acme", func(cache.CommittedRecord) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
+			t.Fatalf("ScanCommitted with fn failing: %v after %d calls, want stop after 1", err, calls)
+		}
+		// Expired by the store's clock: no longer reported.
+		clock.Advance(time.Hour)
+		for r := range want {
+			if !r.ExpiresAt.After(clock.Now()) {
+				delete(want, r)
+			}
+		}
+		if got := scan(t, s, "acme"); !reflect.DeepEqual(got, want) || len(want) != 3 {
+			t.Fatalf("ScanCommitted(acme) an hour later = %v, want %v", got, want)
+		}
+	})
+
+	t.Run("purge scope", func(t *testing.T) {
+		s, _ := setup(t)
+		if p, err := s.PurgeScope(ctx, "acme"); err != nil || p != (cache.Purged{}) {
+			t.Fatalf("PurgeScope of an empty store = %+v, %v", p, err)
+		}
+		mine := []cache.Key{
+			{Scope: "acme", Endpoint: chatEP, ID: "a"},
+			{Scope: "acme", Endpoint: "/v1/embeddings", ID: "b"},
+		}
+		for _, k := range mine {
+			commitAs(t, s, k, JSONRecord(), ttl)
+		}
+		flying := cache.Key{Scope: "acme", Endpoint: chatEP, ID: "flying"}
+		fc := claim(t, s, flying, "fp", cache.Claimed)
+		var theirs []cache.Key
+		for _, sc := range neighbours {
+			k := cache.Key{Scope: sc, Endpoint: chatEP, ID: "a"}
+			commitAs(t, s, k, JSONRecord(), ttl)
+			theirs = append(theirs, k)
+		}
+		dead := func(k cache.Key) {
+			t.Helper()
+			if err := s.PutDeadLetter(ctx, k, &cache.DeadLetter{Class: "transient"}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dead(cache.Key{Scope: "acme", Endpoint: chatEP, ID: "failed"})
+		dead(cache.Key{Scope: "acme2", Endpoint: chatEP, ID: "failed"})
+		dead(cache.Key{Scope: "", Endpoint: chatEP, ID: "failed"})
+		res := startWait(t, s, ctx, flying)
+
+		p, err := s.PurgeScope(ctx, "acme")
+		if err != nil || p != (cache.Purged{Records: 3, DeadLetters: 1}) {
+			t.Fatalf("PurgeScope(acme) = %+v, %v; want 3 records and 1 dead letter", p, err)
+		}
+		if err := waitResult(t, res); err != nil {
+			t.Fatalf("Wait on a purged in-flight key: %v", err)
+		}
+		for _, k := range append(mine, flying) {
+			if _, err := s.Get(ctx, k); !errors.Is(err, cache.ErrNotFound) {
+				t.Fatalf("Get(%v) after the purge: %v, want cache.ErrNotFound", k, err)
+			}
+		}
+		if err := s.Commit(ctx, flying, fc.Owner, JSONRecord(), ttl); !errors.Is(err, cache.ErrNotOwner) {
+			t.Fatalf("Commit of a purged in-flight key: %v, want cache.ErrNotOwner", err)
+		}
+		for _, k := range theirs {
+			if got, err := s.Get(ctx, k); err != nil || got.State != cache.Committed {
+				t.Fatalf("Get(%v) after acme's purge: %+v, %v", k, got, err)
+			}
+		}
+		list, err := s.ListDeadLetters(ctx, cache.DeadLetterFilter{})
+		if err != nil || len(list) != 2 {
+			t.Fatalf("dead letters after acme's purge: %+v, %v; want the other two", list, err)
+		}
+		for _, d := range list {
+			if d.Client == "acme" {
+				t.Fatalf("acme's dead letter survived: %+v", d)
+			}
+		}
+		if p, err := s.PurgeScope(ctx, "acme"); err != nil || p != (cache.Purged{}) {
+			t.Fatalf("second PurgeScope(acme) = %+v, %v", p, err)
+		}
+		claim(t, s, mine[0], "another-fp", cache.Claimed)
 	})
 
 	t.Run("invalid arguments", func(t *testing.T) {

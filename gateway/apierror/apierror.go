@@ -139,6 +139,28 @@ type NotStored struct {
 
 func (*NotStored) Error() string { return "idempotency result not stored" }
 
+// ClientLimited: the request's client is over one of its own limits
+// (clients[].limits, client_limits); it never reached an upstream.
+type ClientLimited struct {
+	Client     string
+	Limit      Limit
+	RetryAfter time.Duration
+}
+
+// Limit names one of a client's limits.
+type Limit string
+
+// The per-client limits.
+const (
+	LimitRate        Limit = "rate"        // requests_per_second, burst
+	LimitConcurrency Limit = "concurrency" // max_concurrent
+	LimitStorage     Limit = "storage"     // max_stored_bytes
+)
+
+func (e *ClientLimited) Error() string {
+	return fmt.Sprintf("client %q over its %s limit", e.Client, e.Limit)
+}
+
 // ClientGone: the client left before the gateway answered (nginx's 499).
 var ClientGone = &clientGone{}
 
@@ -232,6 +254,10 @@ func Wire(err error) *Error {
 		return &Error{Status: http.StatusGone, Type: "invalid_request_error", Code: "idempotency_result_not_stored", Param: "Idempotency-Key",
 			Message: fmt.Sprintf("The answer to this Idempotency-Key was served once (%d bytes, at %s) but was too large for the gateway to store, "+
 				"so it cannot be replayed; it is not run again either. Use a new key to run the request again.", ns.Size, ns.At.UTC().Format(time.RFC3339))}
+	case errors.As(err, new(*ClientLimited)):
+		var cl *ClientLimited
+		errors.As(err, &cl)
+		return clientLimited(cl)
 	case errors.Is(err, ClientGone):
 		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request",
 			Message: "The client closed the request.", Err: context.Canceled}
@@ -248,6 +274,28 @@ func Wire(err error) *Error {
 	}
 	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
 		Message: "The gateway failed to handle the request; see its log for details.", Err: err}
+}
+
+// clientLimited is a 429 in OpenAI's rate-limit shape: error.type names
+// what is limited ("requests", as OpenAI's own, or "storage"). A later
+// retry of a rate or concurrency 429 succeeds without the gateway having
+// retried anything, so x-should-retry is true; a storage quota frees
+// itself only as records expire (Retry-After, often hours), so it is false.
+func clientLimited(cl *ClientLimited) *Error {
+	e := &Error{Status: http.StatusTooManyRequests, Type: "requests", RetryAfter: cl.RetryAfter, ShouldRetry: true, Err: cl}
+	switch cl.Limit {
+	case LimitRate:
+		e.Code = "client_rate_limited"
+		e.Message = "Rate limit reached for this API key's requests per second at the gateway. Retry after the Retry-After interval."
+	case LimitConcurrency:
+		e.Code = "client_concurrency_limited"
+		e.Message = "This API key has as many requests in flight at the gateway as it may (keyed calls still finishing after their client stopped waiting count too). Retry when one has finished."
+	default:
+		e.Type, e.Code, e.ShouldRetry = "storage", "client_storage_quota_exceeded", false
+		e.Message = "This API key's stored answers have reached its storage quota at the gateway, so new requests with an Idempotency-Key are refused " +
+			"until older answers expire (Retry-After) or the operator raises the quota. Replays of committed keys, and requests without an Idempotency-Key, still work."
+	}
+	return e
 }
 
 // Body renders e in OpenAI's error shape.

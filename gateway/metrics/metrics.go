@@ -34,6 +34,11 @@ type Metrics struct {
 	authFailures  *prometheus.CounterVec
 	Inflight      prometheus.Gauge
 
+	clientLimited  *prometheus.CounterVec
+	clientFailOpen *prometheus.CounterVec
+	clientStored   *prometheus.GaugeVec
+	usageScans     *prometheus.CounterVec
+
 	DLQSize     *prometheus.GaugeVec
 	DLQAlert    prometheus.Gauge
 	DLQReplays  *prometheus.CounterVec
@@ -105,6 +110,21 @@ func New(reg prometheus.Registerer, exactModels []string) *Metrics {
 		DLQRecorded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmgate_deadletters_recorded_total", Help: "Keyed requests recorded as dead letters, by final class.",
 		}, []string{"class"}),
+		clientLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_client_limited_total",
+			Help: "Requests refused with 429 by their client's own limits, by client and limit: rate, concurrency, storage.",
+		}, []string{"client", "limit"}),
+		clientFailOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_client_limit_fail_open_total",
+			Help: "Limit checks made without what they depend on (storage: the client's stored bytes were never counted from the store), by limit.",
+		}, []string{"limit"}),
+		clientStored: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmgate_client_stored_bytes",
+			Help: "Bytes committed under each client with a max_stored_bytes limit, as this process counts them against it.",
+		}, []string{"client"}),
+		usageScans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_client_usage_scans_total", Help: "Counts of a client's stored bytes from the store, by result: ok, error.",
+		}, []string{"result"}),
 		models:     map[string]bool{},
 		exact:      map[string]bool{},
 		idemTotals: map[string]int64{},
@@ -115,7 +135,33 @@ func New(reg prometheus.Registerer, exactModels []string) *Metrics {
 	reg.MustRegister(m.DLQSize, m.DLQAlert, m.DLQReplays, m.DLQRecorded)
 	reg.MustRegister(m.requests, m.duration, m.attempts, m.retries, m.budget, m.breakerState,
 		m.breakerTrans, m.breakerReject, m.fallbacks, m.idem, m.ttfb, m.Inflight, m.authFailures)
+	reg.MustRegister(m.clientLimited, m.clientFailOpen, m.clientStored, m.usageScans)
 	return m
+}
+
+// ClientLimited counts a request refused by its client's limit. Client
+// names are the configured ones, a bounded set ("" is the one shared
+// scope when no clients are configured).
+func (m *Metrics) ClientLimited(client, limit string) {
+	m.clientLimited.WithLabelValues(client, limit).Inc()
+}
+
+// ClientLimitFailOpen counts a check of limit made without what it
+// depends on.
+func (m *Metrics) ClientLimitFailOpen(limit string) { m.clientFailOpen.WithLabelValues(limit).Inc() }
+
+// ClientStored sets a client's counted stored bytes.
+func (m *Metrics) ClientStored(client string, bytes int64) {
+	m.clientStored.WithLabelValues(client).Set(float64(bytes))
+}
+
+// UsageScan counts one count of a client's stored bytes from the store.
+func (m *Metrics) UsageScan(ok bool) {
+	result := "ok"
+	if !ok {
+		result = "error"
+	}
+	m.usageScans.WithLabelValues(result).Inc()
 }
 
 // ModelLabel bounds the model label's values. learn is true when an
