@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
@@ -287,7 +289,8 @@ func TestKillUnderLoad(t *testing.T) {
 	}
 	duplicates, extra := 0, 0
 	for k := 0; k < keys; k++ {
-		calls := perKey[fmt.Sprintf("load/%d", k)]
+		// The gateway forwards a key derived from (client, endpoint, key).
+		calls := perKey[idempotency.ForwardKey(nil, cache.Key{Endpoint: "/v1/chat/completions", ID: fmt.Sprintf("load/%d", k)})]
 		if len(calls) == 0 {
 			t.Fatalf("key %d answered without an upstream call", k)
 		}
