@@ -161,7 +161,9 @@ func (g *Gateway) parseRequest(r *http.Request) ([]byte, routing, *upstream, err
 	if err != nil {
 		var fe *fieldError
 		if errors.As(err, &fe) {
-			return nil, rt, nil, errInvalid(fe.Param, fe.Msg+".")
+			e := errInvalid(fe.Param, fe.Msg+".")
+			e.Code = fe.Code
+			return nil, rt, nil, e
 		}
 		if errors.Is(err, errDepth) {
 			return nil, rt, nil, errInvalid("", fmt.Sprintf("The request body is nested more than %d levels deep.", g.cfg.Limits.MaxJSONDepth))
