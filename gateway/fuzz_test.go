@@ -18,7 +18,7 @@ func FuzzParseRouting(f *testing.F) {
 	for _, s := range []string{
 		chatBody, streamBody, `{}`, `{"model":"a\"b\u00e9"}`, `{"model":1}`, `{"stream":"yes"}`,
 		`{"model":"m","x":[1,2.5e-3,-0,true,false,null,{"a":[]}]}`, `[1]`, `{"model":"m"} x`, `{"a":}`, ` { "model" : "m" , "stream" : true } `,
-		`{"model":"gpt-4o-mini","mod\u0065l":"o1-pro"}`,
+		`{"model":"gpt-4o-mini","mod\u0065l":"o1-pro"}`, `{"store":false,"background":1,"conversation":{"id":"c"},"previous_response_id":"r"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -43,7 +43,7 @@ func FuzzParseRouting(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, k := range []string{"model", "stream"} {
+		for _, k := range []string{"model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation"} {
 			if counts[k] > 1 {
 				t.Fatalf("accepted %q with %s %d times", body, k, counts[k])
 			}
@@ -56,6 +56,40 @@ func FuzzParseRouting(f *testing.F) {
 		}
 		if want := string(ref["stream"]) == "true"; rt.Stream != want {
 			t.Fatalf("stream %v, encoding/json says %s", rt.Stream, ref["stream"])
+		}
+		for _, f := range []struct {
+			name string
+			raw  []byte
+		}{
+			{"stream_options", rt.Raw.StreamOptions}, {"previous_response_id", rt.Raw.PreviousResponseID},
+			{"background", rt.Raw.Background}, {"store", rt.Raw.Store}, {"conversation", rt.Raw.Conversation},
+		} {
+			if !bytes.Equal(f.raw, ref[f.name]) {
+				t.Fatalf("%s %s, encoding/json says %s", f.name, f.raw, ref[f.name])
+			}
+		}
+		var id string
+		if json.Unmarshal(ref["previous_response_id"], &id) == nil && id != rt.PreviousResponseID {
+			t.Fatalf("previous_response_id %q, encoding/json says %q", rt.PreviousResponseID, id)
+		}
+		var opts map[string]json.RawMessage
+		_ = json.Unmarshal(ref["stream_options"], &opts)
+		if want := string(opts["include_usage"]) == "true"; rt.IncludeUsage != want {
+			t.Fatalf("include_usage %v, encoding/json says %s", rt.IncludeUsage, opts["include_usage"])
+		}
+		if want := string(ref["background"]) == "true"; rt.Background != want {
+			t.Fatalf("background %v, encoding/json says %s", rt.Background, ref["background"])
+		}
+		if want := map[string]optBool{"true": optTrue, "false": optFalse}[string(ref["store"])]; rt.Store != want {
+			t.Fatalf("store %v, encoding/json says %s", rt.Store, ref["store"])
+		}
+		var conv map[string]json.RawMessage // not a struct: those match keys case-insensitively
+		var convID string
+		if json.Unmarshal(ref["conversation"], &convID) != nil && json.Unmarshal(ref["conversation"], &conv) == nil {
+			_ = json.Unmarshal(conv["id"], &convID)
+		}
+		if convID != rt.ConversationID {
+			t.Fatalf("conversation %q, encoding/json says %q", rt.ConversationID, convID)
 		}
 		_ = fingerprint(body) // must not panic on anything parseRouting accepts
 	})

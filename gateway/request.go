@@ -17,11 +17,44 @@ import (
 type routing struct {
 	Model  string
 	Stream bool
+
+	// The fields below are read for what comes next (usage metering, the
+	// Responses API) but not policed yet: a value of an unexpected type is
+	// accepted, as it was before they were read, and leaves the typed
+	// field at its zero value; Raw shows what was there.
+
+	// IncludeUsage is stream_options.include_usage == true.
+	IncludeUsage bool
+	// PreviousResponseID is previous_response_id when it is a string.
+	PreviousResponseID string
+	// Background is background == true.
+	Background bool
+	// Store is store when it is a boolean, optUnset when absent or null.
+	Store optBool
+	// ConversationID is conversation when it is a string, or its "id" when
+	// it is an object with a string id.
+	ConversationID string
+	// Raw holds these fields as written, nil when absent.
+	Raw struct{ StreamOptions, PreviousResponseID, Background, Store, Conversation []byte }
 }
+
+// optBool is a boolean a body may leave out.
+type optBool uint8
+
+const (
+	optUnset optBool = iota
+	optFalse
+	optTrue
+)
 
 // routingKeys are the top-level fields parseRouting reads. Each may appear
 // once: the gateway and the upstream must not read different values.
-var routingKeys = jsonscan.NewKeys("model", "stream")
+var routingKeys = jsonscan.NewKeys("model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation")
+
+var (
+	streamOptionsKeys = jsonscan.NewKeys("include_usage")
+	conversationKeys  = jsonscan.NewKeys("id")
+)
 
 // errDepth reports a body nested deeper than the configured limit.
 var errDepth = jsonscan.ErrTooDeep
@@ -78,6 +111,39 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 			r.Stream = false
 		default:
 			return &fieldError{Param: "stream", Msg: "stream must be a boolean"}
+		}
+	case "stream_options":
+		r.Raw.StreamOptions = v
+		sub := jsonscan.New(v, 0)
+		for range sub.Fields(streamOptionsKeys) {
+			r.IncludeUsage = string(sub.Value()) == "true"
+		}
+	case "previous_response_id":
+		r.Raw.PreviousResponseID = v
+		if v[0] == '"' {
+			r.PreviousResponseID = jsonscan.Unquote(v)
+		}
+	case "background":
+		r.Raw.Background = v
+		r.Background = string(v) == "true"
+	case "store":
+		r.Raw.Store = v
+		switch string(v) {
+		case "true":
+			r.Store = optTrue
+		case "false":
+			r.Store = optFalse
+		}
+	case "conversation":
+		r.Raw.Conversation = v
+		switch v[0] {
+		case '"':
+			r.ConversationID = jsonscan.Unquote(v)
+		case '{':
+			sub := jsonscan.New(v, 0)
+			for range sub.Fields(conversationKeys) {
+				r.ConversationID = jsonscan.Unquote(sub.Value())
+			}
 		}
 	}
 	return nil

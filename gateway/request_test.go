@@ -49,21 +49,66 @@ func TestParseRoutingErrors(t *testing.T) {
 	}
 }
 
-// TestParseRoutingKeys: keys match after unescaping, exactly.
-func TestParseRoutingKeys(t *testing.T) {
-	for _, c := range []struct {
-		body   string
-		model  string
-		stream bool
+// TestParseRoutingFields: what each field read yields, and that a field
+// of another type than expected is tolerated unless it is model or stream.
+func TestParseRoutingFields(t *testing.T) {
+	cases := []struct {
+		body string
+		want string
 	}{
-		{`{"mod\u0065l":"m","\u0073tream":true}`, "m", true},
-		{`{"Model":"x","model":"m","STREAM":true}`, "m", false},
-		{`{"model":"m","messages":[{"model":"x","stream":"no"}]}`, "m", false},
-	} {
+		{`{"model":"m"}`, `model=m`},
+		{`{"model":"m","stream":true,"stream_options":{"include_usage":true}}`, `model=m stream usage`},
+		{`{"model":"m","stream":null,"stream_options":{"include_usage":"yes"}}`, `model=m`},
+		{`{"model":"m","stream_options":null}`, `model=m`},
+		{`{"model":"m","stream_options":{"include_usage":true,"include_usage":false}}`, `model=m`}, // nested: the last, as a decoder keeps
+		{`{"model":"m","previous_response_id":"resp_1","background":true,"store":false}`, `model=m prev=resp_1 background store=false`},
+		{`{"model":"m","store":true}`, `model=m store=true`},
+		{`{"model":"m","store":null,"background":"yes","previous_response_id":7}`, `model=m`},
+		{`{"model":"m","conversation":"conv_1"}`, `model=m conv=conv_1`},
+		{`{"model":"m","conversation":{"id":"conv_\u0032","x":[]}}`, `model=m conv=conv_2`},
+		{`{"model":"m","conversation":{"id":5}}`, `model=m`},
+		{`{"model":"m","conversation":[]}`, `model=m`},
+		{`{"mod\u0065l":"m","\u0073tream":true}`, `model=m stream`},
+		{`{"Model":"x","model":"m","STREAM":true}`, `model=m`},
+		{`{"model":"m","messages":[{"model":"x","stream":"no"}]}`, `model=m`},
+	}
+	for _, c := range cases {
 		r, err := parseRouting([]byte(c.body), 64)
-		if err != nil || r.Model != c.model || r.Stream != c.stream {
-			t.Errorf("%s: %+v, %v", c.body, r, err)
+		if err != nil {
+			t.Errorf("%s: %v", c.body, err)
+			continue
 		}
+		var got []string
+		add := func(ok bool, s string) {
+			if ok {
+				got = append(got, s)
+			}
+		}
+		add(true, "model="+r.Model)
+		add(r.Stream, "stream")
+		add(r.IncludeUsage, "usage")
+		add(r.PreviousResponseID != "", "prev="+r.PreviousResponseID)
+		add(r.Background, "background")
+		add(r.Store == optTrue, "store=true")
+		add(r.Store == optFalse, "store=false")
+		add(r.ConversationID != "", "conv="+r.ConversationID)
+		if g := strings.Join(got, " "); g != c.want {
+			t.Errorf("%s: %s, want %s", c.body, g, c.want)
+		}
+	}
+
+	// Raw keeps the tolerated values as written.
+	r, err := parseRouting([]byte(`{"model":"m","background":"yes","store":1,"conversation":{"id":5},"previous_response_id":null,"stream_options":[]}`), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := r.Raw
+	if string(raw.Background) != `"yes"` || string(raw.Store) != `1` || string(raw.Conversation) != `{"id":5}` ||
+		string(raw.PreviousResponseID) != `null` || string(raw.StreamOptions) != `[]` {
+		t.Errorf("Raw = %q", raw)
+	}
+	if r, _ := parseRouting([]byte(`{"model":"m"}`), 64); r.Raw.Store != nil || r.Store != optUnset {
+		t.Errorf("absent store: %q %v", r.Raw.Store, r.Store)
 	}
 }
 
@@ -74,6 +119,11 @@ func TestParseRoutingDuplicates(t *testing.T) {
 		{`{"model":"gpt-4o-mini","mod\u0065l":"o1-pro"}`, "model"},
 		{`{"model":"a","model":"a"}`, "model"},
 		{`{"model":"a","stream":false,"\u0073\u0074\u0072\u0065\u0061\u006d":true}`, "stream"},
+		{`{"model":"a","stream_options":{},"stream_options":{"include_usage":true}}`, "stream_options"},
+		{`{"model":"a","previous_response_id":"r1","previous_response_id":"r2"}`, "previous_response_id"},
+		{`{"model":"a","background":false,"background":true}`, "background"},
+		{`{"model":"a","store":null,"store":true}`, "store"},
+		{`{"model":"a","conversation":"c1","conversation":{"id":"c2"}}`, "conversation"},
 		{`{"model":"a","messages":[],"messages":[],"temperature":0,"temperature":1}`, ""},
 		{`{"model":"a","Model":"b","MODEL":"c"}`, ""},
 	}
