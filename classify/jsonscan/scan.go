@@ -3,7 +3,7 @@
 // the caller the raw bytes of the members it asks for. The gateway routes
 // every request body with it and classify reads every completion, error
 // body and stream event with it, so a scan allocates nothing unless it
-// fails or text with escapes has to be unquoted.
+// fails (Unquote allocates the string it returns).
 //
 // What it accepts is what encoding/json accepts (FuzzScanObject holds it
 // to that), and a string means what encoding/json decodes it to: escapes

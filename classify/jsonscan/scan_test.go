@@ -265,4 +265,15 @@ func TestAllocs(t *testing.T) {
 	if n != 0 {
 		t.Errorf("%v allocations per scan, want 0", n)
 	}
+
+	want := strings.Repeat("é", 32) // 64 bytes
+	tok := []byte(`"` + strings.Repeat(`\u00e9`, 32) + `é"`)
+	n = testing.AllocsPerRun(100, func() {
+		if Equal(tok, want) {
+			t.Fatal("Equal with a longer text")
+		}
+	})
+	if n != 0 {
+		t.Errorf("Equal: %v allocations, want 0", n)
+	}
 }

@@ -71,7 +71,7 @@ func (k *Keys) match(inner []byte, escaped bool) int {
 	if len(inner) > 6*k.maxLen {
 		return -1
 	}
-	var buf [64]byte
+	var buf [decodeBuf]byte
 	dec, ok := appendUnquoted(buf[:0], inner, k.maxLen)
 	if !ok {
 		return -1
@@ -96,7 +96,7 @@ func Unquote(tok []byte) string {
 	if plain(inner) {
 		return string(inner)
 	}
-	var buf [64]byte
+	var buf [decodeBuf]byte
 	dec, _ := appendUnquoted(buf[:0], inner, math.MaxInt)
 	return string(dec)
 }
@@ -115,10 +115,14 @@ func Equal(tok []byte, want string) bool {
 	if len(inner) > 6*len(want) {
 		return false
 	}
-	var buf [64]byte
+	var buf [decodeBuf]byte
 	dec, ok := appendUnquoted(buf[:0], inner, len(want))
 	return ok && string(dec) == want
 }
+
+// decodeBuf is the size of the stack buffers text is decoded into: 64
+// bytes, and the rune that takes a decoding over a limit of 64.
+const decodeBuf = 64 + utf8.UTFMax
 
 // plain reports whether text as written is its own decoding.
 func plain(inner []byte) bool {
