@@ -12,7 +12,8 @@
 // greps for "quota" misfires on a prompt that is about quotas.
 //
 // The package is pure: no HTTP client, no clock (the caller passes now), no
-// other llmgate package.
+// other llmgate package. Its JSON scanner is its own subpackage, jsonscan,
+// which the gateway also uses to read request bodies.
 package classify
 
 import (

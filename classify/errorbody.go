@@ -1,9 +1,9 @@
 package classify
 
 import (
-	"bytes"
-	"encoding/json"
 	"strconv"
+
+	"github.com/llmgate/llmgate/classify/jsonscan"
 )
 
 // errorFields is what classification needs from an error object.
@@ -24,41 +24,23 @@ type errorFields struct {
 func parseErrorBody(body []byte) errorFields {
 	var top, inner errorFields
 	seenInner := false
-	w := walker{b: body}
-	member := func(dst *errorFields, key []byte) bool {
-		switch string(key) {
-		case "type":
-			raw, ok := w.value()
-			if ok && raw[0] == '"' {
-				dst.typ = unquote(raw)
-			}
-			return ok
-		case "code":
-			raw, ok := w.value()
-			if ok {
-				dst.code, dst.status = codeValue(raw)
-			}
-			return ok
+	s := jsonscan.New(body, 0)
+	if s.Peek() == '[' {
+		// Gemini wraps the object in an array: step in, to its first
+		// element.
+		for range s.Elements() {
+			break
 		}
-		return w.skip()
 	}
-	envelope := func() {
-		w.object(func(key []byte) bool {
-			if string(key) == "error" && w.peek() == '{' {
-				seenInner = true
-				return w.object(func(key []byte) bool { return member(&inner, key) })
+	for key := range s.Fields(envelopeKeys) {
+		if key == "error" && s.Peek() == '{' {
+			seenInner = true
+			for key := range s.Fields(errorKeys) {
+				errorMember(s, &inner, key)
 			}
-			return member(&top, key)
-		})
-	}
-	switch w.peek() {
-	case '{':
-		envelope()
-	case '[':
-		w.i++
-		if w.peek() == '{' {
-			envelope()
+			continue
 		}
+		errorMember(s, &top, key)
 	}
 	if seenInner {
 		return inner
@@ -66,12 +48,31 @@ func parseErrorBody(body []byte) errorFields {
 	return top
 }
 
+var (
+	envelopeKeys = jsonscan.NewKeys("error", "type", "code")
+	errorKeys    = jsonscan.NewKeys("type", "code")
+)
+
+// errorMember reads the value of an error object's member key into dst.
+func errorMember(s *jsonscan.Scanner, dst *errorFields, key string) {
+	switch key {
+	case "type":
+		if raw := s.Value(); len(raw) > 0 && raw[0] == '"' {
+			dst.typ = jsonscan.Unquote(raw)
+		}
+	case "code":
+		if raw := s.Value(); raw != nil {
+			dst.code, dst.status = codeValue(raw)
+		}
+	}
+}
+
 // codeValue reads error.code: a string, a number (kept as its literal, and
 // as a status when it is one), or anything else (ignored).
 func codeValue(raw []byte) (code string, status int) {
 	switch c := raw[0]; {
 	case c == '"':
-		return unquote(raw), 0
+		return jsonscan.Unquote(raw), 0
 	case c == '-' || c >= '0' && c <= '9':
 		code = string(raw)
 		return code, numericStatus(code)
@@ -88,15 +89,4 @@ func numericStatus(s string) int {
 		return 0
 	}
 	return n
-}
-
-// unquote decodes a JSON string literal that the walker has validated; the
-// common case, with no escapes, is one small allocation.
-func unquote(b []byte) string {
-	if bytes.IndexByte(b, '\\') < 0 {
-		return string(b[1 : len(b)-1])
-	}
-	var s string
-	_ = json.Unmarshal(b, &s)
-	return s
 }

@@ -13,11 +13,12 @@ import (
 
 // FuzzParseRouting: the scanner that routes a request never panics, and
 // agrees with encoding/json on what is a valid JSON object and on the
-// model and stream it carries.
+// fields it reads; a field it reads that appears twice is refused.
 func FuzzParseRouting(f *testing.F) {
 	for _, s := range []string{
 		chatBody, streamBody, `{}`, `{"model":"a\"b\u00e9"}`, `{"model":1}`, `{"stream":"yes"}`,
 		`{"model":"m","x":[1,2.5e-3,-0,true,false,null,{"a":[]}]}`, `[1]`, `{"model":"m"} x`, `{"a":}`, ` { "model" : "m" , "stream" : true } `,
+		`{"model":"gpt-4o-mini","mod\u0065l":"o1-pro"}`, `{"store":false,"background":1,"conversation":{"id":"c"},"previous_response_id":"r"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -32,8 +33,20 @@ func FuzzParseRouting(f *testing.F) {
 		if errors.As(err, &se) && refErr == nil && json.Valid(body) {
 			t.Fatalf("rejected valid JSON %q: %v", body, err)
 		}
+		// A duplicate is refused where the scan meets it, before the rest
+		// of the body is checked (as a field of the wrong type is).
+		counts := keyCounts(body)
+		var fe *fieldError
+		if errors.As(err, &fe) && fe.Code == "duplicate_field" && counts != nil && counts[fe.Param] < 2 {
+			t.Fatalf("%q: %v, but encoding/json sees %s %d times", body, err, fe.Param, counts[fe.Param])
+		}
 		if err != nil {
 			return
+		}
+		for _, k := range []string{"model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation"} {
+			if counts[k] > 1 {
+				t.Fatalf("accepted %q with %s %d times", body, k, counts[k])
+			}
 		}
 		if m, ok := ref["model"]; ok {
 			var want string
@@ -41,8 +54,67 @@ func FuzzParseRouting(f *testing.F) {
 				t.Fatalf("model %q, encoding/json says %q", rt.Model, want)
 			}
 		}
+		if want := string(ref["stream"]) == "true"; rt.Stream != want {
+			t.Fatalf("stream %v, encoding/json says %s", rt.Stream, ref["stream"])
+		}
+		for _, f := range []struct {
+			name string
+			raw  []byte
+		}{
+			{"stream_options", rt.Raw.StreamOptions}, {"previous_response_id", rt.Raw.PreviousResponseID},
+			{"background", rt.Raw.Background}, {"store", rt.Raw.Store}, {"conversation", rt.Raw.Conversation},
+		} {
+			if !bytes.Equal(f.raw, ref[f.name]) {
+				t.Fatalf("%s %s, encoding/json says %s", f.name, f.raw, ref[f.name])
+			}
+		}
+		var id string
+		if json.Unmarshal(ref["previous_response_id"], &id) == nil && id != rt.PreviousResponseID {
+			t.Fatalf("previous_response_id %q, encoding/json says %q", rt.PreviousResponseID, id)
+		}
+		var opts map[string]json.RawMessage
+		_ = json.Unmarshal(ref["stream_options"], &opts)
+		if want := string(opts["include_usage"]) == "true"; rt.IncludeUsage != want {
+			t.Fatalf("include_usage %v, encoding/json says %s", rt.IncludeUsage, opts["include_usage"])
+		}
+		if want := string(ref["background"]) == "true"; rt.Background != want {
+			t.Fatalf("background %v, encoding/json says %s", rt.Background, ref["background"])
+		}
+		if want := map[string]optBool{"true": optTrue, "false": optFalse}[string(ref["store"])]; rt.Store != want {
+			t.Fatalf("store %v, encoding/json says %s", rt.Store, ref["store"])
+		}
+		var conv map[string]json.RawMessage // not a struct: those match keys case-insensitively
+		var convID string
+		if json.Unmarshal(ref["conversation"], &convID) != nil && json.Unmarshal(ref["conversation"], &conv) == nil {
+			_ = json.Unmarshal(conv["id"], &convID)
+		}
+		if convID != rt.ConversationID {
+			t.Fatalf("conversation %q, encoding/json says %q", rt.ConversationID, convID)
+		}
 		_ = fingerprint(body) // must not panic on anything parseRouting accepts
 	})
+}
+
+// keyCounts counts the top-level keys of a JSON object as encoding/json
+// decodes them, repeats included; nil if body is not one.
+func keyCounts(body []byte) map[string]int {
+	d := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	counts := map[string]int{}
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			return nil
+		}
+		var skip json.RawMessage
+		if d.Decode(&skip) != nil {
+			return nil
+		}
+		counts[tok.(string)]++
+	}
+	return counts
 }
 
 // FuzzFingerprint: whitespace and key order never change a fingerprint.

@@ -114,7 +114,9 @@ func (g *Gateway) parseRequest(r *http.Request) ([]byte, routing, *proxy.Upstrea
 	if err != nil {
 		var fe *fieldError
 		if errors.As(err, &fe) {
-			return nil, rt, nil, apierror.Invalid(fe.Param, fe.Msg+".")
+			e := apierror.Invalid(fe.Param, fe.Msg+".")
+			e.Code = fe.Code
+			return nil, rt, nil, e
 		}
 		if errors.Is(err, errDepth) {
 			return nil, rt, nil, apierror.Invalid("", fmt.Sprintf("The request body is nested more than %d levels deep.", g.cfg.Limits.MaxJSONDepth))

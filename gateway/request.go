@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/llmgate/llmgate/classify/jsonscan"
 )
 
 // routing is what the gateway reads from a request body to route it. The
@@ -17,288 +17,150 @@ import (
 type routing struct {
 	Model  string
 	Stream bool
+
+	// The fields below are read for what comes next (usage metering, the
+	// Responses API) but not policed yet: a value of an unexpected type is
+	// accepted, as it was before they were read, and leaves the typed
+	// field at its zero value; Raw shows what was there.
+
+	// IncludeUsage is stream_options.include_usage == true.
+	IncludeUsage bool
+	// PreviousResponseID is previous_response_id when it is a string.
+	PreviousResponseID string
+	// Background is background == true.
+	Background bool
+	// Store is store when it is a boolean, optUnset when absent or null.
+	Store optBool
+	// ConversationID is conversation when it is a string, or its "id" when
+	// it is an object with a string id.
+	ConversationID string
+	// Raw holds these fields as written, nil when absent.
+	Raw struct{ StreamOptions, PreviousResponseID, Background, Store, Conversation []byte }
 }
 
+// optBool is a boolean a body may leave out.
+type optBool uint8
+
+const (
+	optUnset optBool = iota
+	optFalse
+	optTrue
+)
+
+// routingKeys are the top-level fields parseRouting reads. Each may appear
+// once: the gateway and the upstream must not read different values.
+var routingKeys = jsonscan.NewKeys("model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation")
+
+var (
+	streamOptionsKeys = jsonscan.NewKeys("include_usage")
+	conversationKeys  = jsonscan.NewKeys("id")
+)
+
 // errDepth reports a body nested deeper than the configured limit.
-var errDepth = errors.New("JSON nested too deeply")
+var errDepth = jsonscan.ErrTooDeep
 
 // parseRouting validates body as one JSON object no deeper than maxDepth and
-// returns its top-level "model" and "stream". It is a small hand-written
-// scanner rather than json.Unmarshal: it runs on every request, checks the
-// nesting limit in the same pass, and allocates only the model string.
+// reads the top-level fields in routingKeys. It scans rather than calls
+// json.Unmarshal: it runs on every request, checks the nesting limit in the
+// same pass, and allocates only the strings it returns.
+//
+// Keys match after unescaping, exactly, as the upstream's decoder reads
+// them; a field the gateway reads that appears twice is refused (most
+// decoders keep the last, some the first, some refuse: the gateway cannot
+// know which value the upstream would use).
 func parseRouting(body []byte, maxDepth int) (routing, error) {
-	s := scanner{buf: body, maxDepth: maxDepth}
 	var r routing
-	s.skipSpace()
-	if s.pos >= len(s.buf) || s.buf[s.pos] != '{' {
-		return r, s.fail("the request body must be a JSON object")
+	s := jsonscan.New(body, maxDepth)
+	if s.Peek() != '{' {
+		return r, &syntaxError{Msg: "the request body must be a JSON object", Offset: s.Pos()}
 	}
-	s.pos++
-	s.depth = 1
-	s.skipSpace()
-	if s.peek() == '}' {
-		s.pos++
-	} else {
-		for {
-			s.skipSpace()
-			kStart := s.pos
-			if err := s.str(); err != nil {
-				return r, err
-			}
-			key := s.buf[kStart:s.pos]
-			s.skipSpace()
-			if s.peek() != ':' {
-				return r, s.fail("expected ':' after object key")
-			}
-			s.pos++
-			s.skipSpace()
-			vStart := s.pos
-			if err := s.value(); err != nil {
-				return r, err
-			}
-			val := s.buf[vStart:s.pos]
-			switch string(key) {
-			case `"model"`:
-				if len(val) == 0 || val[0] != '"' {
-					return r, &fieldError{Param: "model", Msg: "model must be a string"}
-				}
-				m, err := unquote(val)
-				if err != nil {
-					return r, s.fail("invalid string")
-				}
-				r.Model = m
-			case `"stream"`:
-				switch string(val) {
-				case "true":
-					r.Stream = true
-				case "false", "null":
-					r.Stream = false
-				default:
-					return r, &fieldError{Param: "stream", Msg: "stream must be a boolean"}
-				}
-			}
-			s.skipSpace()
-			c := s.peek()
-			s.pos++
-			if c == '}' {
-				break
-			}
-			if c != ',' {
-				return r, s.fail("expected ',' or '}' in object")
-			}
+	for key, dup := range s.Fields(routingKeys) {
+		if dup {
+			return r, &fieldError{Param: key, Code: "duplicate_field", Msg: key + " appears more than once in the request body"}
+		}
+		if err := r.read(s, key); err != nil {
+			return r, err
 		}
 	}
-	s.skipSpace()
-	if s.pos != len(s.buf) {
-		return r, s.fail("unexpected data after the JSON object")
+	if err := s.Err(); err != nil {
+		return r, err
+	}
+	if !s.AtEnd() {
+		return r, &syntaxError{Msg: "unexpected data after the JSON object", Offset: s.Pos()}
 	}
 	return r, nil
 }
 
-// fieldError is a well-formed body with a field of the wrong type.
-type fieldError struct{ Param, Msg string }
+// read reads the value of the top-level field key, s at it.
+func (r *routing) read(s *jsonscan.Scanner, key string) error {
+	v := s.Value()
+	if v == nil {
+		return nil // malformed: s.Err says why
+	}
+	switch key {
+	case "model":
+		if v[0] != '"' {
+			return &fieldError{Param: "model", Msg: "model must be a string"}
+		}
+		r.Model = jsonscan.Unquote(v)
+	case "stream":
+		switch string(v) {
+		case "true":
+			r.Stream = true
+		case "false", "null":
+			r.Stream = false
+		default:
+			return &fieldError{Param: "stream", Msg: "stream must be a boolean"}
+		}
+	case "stream_options":
+		r.Raw.StreamOptions = v
+		sub := jsonscan.New(v, 0)
+		for range sub.Fields(streamOptionsKeys) {
+			r.IncludeUsage = string(sub.Value()) == "true"
+		}
+	case "previous_response_id":
+		r.Raw.PreviousResponseID = v
+		if v[0] == '"' {
+			r.PreviousResponseID = jsonscan.Unquote(v)
+		}
+	case "background":
+		r.Raw.Background = v
+		r.Background = string(v) == "true"
+	case "store":
+		r.Raw.Store = v
+		switch string(v) {
+		case "true":
+			r.Store = optTrue
+		case "false":
+			r.Store = optFalse
+		}
+	case "conversation":
+		r.Raw.Conversation = v
+		switch v[0] {
+		case '"':
+			r.ConversationID = jsonscan.Unquote(v)
+		case '{':
+			sub := jsonscan.New(v, 0)
+			for range sub.Fields(conversationKeys) {
+				r.ConversationID = jsonscan.Unquote(sub.Value())
+			}
+		}
+	}
+	return nil
+}
+
+// fieldError is a well-formed body with a field llmgate cannot accept: of
+// the wrong type, or there twice.
+type fieldError struct {
+	Param string
+	Code  string // OpenAI error.code, "" for none
+	Msg   string
+}
 
 func (e *fieldError) Error() string { return e.Msg }
 
 // syntaxError is a malformed body, with the byte offset where it went wrong.
-type syntaxError struct {
-	Msg    string
-	Offset int
-}
-
-func (e *syntaxError) Error() string { return fmt.Sprintf("%s (at byte %d)", e.Msg, e.Offset) }
-
-func unquote(raw []byte) (string, error) {
-	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
-		return string(inner), nil
-	}
-	var s string
-	err := json.Unmarshal(raw, &s)
-	return s, err
-}
-
-type scanner struct {
-	buf      []byte
-	pos      int
-	depth    int
-	maxDepth int
-}
-
-func (s *scanner) fail(msg string) error { return &syntaxError{Msg: msg, Offset: s.pos} }
-
-func (s *scanner) peek() byte {
-	if s.pos < len(s.buf) {
-		return s.buf[s.pos]
-	}
-	return 0
-}
-
-func (s *scanner) skipSpace() {
-	for s.pos < len(s.buf) {
-		switch s.buf[s.pos] {
-		case ' ', '\t', '\n', '\r':
-			s.pos++
-		default:
-			return
-		}
-	}
-}
-
-func (s *scanner) value() error {
-	switch c := s.peek(); {
-	case c == '"':
-		return s.str()
-	case c == '{', c == '[':
-		return s.container()
-	case c == 't':
-		return s.literal("true")
-	case c == 'f':
-		return s.literal("false")
-	case c == 'n':
-		return s.literal("null")
-	case c == '-' || (c >= '0' && c <= '9'):
-		return s.number()
-	default:
-		return s.fail("invalid value")
-	}
-}
-
-func (s *scanner) literal(lit string) error {
-	if !bytes.HasPrefix(s.buf[s.pos:], []byte(lit)) {
-		return s.fail("invalid literal")
-	}
-	s.pos += len(lit)
-	return nil
-}
-
-func (s *scanner) number() error {
-	start := s.pos
-	if s.peek() == '-' {
-		s.pos++
-	}
-	digits := func() int {
-		n := 0
-		for s.pos < len(s.buf) && s.buf[s.pos] >= '0' && s.buf[s.pos] <= '9' {
-			s.pos++
-			n++
-		}
-		return n
-	}
-	if s.peek() == '0' {
-		s.pos++
-	} else if digits() == 0 {
-		return s.fail("invalid number")
-	}
-	if s.peek() == '.' {
-		s.pos++
-		if digits() == 0 {
-			return s.fail("invalid number")
-		}
-	}
-	if c := s.peek(); c == 'e' || c == 'E' {
-		s.pos++
-		if c := s.peek(); c == '+' || c == '-' {
-			s.pos++
-		}
-		if digits() == 0 {
-			return s.fail("invalid number")
-		}
-	}
-	if s.pos == start {
-		return s.fail("invalid number")
-	}
-	return nil
-}
-
-func (s *scanner) str() error {
-	if s.peek() != '"' {
-		return s.fail("expected string")
-	}
-	s.pos++
-	for s.pos < len(s.buf) {
-		c := s.buf[s.pos]
-		switch {
-		case c == '"':
-			s.pos++
-			return nil
-		case c == '\\':
-			s.pos++
-			switch s.peek() {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.pos++
-			case 'u':
-				if s.pos+5 > len(s.buf) {
-					return s.fail("invalid escape")
-				}
-				for _, h := range s.buf[s.pos+1 : s.pos+5] {
-					if !isHex(h) {
-						return s.fail("invalid escape")
-					}
-				}
-				s.pos += 5
-			default:
-				return s.fail("invalid escape")
-			}
-		case c < 0x20:
-			return s.fail("control character in string")
-		default:
-			s.pos++
-		}
-	}
-	return s.fail("unterminated string")
-}
-
-func isHex(c byte) bool {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
-}
-
-func (s *scanner) container() error {
-	open := s.buf[s.pos]
-	closeCh := byte('}')
-	if open == '[' {
-		closeCh = ']'
-	}
-	s.depth++
-	if s.maxDepth > 0 && s.depth > s.maxDepth {
-		return errDepth
-	}
-	s.pos++
-	s.skipSpace()
-	if s.peek() == closeCh {
-		s.pos++
-		s.depth--
-		return nil
-	}
-	for {
-		s.skipSpace()
-		if open == '{' {
-			if err := s.str(); err != nil {
-				return err
-			}
-			s.skipSpace()
-			if s.peek() != ':' {
-				return s.fail("expected ':' after object key")
-			}
-			s.pos++
-			s.skipSpace()
-		}
-		if err := s.value(); err != nil {
-			return err
-		}
-		s.skipSpace()
-		c := s.peek()
-		if c == closeCh {
-			s.pos++
-			s.depth--
-			return nil
-		}
-		if c != ',' {
-			return s.fail("expected ',' or closing bracket")
-		}
-		s.pos++
-	}
-}
+type syntaxError = jsonscan.SyntaxError
 
 // fingerprint hashes a request body for idempotency: same key with another
 // fingerprint is a 422. What counts: every value, as written. What does not:
@@ -310,40 +172,28 @@ func (s *scanner) container() error {
 func fingerprint(body []byte) string {
 	var canon bytes.Buffer
 	canon.Grow(len(body))
-	s := scanner{buf: body}
-	s.skipSpace()
-	canonical(&s, &canon)
+	canonical(jsonscan.New(body, 0), &canon)
 	sum := sha256.Sum256(canon.Bytes())
 	return hex.EncodeToString(sum[:])
 }
 
 // canonical writes the value at s to out with whitespace removed and object
 // keys sorted. The input is valid JSON.
-func canonical(s *scanner, out *bytes.Buffer) {
-	switch s.peek() {
+func canonical(s *jsonscan.Scanner, out *bytes.Buffer) {
+	switch s.Peek() {
 	case '{':
-		s.pos++
 		type member struct{ key, val []byte }
 		var members []member
-		for {
-			s.skipSpace()
-			if s.peek() == '}' {
-				s.pos++
-				break
+		for key := range s.Members() {
+			var val []byte
+			if c := s.Peek(); c == '{' || c == '[' {
+				var v bytes.Buffer
+				canonical(s, &v)
+				val = v.Bytes()
+			} else {
+				val = s.Value()
 			}
-			if s.peek() == ',' {
-				s.pos++
-				continue
-			}
-			kStart := s.pos
-			_ = s.str()
-			key := s.buf[kStart:s.pos]
-			s.skipSpace()
-			s.pos++ // ':'
-			s.skipSpace()
-			var v bytes.Buffer
-			canonical(s, &v)
-			members = append(members, member{key, v.Bytes()})
+			members = append(members, member{key, val})
 		}
 		slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
 		out.WriteByte('{')
@@ -357,30 +207,16 @@ func canonical(s *scanner, out *bytes.Buffer) {
 		}
 		out.WriteByte('}')
 	case '[':
-		s.pos++
 		out.WriteByte('[')
-		first := true
-		for {
-			s.skipSpace()
-			if s.peek() == ']' {
-				s.pos++
-				break
-			}
-			if s.peek() == ',' {
-				s.pos++
-				continue
-			}
-			if !first {
+		for i := range s.Elements() {
+			if i > 0 {
 				out.WriteByte(',')
 			}
-			first = false
 			canonical(s, out)
 		}
 		out.WriteByte(']')
 	default:
-		start := s.pos
-		_ = s.value()
-		out.Write(s.buf[start:s.pos])
+		out.Write(s.Value())
 	}
 }
 
