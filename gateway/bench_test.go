@@ -3,6 +3,8 @@ package gateway
 import (
 	"strings"
 	"testing"
+
+	"github.com/llmgate/llmgate/gateway/idempotency"
 )
 
 // benchBody is a typical chat request of about 1 KiB.
@@ -23,14 +25,14 @@ func BenchmarkFingerprint(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(benchBody)))
 	for b.Loop() {
-		_ = fingerprint(benchBody)
+		_ = idempotency.Fingerprint(benchBody)
 	}
 }
 
 func BenchmarkParseIdempotencyKey(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := parseIdempotencyKey(`"order-4711/summarize"`); err != nil {
+		if _, err := idempotency.ParseKey(`"order-4711/summarize"`); err != nil {
 			b.Fatal(err)
 		}
 	}

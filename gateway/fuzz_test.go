@@ -8,7 +8,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/gateway/deadletter"
+	"github.com/llmgate/llmgate/gateway/idempotency"
 )
 
 // FuzzParseRouting: the scanner that routes a request never panics, and
@@ -91,7 +93,7 @@ func FuzzParseRouting(f *testing.F) {
 		if convID != rt.ConversationID {
 			t.Fatalf("conversation %q, encoding/json says %q", rt.ConversationID, convID)
 		}
-		_ = fingerprint(body) // must not panic on anything parseRouting accepts
+		_ = idempotency.Fingerprint(body) // must not panic on anything parseRouting accepts
 	})
 }
 
@@ -145,13 +147,13 @@ func FuzzFingerprint(f *testing.F) {
 		if json.Indent(&indented, []byte(body), "", "  ") != nil {
 			return
 		}
-		if fingerprint([]byte(body)) != fingerprint(indented.Bytes()) {
+		if idempotency.Fingerprint([]byte(body)) != idempotency.Fingerprint(indented.Bytes()) {
 			t.Fatalf("indentation changed the fingerprint of %q", body)
 		}
 		var roundTrip any
 		d2 := json.NewDecoder(bytes.NewReader(re))
 		d2.UseNumber()
-		if d2.Decode(&roundTrip) == nil && sameStrings(body, string(re)) && fingerprint([]byte(body)) != fingerprint(re) {
+		if d2.Decode(&roundTrip) == nil && sameStrings(body, string(re)) && idempotency.Fingerprint([]byte(body)) != idempotency.Fingerprint(re) {
 			t.Fatalf("key order changed the fingerprint: %q vs %q", body, re)
 		}
 	})
@@ -203,11 +205,11 @@ func FuzzIdempotencyKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, h string) {
-		k, err := parseIdempotencyKey(h)
+		k, err := idempotency.ParseKey(h)
 		if err != nil {
 			return
 		}
-		if len(k) == 0 || len(k) > maxKeyLen {
+		if len(k) == 0 || len(k) > cache.MaxIDLen {
 			t.Fatalf("accepted key of length %d", len(k))
 		}
 		for i := 0; i < len(k); i++ {
@@ -215,7 +217,7 @@ func FuzzIdempotencyKey(f *testing.F) {
 				t.Fatalf("accepted non-printable byte %q", k[i])
 			}
 		}
-		back, err := parseIdempotencyKey(deadletter.QuoteKey(k))
+		back, err := idempotency.ParseKey(deadletter.QuoteKey(k))
 		if err != nil || back != k {
 			t.Fatalf("quoted round trip of %q: %q, %v", k, back, err)
 		}

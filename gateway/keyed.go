@@ -31,13 +31,13 @@ func (g *Gateway) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 		if len(hv) != 1 {
 			return nil, apierror.Invalid("", "Send exactly one Idempotency-Key header.")
 		}
-		key, err := parseIdempotencyKey(hv[0])
+		key, err := idempotency.ParseKey(hv[0])
 		if err != nil {
 			return nil, apierror.InvalidCode("invalid_idempotency_key", "", err.Error()+".", err)
 		}
 		return &idempotency.Request{
 			Key: cache.Key{Scope: scope, Endpoint: ep.path, ID: key},
-			Raw: key, Fingerprint: fingerprint(body), TTL: g.cfg.Idempotency.TTL.D(),
+			Raw: key, Fingerprint: idempotency.Fingerprint(body), TTL: g.cfg.Idempotency.TTL.D(),
 		}, nil
 	}
 	if g.cfg.Idempotency.RequireKey {
@@ -58,7 +58,7 @@ func (g *Gateway) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 	if strings.Contains(cc, "no-cache") {
 		return nil, nil
 	}
-	fp := fingerprint(body)
+	fp := idempotency.Fingerprint(body)
 	return &idempotency.Request{
 		Key:         cache.Key{Scope: scope, Endpoint: ep.path, ID: "cache:" + fp},
 		Fingerprint: fp,

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/idempotency"
 )
 
 // TestParseRoutingErrors pins what a client is told about a malformed body:
@@ -151,12 +152,12 @@ func TestFingerprintStable(t *testing.T) {
 		`{"\u0041":1,"A":2," x":[ 1 , 2 ]}`:              "301b3096791d2f378d923222fe23f207c63aac41584283f2985042338720884e",
 		`{}`:                                             "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
 	} {
-		if got := fingerprint([]byte(body)); got != want {
-			t.Errorf("fingerprint(%s) = %s, want %s", body, got, want)
+		if got := idempotency.Fingerprint([]byte(body)); got != want {
+			t.Errorf("idempotency.Fingerprint(%s) = %s, want %s", body, got, want)
 		}
 	}
-	if got := fingerprint(benchBody); got != "7e79c369489212e6b4e4a1cdd124678823ce4e5cc27df5d68ec54cd10ddf5dc7" {
-		t.Errorf("fingerprint(benchBody) = %s", got)
+	if got := idempotency.Fingerprint(benchBody); got != "7e79c369489212e6b4e4a1cdd124678823ce4e5cc27df5d68ec54cd10ddf5dc7" {
+		t.Errorf("idempotency.Fingerprint(benchBody) = %s", got)
 	}
 }
 

@@ -1,0 +1,123 @@
+package idempotency
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/classify/jsonscan"
+)
+
+// Fingerprint hashes a request body for idempotency: same key with another
+// fingerprint is a 422. What counts: every value, as written. What does not:
+// insignificant whitespace and the order of object keys, so a retry from an
+// SDK (or another process of the same workflow) that serialises the same
+// call differently still matches. Numbers and strings are compared as
+// written ("1.0" and "1" differ, as do "\u0041" and "A"). body must already
+// be one valid JSON value (the gateway parses it first).
+func Fingerprint(body []byte) string {
+	var canon bytes.Buffer
+	canon.Grow(len(body))
+	canonical(jsonscan.New(body, 0), &canon)
+	sum := sha256.Sum256(canon.Bytes())
+	return hex.EncodeToString(sum[:])
+}
+
+// canonical writes the value at s to out with whitespace removed and object
+// keys sorted. The input is valid JSON.
+func canonical(s *jsonscan.Scanner, out *bytes.Buffer) {
+	switch s.Peek() {
+	case '{':
+		type member struct{ key, val []byte }
+		var members []member
+		for key := range s.Members() {
+			var val []byte
+			if c := s.Peek(); c == '{' || c == '[' {
+				var v bytes.Buffer
+				canonical(s, &v)
+				val = v.Bytes()
+			} else {
+				val = s.Value()
+			}
+			members = append(members, member{key, val})
+		}
+		slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+		out.WriteByte('{')
+		for i, m := range members {
+			if i > 0 {
+				out.WriteByte(',')
+			}
+			out.Write(m.key)
+			out.WriteByte(':')
+			out.Write(m.val)
+		}
+		out.WriteByte('}')
+	case '[':
+		out.WriteByte('[')
+		for i := range s.Elements() {
+			if i > 0 {
+				out.WriteByte(',')
+			}
+			canonical(s, out)
+		}
+		out.WriteByte(']')
+	default:
+		out.Write(s.Value())
+	}
+}
+
+// ParseKey accepts the header as a plain token or as an RFC 8941
+// sf-string ("..." with \" and \\ escapes), per
+// draft-ietf-httpapi-idempotency-key-header. The key is 1–255 printable
+// ASCII characters.
+func ParseKey(h string) (string, error) {
+	h = strings.Trim(h, " \t")
+	if h == "" {
+		return "", errors.New("Idempotency-Key is empty")
+	}
+	key := h
+	if h[0] == '"' {
+		var b strings.Builder
+		i := 1
+		closed := false
+		for i < len(h) {
+			c := h[i]
+			if c == '\\' {
+				if i+1 >= len(h) || (h[i+1] != '"' && h[i+1] != '\\') {
+					return "", errors.New(`Idempotency-Key: invalid escape in quoted string (only \" and \\ are allowed)`)
+				}
+				b.WriteByte(h[i+1])
+				i += 2
+				continue
+			}
+			if c == '"' {
+				closed = true
+				i++
+				break
+			}
+			b.WriteByte(c)
+			i++
+		}
+		if !closed || i != len(h) {
+			return "", errors.New("Idempotency-Key: malformed quoted string")
+		}
+		key = b.String()
+		if key == "" {
+			return "", errors.New("Idempotency-Key is empty")
+		}
+	}
+	if len(key) > cache.MaxIDLen {
+		return "", fmt.Errorf("Idempotency-Key is %d characters long; at most %d are allowed", len(key), cache.MaxIDLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return "", errors.New("Idempotency-Key must be printable ASCII characters")
+		}
+	}
+	return key, nil
+}
