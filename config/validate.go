@@ -41,7 +41,30 @@ func (c *Config) Validate() error {
 	c.validateClients(&p)
 	c.validateClientLimits(&p)
 	c.validateDurations(&p)
+	c.validateRetryAndBreaker(&p)
+	positive(&p, "idempotency.max_record_bytes", c.Idempotency.MaxRecordBytes)
+	positive(&p, "idempotency.max_record_events", c.Idempotency.MaxRecordEvents)
+	positive(&p, "idempotency.max_detached", c.Idempotency.MaxDetached)
+	c.validateStore(&p)
+	positive(&p, "limits.max_body_bytes", c.Limits.MaxBodyBytes)
+	positive(&p, "limits.max_header_bytes", c.Limits.MaxHeaderBytes)
+	positive(&p, "limits.max_json_depth", c.Limits.MaxJSONDepth)
+	c.validateServer(&p)
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		p.add("log.format", "%q is not json or text", c.Log.Format)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		p.add("log.level", "%q is not debug, info, warn or error", c.Log.Level)
+	}
+	c.validateDeadLetters(&p)
+	return errors.Join(p...)
+}
 
+func (c *Config) validateRetryAndBreaker(p *problems) {
 	r := c.Retry
 	if r.MaxAttempts < 1 {
 		p.add("retry.max_attempts", "must be >= 1 (1 means no retries)")
@@ -49,24 +72,21 @@ func (c *Config) Validate() error {
 	if r.MaxDelay < r.BaseDelay && r.MaxDelay >= 0 {
 		p.add("retry.max_delay", "%s is less than retry.base_delay %s", r.MaxDelay, r.BaseDelay)
 	}
-	ratio(&p, "retry.budget_ratio", r.BudgetRatio)
+	ratio(p, "retry.budget_ratio", r.BudgetRatio)
 	if !(r.BudgetMinPerSecond >= 0) {
 		p.add("retry.budget_min_per_second", "must be >= 0")
 	}
-
 	b := c.Breaker
 	if b.ConsecutiveFailures < 1 {
 		p.add("breaker.consecutive_failures", "must be >= 1")
 	}
-	ratio(&p, "breaker.failure_ratio", b.FailureRatio)
+	ratio(p, "breaker.failure_ratio", b.FailureRatio)
 	if b.HalfOpenRequests < 1 {
 		p.add("breaker.half_open_requests", "must be >= 1")
 	}
+}
 
-	positive(&p, "idempotency.max_record_bytes", c.Idempotency.MaxRecordBytes)
-	positive(&p, "idempotency.max_record_events", c.Idempotency.MaxRecordEvents)
-	positive(&p, "idempotency.max_detached", c.Idempotency.MaxDetached)
-
+func (c *Config) validateStore(p *problems) {
 	s := c.Store
 	switch s.Kind {
 	case StoreBadger, StoreRedis:
@@ -85,24 +105,9 @@ func (c *Config) Validate() error {
 	if s.Redis.PoolSize < 0 {
 		p.add("store.redis.pool_size", "must be >= 0 (0 uses go-redis's default)")
 	}
+}
 
-	positive(&p, "limits.max_body_bytes", c.Limits.MaxBodyBytes)
-	positive(&p, "limits.max_header_bytes", c.Limits.MaxHeaderBytes)
-	positive(&p, "limits.max_json_depth", c.Limits.MaxJSONDepth)
-
-	c.validateServer(&p)
-
-	switch c.Log.Format {
-	case "json", "text":
-	default:
-		p.add("log.format", "%q is not json or text", c.Log.Format)
-	}
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		p.add("log.level", "%q is not debug, info, warn or error", c.Log.Level)
-	}
-
+func (c *Config) validateDeadLetters(p *problems) {
 	d := c.DeadLetters
 	if d.MaxBodyBytes < 0 {
 		p.add("dead_letters.max_body_bytes", "must be >= 0")
@@ -120,7 +125,6 @@ func (c *Config) Validate() error {
 	if !(d.ReplayPerSecond > 0) {
 		p.add("dead_letters.replay_per_second", "must be > 0")
 	}
-	return errors.Join(p...)
 }
 
 func (c *Config) validateListen(p *problems) {

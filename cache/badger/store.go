@@ -190,30 +190,8 @@ func Open(o Options) (*Store, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 
-	bo := badger.DefaultOptions(o.Dir).
-		WithSyncWrites(o.SyncWrites).
-		WithMemTableSize(memTableSize).
-		WithNumMemtables(numMemtables).
-		WithValueThreshold(valueThreshold).
-		WithNumLevelZeroTables(numLevelZero).
-		WithNumLevelZeroTablesStall(numLevelZeroStall).
-		WithCompression(options.None).
-		WithBlockCacheSize(0).
-		WithIndexCacheSize(indexCacheSize).
-		WithValueLogFileSize(valueLogFileSize).
-		WithNumCompactors(numCompactors).
-		WithNumGoroutines(2).
-		WithMetricsEnabled(false).
-		WithDetectConflicts(true).
-		WithLogger(nil)
-	if o.Logger != nil {
-		bo = bo.WithLogger(badgerLogger{o.Logger.With("component", "badger")})
-	}
-	if o.InMemory {
-		// In memory, a value must fit below the threshold, so take the
-		// largest Badger allows.
-		bo = bo.WithDir("").WithValueDir("").WithInMemory(true).WithValueThreshold(1 << 20)
-	} else {
+	bo := badgerOptions(o)
+	if !o.InMemory {
 		s.dir = o.Dir
 	}
 
@@ -247,6 +225,35 @@ func Open(o Options) (*Store, error) {
 		go s.runGC(interval)
 	}
 	return s, nil
+}
+
+// badgerOptions sizes Badger for a sidecar (see the constants above).
+func badgerOptions(o Options) badger.Options {
+	bo := badger.DefaultOptions(o.Dir).
+		WithSyncWrites(o.SyncWrites).
+		WithMemTableSize(memTableSize).
+		WithNumMemtables(numMemtables).
+		WithValueThreshold(valueThreshold).
+		WithNumLevelZeroTables(numLevelZero).
+		WithNumLevelZeroTablesStall(numLevelZeroStall).
+		WithCompression(options.None).
+		WithBlockCacheSize(0).
+		WithIndexCacheSize(indexCacheSize).
+		WithValueLogFileSize(valueLogFileSize).
+		WithNumCompactors(numCompactors).
+		WithNumGoroutines(2).
+		WithMetricsEnabled(false).
+		WithDetectConflicts(true).
+		WithLogger(nil)
+	if o.Logger != nil {
+		bo = bo.WithLogger(badgerLogger{o.Logger.With("component", "badger")})
+	}
+	if o.InMemory {
+		// In memory, a value must fit below the threshold, so take the
+		// largest Badger allows.
+		bo = bo.WithDir("").WithValueDir("").WithInMemory(true).WithValueThreshold(1 << 20)
+	}
+	return bo
 }
 
 // Claim takes the key for the caller, or reports why it cannot. In-flight

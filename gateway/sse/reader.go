@@ -72,7 +72,9 @@ func (s *Reader) Release() {
 // At a clean end of stream (nothing but blank lines after the last event)
 // it returns io.EOF; a stream cut inside an event returns the bytes read
 // with io.ErrUnexpectedEOF; any other read error is returned with the bytes
-// read.
+// read. (One loop over the buffered bytes, longer than 60 lines: the
+// line-ending states — a line running past the buffer, a CR waiting for its
+// LF — are clearest kept together.)
 func (s *Reader) Next() ([]byte, error) {
 	s.event = s.event[:0]
 	if s.err != nil {
