@@ -22,13 +22,11 @@ func (s *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLet
 	d.ID = cache.DeadLetterID(k)
 	d.Client, d.Endpoint, d.Key = k.Scope, k.Endpoint, k.ID
 	key := deadLetterKey(d.ID)
-	unlock, err := s.begin(ctx)
+	_, unlock, err := s.lockKey(ctx, key)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	sh := s.flights.lock(key)
-	defer sh.mu.Unlock()
 	// Added before the write: the set may name a dead letter that is not
 	// there (the write failed), never miss one that is.
 	exp := badgerExpiry(ttl)

@@ -227,6 +227,16 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
+// lockKey holds the store open and key's flight shard until unlock.
+func (s *Store) lockKey(ctx context.Context, key []byte) (sh *flightShard, unlock func(), err error) {
+	done, err := s.begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	sh = s.flights.lock(key)
+	return sh, func() { sh.mu.Unlock(); done() }, nil
+}
+
 // badgerOptions sizes Badger for a sidecar (see the constants above).
 func badgerOptions(o Options) badger.Options {
 	bo := badger.DefaultOptions(o.Dir).
@@ -362,13 +372,11 @@ func (s *Store) Commit(ctx context.Context, k cache.Key, owner string, rec *cach
 	}
 	key := storageKey(k)
 	err := func() error {
-		unlock, err := s.begin(ctx)
+		sh, unlock, err := s.lockKey(ctx, key)
 		if err != nil {
 			return err
 		}
 		defer unlock()
-		sh := s.flights.lock(key)
-		defer sh.mu.Unlock()
 		cur := owned(sh, key, owner)
 		if cur == nil {
 			return cache.ErrNotOwner
@@ -465,13 +473,11 @@ func (s *Store) Delete(ctx context.Context, k cache.Key) error {
 	}
 	key := storageKey(k)
 	err := func() error {
-		unlock, err := s.begin(ctx)
+		sh, unlock, err := s.lockKey(ctx, key)
 		if err != nil {
 			return err
 		}
 		defer unlock()
-		sh := s.flights.lock(key)
-		defer sh.mu.Unlock()
 		found := s.flights.del(sh, key)
 		err = s.update(func(txn *badger.Txn) error {
 			// Not decoded: an admin must be able to delete a record this
