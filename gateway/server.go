@@ -437,5 +437,3 @@ func (g *Gateway) clientName(r *http.Request) (string, error) {
 	}
 	return name, nil
 }
-
-var _ cache.Stats // the store's figures reach /admin/stats through admin.Store
