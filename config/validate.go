@@ -83,6 +83,12 @@ func (c *Config) Validate() error {
 	if s.Redis.PoolSize < 0 {
 		p.add("store.redis.pool_size", "must be >= 0 (0 uses go-redis's default)")
 	}
+	if s.Redis.WaitReplicas < 0 {
+		p.add("store.redis.wait_replicas", "must be >= 0 (0 does not wait for replicas)")
+	}
+	if s.Redis.WaitReplicas > 0 && s.Redis.WaitTimeout >= s.OpTimeout {
+		p.add("store.redis.wait_timeout", "%s must be under store.op_timeout (%s), which bounds the whole commit", s.Redis.WaitTimeout, s.OpTimeout)
+	}
 
 	positive(&p, "limits.max_body_bytes", c.Limits.MaxBodyBytes)
 	positive(&p, "limits.max_header_bytes", c.Limits.MaxHeaderBytes)
@@ -260,6 +266,7 @@ func (c *Config) validateDurations(p *problems) {
 		{"idempotency.cache_ttl", c.Idempotency.CacheTTL, true},
 		{"store.gc_interval", c.Store.GCInterval, true},
 		{"store.op_timeout", c.Store.OpTimeout, true},
+		{"store.redis.wait_timeout", c.Store.Redis.WaitTimeout, true},
 		{"limits.stream_idle_timeout", c.Limits.StreamIdleTimeout, true},
 		{"server.read_header_timeout", c.Server.ReadHeaderTimeout, true},
 		{"server.idle_timeout", c.Server.IdleTimeout, false},

@@ -239,8 +239,15 @@ func (l *ledger) check(sdk string, upstreamCalls int64, want int) {
 // faults resolve in seconds. extra is appended to the config.
 func faultGateway(t *testing.T, upURL, redisURL, prefix, lease, extra string) *proc {
 	t.Helper()
-	cfg := fmt.Sprintf("store:\n  kind: redis\n  op_timeout: 400ms\n  redis:\n    url: %s\n    prefix: %q\nidempotency:\n  lease: %s\n  wait_timeout: 20s\n%s",
-		redisURL, prefix, lease, extra)
+	return faultGatewayRedis(t, upURL, redisURL, prefix, lease, "", extra)
+}
+
+// faultGatewayRedis is faultGateway with redisKeys (indented lines) added
+// to store.redis.
+func faultGatewayRedis(t *testing.T, upURL, redisURL, prefix, lease, redisKeys, extra string) *proc {
+	t.Helper()
+	cfg := fmt.Sprintf("store:\n  kind: redis\n  op_timeout: 400ms\n  redis:\n    url: %s\n    prefix: %q\n%sidempotency:\n  lease: %s\n  wait_timeout: 20s\n%s",
+		redisURL, prefix, redisKeys, lease, extra)
 	return start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, cfg)}, nil)
 }
 
@@ -532,5 +539,39 @@ func waitLog(t *testing.T, p *proc, s string) {
 			t.Fatalf("no log line with %s:\n%s", s, p.stderr.String())
 		}
 		time.Sleep(5 * time.Millisecond) // another process's log: nothing to wait on but its output
+	}
+}
+
+// store.redis.wait_replicas with too few replicas: the record is written
+// on the primary but the commit counts as failed, so the client is told
+// (the stream ends in the error event, never complete) and its retry
+// replays the record the primary kept — no second upstream call. (After a
+// failover that lost the record the retry would run the key again: the
+// client, told of the failure, held no complete answer to contradict.)
+func TestFaultCommitNotReplicated(t *testing.T) {
+	for _, c := range sdkClients {
+		t.Run(c.name, func(t *testing.T) {
+			rd := startRedis(t) // no replica: WAIT 1 can only time out
+			up := newGatedUpstream(t)
+			up.open()
+			gw := faultGatewayRedis(t, up.url, rd.URL(), testKeyPrefix(), "3s",
+				"    wait_replicas: 1\n    wait_timeout: 100ms\n", "")
+			l := newLedger(t, "commit-not-replicated")
+			key := "fault-wait/" + c.name
+
+			first := l.add(key, runSync(t, c, gw.URL, key))
+			if first.Complete || !strings.Contains(string(first.Raw), "idempotency_store_unavailable") {
+				t.Fatalf("a commit no replica acknowledged: complete=%v %q", first.Complete, first.Raw)
+			}
+			retry := l.add(key, runSync(t, c, gw.URL, key))
+			expectComplete(t, retry, true, "retry")
+			if n := up.calls.Load(); n != 1 {
+				t.Fatalf("upstream calls %d, want 1", n)
+			}
+			if !strings.Contains(gw.stderr.String(), "not acknowledged by enough replicas") {
+				t.Fatal("the log does not say why the commit failed")
+			}
+			l.check(c.name, up.calls.Load(), 0)
+		})
 	}
 }
