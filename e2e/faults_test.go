@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -66,6 +67,18 @@ func (u *gatedUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	id := fmt.Sprintf("chatcmpl-%d-%s", n, hex.EncodeToString(rnd[:]))
+	body, _ := io.ReadAll(r.Body)
+	if !bytes.Contains(body, []byte(`"stream":true`)) {
+		// A JSON answer: the gate is before it, so the gateway has nothing
+		// to relay or commit until the test lets the call finish.
+		u.reached <- n
+		if !u.wait(r) {
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"id":%q,"object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"call %d."},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`, id, n)
+		return
+	}
 	chunk := func(delta, finish, usage string) string {
 		return fmt.Sprintf(`data: {"id":%q,"object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini","choices":[%s]%s}`+"\n\n",
 			id, func() string {
@@ -88,18 +101,28 @@ func (u *gatedUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	f.Flush()
 	u.reached <- n
-	select {
-	case <-u.tokens:
-	case <-u.opened:
-	case <-r.Context().Done():
-		return
-	case <-u.done:
+	if !u.wait(r) {
 		return
 	}
 	_, _ = fmt.Fprint(w, chunk(`{}`, "stop", ""))
 	_, _ = fmt.Fprint(w, chunk("", "", `,"usage":{"prompt_tokens":3,"completion_tokens":8,"total_tokens":11}`))
 	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
 	f.Flush()
+}
+
+// wait holds a call at the gate; false when its client or the test ended
+// first.
+func (u *gatedUpstream) wait(r *http.Request) bool {
+	select {
+	case <-u.tokens:
+		return true
+	case <-u.opened:
+		return true
+	case <-r.Context().Done():
+		return false
+	case <-u.done:
+		return false
+	}
 }
 
 // release lets one call waiting at the gate finish.
@@ -299,6 +322,54 @@ func TestFaultRedisPausedAtStreamEnd(t *testing.T) {
 			expectComplete(t, third, true, "second retry")
 			if n := up.calls.Load(); n != 2 {
 				t.Fatalf("upstream calls %d, want 2 (the uncommitted run and its retry)", n)
+			}
+			l.check(c.name, up.calls.Load(), 0)
+		})
+	}
+}
+
+// (a, JSON) Redis paused when a JSON answer is to be committed: the client
+// gets 503 idempotency_store_unavailable (each SDK an error), never the
+// answer; after SIGCONT the retry runs again, and a further retry replays.
+func TestFaultRedisPausedAtJSONCommit(t *testing.T) {
+	for _, c := range sdkClients {
+		t.Run(c.name, func(t *testing.T) {
+			rd := startRedis(t)
+			up := newGatedUpstream(t)
+			gw := faultGateway(t, up.url, rd.URL(), testKeyPrefix(), "3s", "")
+			l := newLedger(t, "redis-paused-at-json-commit")
+			key := "fault-a-json/" + c.name
+
+			done := make(chan sdkRun, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				done <- c.complete(ctx, gw.URL, key)
+			}()
+			up.waitReached(t, 1)
+			rd.pause()
+			up.release()
+			var first sdkRun
+			select {
+			case first = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the JSON call did not end")
+			}
+			rd.resume()
+			l.add(key, first)
+			if first.Complete || first.Status != http.StatusServiceUnavailable || !strings.Contains(string(first.Raw), "idempotency_store_unavailable") {
+				t.Fatalf("a JSON answer whose commit never reached Redis: complete=%v status=%d %s", first.Complete, first.Status, first.Raw)
+			}
+			up.open()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			second := l.add(key, c.complete(ctx, gw.URL, key))
+			third := l.add(key, c.complete(ctx, gw.URL, key))
+			if !second.Complete || second.Replayed || !third.Complete || !third.Replayed || !bytes.Equal(second.Raw, third.Raw) {
+				t.Fatalf("retries: %+v / %+v", second, third)
+			}
+			if n := up.calls.Load(); n != 2 {
+				t.Fatalf("upstream calls %d, want 2", n)
 			}
 			l.check(c.name, up.calls.Load(), 0)
 		})

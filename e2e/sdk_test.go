@@ -35,15 +35,61 @@ type sdkRun struct {
 // sdkClient streams one keyed chat completion through an official SDK.
 // got, when non-nil, is called with each content delta as the SDK hands
 // it out (on the calling goroutine).
+// complete asks for one keyed chat completion as JSON (not streamed):
+// Complete is the SDK returning it without an error.
 type sdkClient struct {
-	name   string
-	stream func(ctx context.Context, baseURL, key string, got func(string)) sdkRun
+	name     string
+	stream   func(ctx context.Context, baseURL, key string, got func(string)) sdkRun
+	complete func(ctx context.Context, baseURL, key string) sdkRun
 }
 
 // sdkClients are the Go SDKs every fault case runs with.
 var sdkClients = []sdkClient{
-	{"go-openai", goOpenAIStream},
-	{"openai-go", openAIGoStream},
+	{"go-openai", goOpenAIStream, goOpenAIComplete},
+	{"openai-go", openAIGoStream, openAIGoComplete},
+}
+
+func goOpenAIComplete(ctx context.Context, baseURL, key string) (run sdkRun) {
+	run.SDK = "go-openai"
+	cp := &capture{hdr: map[string]string{"Idempotency-Key": key}}
+	defer cp.finish(&run)
+	cfg := goopenai.DefaultConfig("e2e-client-key")
+	cfg.BaseURL = baseURL + "/v1"
+	cfg.HTTPClient = &http.Client{Transport: cp}
+	res, err := goopenai.NewClientWithConfig(cfg).CreateChatCompletion(ctx, goopenai.ChatCompletionRequest{
+		Model:    "gpt-4o-mini",
+		Messages: []goopenai.ChatCompletionMessage{{Role: goopenai.ChatMessageRoleUser, Content: "faults"}},
+	})
+	if err != nil {
+		run.Err = err
+		return run
+	}
+	run.Complete = true
+	if len(res.Choices) > 0 {
+		run.Text = res.Choices[0].Message.Content
+	}
+	return run
+}
+
+func openAIGoComplete(ctx context.Context, baseURL, key string) (run sdkRun) {
+	run.SDK = "openai-go"
+	cp := &capture{}
+	defer cp.finish(&run)
+	client := openaigo.NewClient(option.WithBaseURL(baseURL+"/v1"), option.WithAPIKey("e2e-client-key"),
+		option.WithHTTPClient(&http.Client{Transport: cp}), option.WithMaxRetries(0))
+	res, err := client.Chat.Completions.New(ctx, openaigo.ChatCompletionNewParams{
+		Model:    "gpt-4o-mini",
+		Messages: []openaigo.ChatCompletionMessageParamUnion{openaigo.UserMessage("faults")},
+	}, option.WithHeader("Idempotency-Key", key))
+	if err != nil {
+		run.Err = err
+		return run
+	}
+	run.Complete = true
+	if len(res.Choices) > 0 {
+		run.Text = res.Choices[0].Message.Content
+	}
+	return run
 }
 
 // capture is an http.RoundTripper that sets fixed headers (as an
