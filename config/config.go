@@ -61,7 +61,7 @@ func Default() Config {
 			GCInterval:  Duration(10 * time.Minute),
 			OpTimeout:   Duration(5 * time.Second),
 			UsageRescan: Duration(10 * time.Minute),
-			Redis:       Redis{Prefix: "llmgate:"},
+			Redis:       Redis{Prefix: "llmgate:", WaitTimeout: Duration(time.Second)},
 		},
 		Limits: Limits{
 			MaxBodyBytes:      32 << 20,
@@ -390,6 +390,16 @@ type Redis struct {
 	Prefix string `yaml:"prefix"`
 	// Cluster treats URL's host list as a Redis Cluster.
 	Cluster bool `yaml:"cluster"`
+	// WaitReplicas, when > 0, makes every commit wait (Redis WAIT) until
+	// that many replicas have the record. Fewer within WaitTimeout: the
+	// commit counts as failed, so the client is told (503, or a stream's
+	// error event) and never holds an answer a failover could lose; the
+	// record stays on the primary, so a retry there replays it. Default 0:
+	// a commit is durable once the primary has it.
+	WaitReplicas int `yaml:"wait_replicas"`
+	// WaitTimeout bounds that wait; it must be under store.op_timeout.
+	// Default 1s.
+	WaitTimeout Duration `yaml:"wait_timeout"`
 }
 
 // Limits bound what a client may send.

@@ -77,6 +77,9 @@ var expectedErrors = map[string][]string{
 			"so anyone who can reach it could spend your provider keys; " +
 			"configure clients: or set allow_insecure_listen: true",
 	},
+
+	"redis_wait.bad.yml":          {"store.redis.wait_timeout: 2s must be under store.op_timeout (2s)"},
+	"redis_wait_negative.bad.yml": {"store.redis.wait_replicas: must be >= 0"},
 }
 
 func TestBadConfigs(t *testing.T) {
@@ -216,6 +219,8 @@ func TestGoodConfig(t *testing.T) {
 				PoolSize: 20,
 				Prefix:   "gw:",
 				Cluster:  true,
+				// Not in good.yml: the default.
+				WaitTimeout: Duration(time.Second),
 			},
 		},
 		Limits: Limits{

@@ -105,6 +105,12 @@ func (c *Config) validateStore(p *problems) {
 	if s.Redis.PoolSize < 0 {
 		p.add("store.redis.pool_size", "must be >= 0 (0 uses go-redis's default)")
 	}
+	if s.Redis.WaitReplicas < 0 {
+		p.add("store.redis.wait_replicas", "must be >= 0 (0 does not wait for replicas)")
+	}
+	if s.Redis.WaitReplicas > 0 && s.Redis.WaitTimeout >= s.OpTimeout {
+		p.add("store.redis.wait_timeout", "%s must be under store.op_timeout (%s), which bounds the whole commit", s.Redis.WaitTimeout, s.OpTimeout)
+	}
 }
 
 func (c *Config) validateDeadLetters(p *problems) {
@@ -326,6 +332,7 @@ func (c *Config) validateDurations(p *problems) {
 		{"store.gc_interval", c.Store.GCInterval, true},
 		{"store.op_timeout", c.Store.OpTimeout, true},
 		{"store.usage_rescan", c.Store.UsageRescan, false},
+		{"store.redis.wait_timeout", c.Store.Redis.WaitTimeout, true},
 		{"limits.stream_idle_timeout", c.Limits.StreamIdleTimeout, true},
 		{"server.read_header_timeout", c.Server.ReadHeaderTimeout, true},
 		{"server.read_body_timeout", c.Server.ReadBodyTimeout, true},

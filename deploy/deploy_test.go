@@ -468,6 +468,112 @@ func TestRedisName(t *testing.T) {
 	}
 }
 
+// TestRedisPersistence holds the shipped Redis to what the README promises
+// of it: committed idempotency records survive a restart of Redis (the
+// e2e test TestFaultRedisRestart shows what a Redis without persistence
+// does to a client's retry). Both manifests run it with an append-only
+// file, fsynced at least once a second, on a volume that outlives the
+// container.
+func TestRedisPersistence(t *testing.T) {
+	cfg, _ := gatewayConfig(t)
+	host := mustParseURL(t, cfg.Store.Redis.URL).Hostname()
+	aof := func(where string, args []string) {
+		t.Helper()
+		flag := func(name string) string {
+			if i := slices.Index(args, name); i >= 0 && i+1 < len(args) {
+				return args[i+1]
+			}
+			return ""
+		}
+		if flag("--appendonly") != "yes" {
+			t.Errorf("%s: args %q lack --appendonly yes", where, args)
+		}
+		if f := flag("--appendfsync"); f != "everysec" && f != "always" {
+			t.Errorf("%s: --appendfsync %q, want everysec or always", where, f)
+		}
+	}
+
+	var compose struct {
+		Services map[string]composeService `yaml:"services"`
+		Volumes  map[string]any            `yaml:"volumes"`
+	}
+	decodeYAML(t, "compose.yaml", &compose)
+	r := compose.Services[host]
+	aof("compose.yaml "+host, r.Command)
+	named := false
+	for _, v := range r.Volumes {
+		if src, dst, ok := strings.Cut(v, ":"); ok && strings.HasPrefix(dst, "/data") {
+			if _, declared := compose.Volumes[src]; declared {
+				named = true
+			}
+		}
+	}
+	if !named {
+		t.Errorf("compose.yaml %s: volumes %q, want a named volume at /data", host, r.Volumes)
+	}
+
+	claims := map[string]bool{}
+	var dep struct {
+		Kind string `yaml:"kind"`
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						Args         []string `yaml:"args"`
+						VolumeMounts []struct {
+							Name      string `yaml:"name"`
+							MountPath string `yaml:"mountPath"`
+						} `yaml:"volumeMounts"`
+					} `yaml:"containers"`
+					Volumes []struct {
+						Name                  string `yaml:"name"`
+						PersistentVolumeClaim *struct {
+							ClaimName string `yaml:"claimName"`
+						} `yaml:"persistentVolumeClaim"`
+					} `yaml:"volumes"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	found := false
+	for _, doc := range yamlDocs(t, "k8s/redis.yaml") {
+		var head struct {
+			Kind     string `yaml:"kind"`
+			Metadata struct {
+				Name string `yaml:"name"`
+			} `yaml:"metadata"`
+		}
+		if err := doc.Decode(&head); err != nil {
+			t.Fatal(err)
+		}
+		switch head.Kind {
+		case "PersistentVolumeClaim":
+			claims[head.Metadata.Name] = true
+		case "Deployment", "StatefulSet":
+			if err := doc.Decode(&dep); err != nil {
+				t.Fatal(err)
+			}
+			found = true
+		}
+	}
+	if !found || len(dep.Spec.Template.Spec.Containers) == 0 {
+		t.Fatal("k8s/redis.yaml: no Redis Deployment")
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	aof("k8s/redis.yaml", c.Args)
+	persistent := false
+	for _, m := range c.VolumeMounts {
+		for _, v := range dep.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name && m.MountPath == "/data" && v.PersistentVolumeClaim != nil && claims[v.PersistentVolumeClaim.ClaimName] {
+				persistent = true
+			}
+		}
+	}
+	if !persistent {
+		t.Error("k8s/redis.yaml: /data is not a PersistentVolumeClaim the file declares")
+	}
+}
+
 // ---------------------------------------------------------------------------
 // nginx and compose
 

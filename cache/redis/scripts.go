@@ -77,11 +77,17 @@ return 1
 // data (the committed record), exp, PX (ttl), wake channel, nonce (fresh,
 // random), size (the record's StoredSize). Returns 1, or 0 when not in flight under owner with that
 // fingerprint. A committed record carrying this call's nonce is a go-redis
-// retry of this call: 1 again, without a second PUBLISH. A second Commit
-// call (another nonce) gets 0, as with Badger.
+// retry of this call: 1 again, without a second PUBLISH; it sets the
+// expiry again (a write), so that a WAIT after the retry, on the retry's
+// connection, waits for the replicas to have the record (WAIT counts the
+// writes of its own connection only). A second Commit call (another nonce)
+// gets 0, as with Badger.
 var commitScript = redis.NewScript(`
 local cur = redis.call('HMGET', KEYS[1], 'state', 'owner', 'fp', 'commit')
-if cur[1] == '2' and cur[2] == ARGV[1] and cur[4] == ARGV[7] then return 1 end
+if cur[1] == '2' and cur[2] == ARGV[1] and cur[4] == ARGV[7] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+  return 1
+end
 if cur[1] ~= '1' or cur[2] ~= ARGV[1] or cur[3] ~= ARGV[2] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'state', '2', 'fp', ARGV[2], 'owner', ARGV[1], 'exp', ARGV[4], 'commit', ARGV[7], 'size', ARGV[8], 'data', ARGV[3])

@@ -57,7 +57,25 @@ type Options struct {
 	// reconnected; also the retry period of WatchBreakerOverrides. If <= 0,
 	// 1s.
 	PollInterval time.Duration
+	// WaitReplicas, when > 0, makes Commit wait (Redis WAIT, on the
+	// connection that wrote the record) until that many replicas have
+	// acknowledged the committed record. Fewer within WaitTimeout fail the
+	// Commit with ErrNotReplicated; the record stays committed on the
+	// primary (Redis cannot take a write back), so a retry that reaches
+	// this primary replays it, and one after a failover that lost it runs
+	// the key again. Either way the caller, told the commit failed, never
+	// showed its client a complete answer. If 0, Commit returns once the
+	// primary has the record.
+	WaitReplicas int
+	// WaitTimeout bounds WAIT. If <= 0, 1s. Keep it under the commit's
+	// context deadline (store.op_timeout), or the context ends it first.
+	WaitTimeout time.Duration
 }
+
+// ErrNotReplicated: Options.WaitReplicas replicas did not acknowledge a
+// commit within Options.WaitTimeout. The record is committed on the
+// primary; a failover to a replica that lacks it loses it.
+var ErrNotReplicated = errors.New("redis store: commit not acknowledged by enough replicas")
 
 // Store is the idempotency store shared by several gateway replicas: one
 // Idempotency-Key means one upstream call across all of them. It has the
@@ -106,6 +124,9 @@ type Store struct {
 	watchMu  sync.Mutex
 	watchers map[*breakerWatcher]struct{}
 
+	waitReplicas int
+	waitTimeout  time.Duration
+
 	closed    atomic.Bool
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -121,6 +142,7 @@ type Store struct {
 const (
 	defaultRedisPrefix  = "llmgate:"
 	defaultPollInterval = time.Second
+	defaultWaitTimeout  = time.Second
 	redisTimeout        = time.Second
 	redisScanCount      = 1000
 	redisBatch          = 256
@@ -174,6 +196,10 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}
 	if r.poll <= 0 {
 		r.poll = defaultPollInterval
+	}
+	r.waitReplicas, r.waitTimeout = o.WaitReplicas, o.WaitTimeout
+	if r.waitTimeout <= 0 {
+		r.waitTimeout = defaultWaitTimeout
 	}
 
 	opt, err := universalOptions(o.URL, o.Cluster)
@@ -430,9 +456,12 @@ func (r *Store) commit(ctx context.Context, ident, owner string, rec *cache.Reco
 	stored.LeaseUntil = time.Time{}
 	stored.CreatedAt = now
 	stored.ExpiresAt = now.Add(ttl)
-	ok, err := commitScript.Run(ctx, r.client, []string{key},
-		owner, stored.Fingerprint, codec.EncodeRecord(&stored), luaTime(stored.ExpiresAt),
-		pxMillis(ttl), r.wakeChannel(ident), rand.Text(), stored.StoredSize()).Int()
+	args := []any{owner, stored.Fingerprint, codec.EncodeRecord(&stored), luaTime(stored.ExpiresAt),
+		pxMillis(ttl), r.wakeChannel(ident), rand.Text(), stored.StoredSize()}
+	if r.waitReplicas > 0 {
+		return r.commitReplicated(ctx, key, args)
+	}
+	ok, err := commitScript.Run(ctx, r.client, []string{key}, args...).Int()
 	if err != nil {
 		return r.mapErr(err)
 	}
@@ -440,6 +469,48 @@ func (r *Store) commit(ctx context.Context, ident, owner string, rec *cache.Reco
 		return cache.ErrNotOwner
 	}
 	return nil
+}
+
+// commitReplicated runs the commit script and then WAIT on one connection
+// of the key's primary: WAIT counts the replicas that have every write of
+// its own connection, so it must follow the script on the same one. A
+// go-redis retry of the script that finds its own commit already there
+// writes again (a PEXPIRE, see commitScript), so WAIT still covers the
+// record on the retry's connection.
+func (r *Store) commitReplicated(ctx context.Context, key string, args []any) error {
+	node, err := r.primaryFor(ctx, key)
+	if err != nil {
+		return r.mapErr(err)
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	ok, err := commitScript.Run(ctx, conn, []string{key}, args...).Int()
+	if err != nil {
+		return r.mapErr(err)
+	}
+	if ok != 1 {
+		return cache.ErrNotOwner
+	}
+	n, err := conn.Wait(ctx, r.waitReplicas, r.waitTimeout).Result()
+	if err != nil {
+		return fmt.Errorf("%w: WAIT %d: %w", ErrNotReplicated, r.waitReplicas, r.mapErr(err))
+	}
+	if n < int64(r.waitReplicas) {
+		return fmt.Errorf("%w: %d of %d within %v", ErrNotReplicated, n, r.waitReplicas, r.waitTimeout)
+	}
+	return nil
+}
+
+// primaryFor is the client of the primary that holds key.
+func (r *Store) primaryFor(ctx context.Context, key string) (*redis.Client, error) {
+	if r.cluster != nil {
+		return r.cluster.MasterForKey(ctx, key)
+	}
+	c, ok := r.client.(*redis.Client)
+	if !ok {
+		return nil, fmt.Errorf("redis store: WaitReplicas needs a single-primary or cluster client, not %T", r.client)
+	}
+	return c, nil
 }
 
 // owned reads fields of the record at key if it is in flight under owner,

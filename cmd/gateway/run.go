@@ -220,6 +220,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		r := cfg.Store.Redis
 		return redisstore.Open(ctx, redisstore.Options{
 			URL: r.URL, PoolSize: r.PoolSize, Prefix: r.Prefix, Cluster: r.Cluster, Logger: log,
+			WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout.D(),
 		})
 	}
 	return badgerstore.Open(badgerstore.Options{
