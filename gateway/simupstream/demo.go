@@ -40,7 +40,7 @@ type Demo struct {
 // outage is how long demo-down is down (Options.DemoOutage).
 func Demos(outage time.Duration) []Demo {
 	return []Demo{
-		{Model: DemoFlaky, Does: "503 twice, then an answer (per request body, again and again)"},
+		{Model: DemoFlaky, Does: "503 twice, then an answer (counted per request body)"},
 		{Model: DemoRateLimited, Does: "429 with Retry-After: 1, then an answer"},
 		{Model: DemoDown, Does: "503 for " + demoOutage(outage).String() + " from its first request, then up for good"},
 		{Model: DemoFiltered, Does: "an answer with finish_reason content_filter"},
