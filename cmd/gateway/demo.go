@@ -43,8 +43,8 @@ const (
 	demoDownUpstream = "demo-down"
 )
 
-// demo is what -demo set up.
-type demo struct {
+// demoMode is what -demo set up.
+type demoMode struct {
 	baseURL string // the simulated upstream's, with /v1
 	stop    func()
 	outage  time.Duration
@@ -63,7 +63,7 @@ type demo struct {
 
 // startDemo serves the simulated upstream in-process, on a loopback port of
 // its own, with its demo models on.
-func startDemo(outage time.Duration) (*demo, error) {
+func startDemo(outage time.Duration) (*demoMode, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo upstream: %w", err)
@@ -76,7 +76,7 @@ func startDemo(outage time.Duration) (*demo, error) {
 	})
 	srv := &http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	d := &demo{baseURL: "http://" + ln.Addr().String() + "/v1", outage: outage}
+	d := &demoMode{baseURL: "http://" + ln.Addr().String() + "/v1", outage: outage}
 	d.stop = func() {
 		// Close first: it releases any request the fake is holding.
 		fake.Close()
@@ -91,7 +91,7 @@ func startDemo(outage time.Duration) (*demo, error) {
 // env points the zero-config upstream at the simulated one, so that a
 // configuration with no upstreams validates; configure then splits it in
 // two.
-func (d *demo) env(getenv func(string) string) func(string) string {
+func (d *demoMode) env(getenv func(string) string) func(string) string {
 	return func(k string) string {
 		switch k {
 		case "OPENAI_BASE_URL":
@@ -107,7 +107,7 @@ func (d *demo) env(getenv func(string) string) func(string) string {
 // token, a one-time sign-in code, a data_dir of its own, and a shorter
 // breaker open_timeout and retry backoff. Values the configuration set
 // (other than to their defaults) are kept.
-func (d *demo) configure(cfg *config.Config) error {
+func (d *demoMode) configure(cfg *config.Config) error {
 	if len(cfg.Upstreams) == 1 && cfg.Upstreams[0].BaseURL == d.baseURL {
 		d.tour = true
 		down := config.Upstream{Name: demoDownUpstream, BaseURL: d.baseURL, APIKey: "demo", Models: []string{simupstream.DemoDown}}
@@ -148,13 +148,14 @@ func randomString(n int) string {
 // banner prints, on stdout only, how to take the tour: a curl line per
 // demo model, the admin token (here and nowhere else: never in the logs),
 // the one-time sign-in link, and where to look.
-func (d *demo) banner(w io.Writer, cfg config.Config, addr string) {
+func (d *demoMode) banner(w io.Writer, cfg config.Config, addr string) {
 	base := "http://" + browserAddr(addr)
 	auth := `-H "Authorization: Bearer $TOKEN"`
 	var b strings.Builder
 	if d.tour {
-		fmt.Fprintf(&b, "\nDemo: a simulated upstream answers every model at once, except these, which fail on purpose.\n")
+		fmt.Fprintf(&b, "\nDemo: a simulated upstream answers every model at once, except the demo-* ones, which fail on purpose.\n")
 		fmt.Fprintf(&b, "Each request's log line (stderr) says how it went: status, class, attempts.\n")
+		fmt.Fprintf(&b, "\n  gpt-4o-mini, or any other model: an answer\n    %s\n", demoCurl(base, simupstream.Demo{Model: "gpt-4o-mini"}, 0))
 		for _, m := range simupstream.Demos(d.outage) {
 			fmt.Fprintf(&b, "\n  %s: %s\n    %s\n", m.Model, m.Does, demoCurl(base, m, int(cfg.Breaker.ConsecutiveFailures)+1))
 		}
@@ -200,8 +201,7 @@ func demoCurl(base string, m simupstream.Demo, downRequests int) string {
 	case m.Stream:
 		return "curl -sN " + url + " -H 'Content-Type: application/json' -d '" + body + "'"
 	}
-	return "curl -si " + url + " -H 'Content-Type: application/json' -H 'Idempotency-Key: tour-" +
-		strings.TrimPrefix(m.Model, "demo-") + "' -d '" + body + "'"
+	return "curl -si " + url + " -H 'Content-Type: application/json' -H 'Idempotency-Key: tour-" + m.Model + "' -d '" + body + "'"
 }
 
 // browserAddr is addr as a browser on this machine reaches it: an

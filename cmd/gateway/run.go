@@ -37,7 +37,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	var demo *demo
+	var demo *demoMode
 	if *demoFlag {
 		d, err := startDemo(*demoOutage)
 		if err != nil {
@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // calls what is left of it; then the gateway and the store close (the
 // deferred calls run in that order).
 // demo is nil without -demo.
-func serve(ctx context.Context, cfg config.Config, demo *demo, stdout, stderr io.Writer) error {
+func serve(ctx context.Context, cfg config.Config, demo *demoMode, stdout, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
@@ -144,7 +144,7 @@ func newServer(cfg config.Config, h http.Handler, log *slog.Logger) *http.Server
 
 // announce prints the "listening" line tests read the address from, logs
 // the setup, and in demo mode prints the tour (demo.banner).
-func announce(cfg config.Config, addr string, demo *demo, stdout io.Writer, log *slog.Logger) {
+func announce(cfg config.Config, addr string, demo *demoMode, stdout io.Writer, log *slog.Logger) {
 	fmt.Fprintf(stdout, "llmgate listening on http://%s\n", addr)
 	log.Info("listening", "addr", addr, "upstreams", upstreamNames(cfg), "clients", len(cfg.Clients),
 		"store", cfg.Store.Kind, "data_dir", cfg.DataDir, "admin", cfg.AdminToken != "")
