@@ -77,6 +77,10 @@ type Options struct {
 	// and the hours stored bytes expire in. If nil, time.Now. It is apart
 	// from Now so a test can move it by hours without moving deadlines.
 	LimitsNow func() time.Time
+	// AdminSignInCode, if set, is a one-time code that opens the admin page
+	// once from this machine (admin.Options.SignInCode). `gateway -demo`
+	// sets it.
+	AdminSignInCode string
 }
 
 // Gateway serves the OpenAI-compatible API. Create it with New.
@@ -163,7 +167,7 @@ func New(o Options) (*Gateway, error) {
 		eps[i] = ep.path
 	}
 	g.admin = admin.New(admin.Options{Config: o.Config, Store: o.Store, Breakers: g.breakers, Metrics: g.metrics,
-		DeadLetters: g.dlq, Endpoints: eps, Logger: g.log, Now: g.now})
+		DeadLetters: g.dlq, Endpoints: eps, Logger: g.log, Now: g.now, SignInCode: o.AdminSignInCode})
 	g.echo = g.routes()
 	g.dlq.SetHandler(g.echo)
 	g.ready.Store(true)

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
@@ -30,28 +29,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML configuration `file` (default: built-in defaults and the environment)")
 	checkOnly := fs.Bool("check-config", false, "validate the configuration, print it with secrets redacted, and exit")
-	demo := fs.Bool("demo", false, "serve a built-in simulated upstream, for trying llmgate with no API key and no network")
+	demoFlag := fs.Bool("demo", false, "serve a built-in simulated upstream, with models that fail on purpose, and open the admin API and page: a tour of llmgate with no API key and no network")
+	demoOutage := fs.Duration("demo-outage", simupstream.DefaultDemoOutage, "with -demo, how long the model demo-down is down, from its first request")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	var demoURL string
-	if *demo {
-		stop, url, err := startDemoUpstream()
+	var demo *demoMode
+	if *demoFlag {
+		d, err := startDemo(*demoOutage)
 		if err != nil {
 			return err
 		}
-		defer stop()
-		demoURL, getenv = url, demoEnv(url, getenv)
+		defer d.stop()
+		demo, getenv = d, d.env(getenv)
 	}
 	cfg, err := config.LoadFile(*configPath, getenv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	if *demo {
-		nameDemoUpstream(&cfg, demoURL)
+	if demo != nil {
+		if err := demo.configure(&cfg); err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
 	}
 	if *checkOnly {
 		out, err := yaml.Marshal(cfg.Redacted())
@@ -61,40 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "configuration OK\n%s", out)
 		return nil
 	}
-	return serve(ctx, cfg, *demo, stdout, stderr)
-}
-
-// startDemoUpstream serves the simulated upstream in-process on a loopback
-// port of its own.
-func startDemoUpstream() (stop func(), baseURL string, err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", fmt.Errorf("demo upstream: %w", err)
-	}
-	fake := &http.Server{Handler: simupstream.New(simupstream.Options{ChunkDelay: 40 * time.Millisecond, KeepRequests: -1}), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = fake.Serve(ln) }()
-	return func() { fake.Close() }, "http://" + ln.Addr().String() + "/v1", nil
-}
-
-// demoEnv points the zero-config upstream at the simulated one.
-func demoEnv(baseURL string, getenv func(string) string) func(string) string {
-	return func(k string) string {
-		switch k {
-		case "OPENAI_BASE_URL":
-			return baseURL
-		case "OPENAI_API_KEY":
-			return "demo"
-		}
-		return getenv(k)
-	}
-}
-
-func nameDemoUpstream(cfg *config.Config, baseURL string) {
-	for i := range cfg.Upstreams {
-		if cfg.Upstreams[i].BaseURL == baseURL {
-			cfg.Upstreams[i].Name = "demo"
-		}
-	}
+	return serve(ctx, cfg, demo, stdout, stderr)
 }
 
 // serve opens the store, builds the gateway and serves until ctx ends,
@@ -102,7 +71,8 @@ func nameDemoUpstream(cfg *config.Config, baseURL string) {
 // in-flight requests and streams get the grace period; detached keyed
 // calls what is left of it; then the gateway and the store close (the
 // deferred calls run in that order).
-func serve(ctx context.Context, cfg config.Config, demo bool, stdout, stderr io.Writer) error {
+// demo is nil without -demo.
+func serve(ctx context.Context, cfg config.Config, demo *demoMode, stdout, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
@@ -113,7 +83,11 @@ func serve(ctx context.Context, cfg config.Config, demo bool, stdout, stderr io.
 			log.Error("closing store", "err", err)
 		}
 	}()
-	gw, err := gateway.New(gateway.Options{Config: cfg, Store: store, Logger: log})
+	opts := gateway.Options{Config: cfg, Store: store, Logger: log}
+	if demo != nil {
+		opts.AdminSignInCode = demo.code
+	}
+	gw, err := gateway.New(opts)
 	if err != nil {
 		return err
 	}
@@ -169,16 +143,13 @@ func newServer(cfg config.Config, h http.Handler, log *slog.Logger) *http.Server
 }
 
 // announce prints the "listening" line tests read the address from, logs
-// the setup, and in demo mode how to try it.
-func announce(cfg config.Config, addr string, demo bool, stdout io.Writer, log *slog.Logger) {
-	url := "http://" + addr
-	fmt.Fprintf(stdout, "llmgate listening on %s\n", url)
+// the setup, and in demo mode prints the tour (demo.banner).
+func announce(cfg config.Config, addr string, demo *demoMode, stdout io.Writer, log *slog.Logger) {
+	fmt.Fprintf(stdout, "llmgate listening on http://%s\n", addr)
 	log.Info("listening", "addr", addr, "upstreams", upstreamNames(cfg), "clients", len(cfg.Clients),
 		"store", cfg.Store.Kind, "data_dir", cfg.DataDir, "admin", cfg.AdminToken != "")
-	if demo {
-		fmt.Fprintf(stdout, "demo: a simulated upstream answers every model. Try:\n"+
-			"  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-1' \\\n"+
-			"    -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", url)
+	if demo != nil {
+		demo.banner(stdout, cfg, addr)
 	}
 }
 

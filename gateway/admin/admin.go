@@ -15,6 +15,9 @@
 //     GET /metrics, which changes nothing and which another origin cannot
 //     read. Signing out ends the session in the store.
 //   - Failed sign-ins are slowed per source address (throttle.go).
+//   - A one-time code (Options.SignInCode, which `gateway -demo` prints as
+//     a link) opens one page session, once, for a browser on this machine
+//     (signincode.go).
 //
 // It reads the request path's state only through small interfaces and
 // handles (the breaker registry, the store, the dead-letter queue, the
@@ -68,6 +71,15 @@ type Options struct {
 	Now func() time.Time
 	// Throttle tunes the sign-in throttle; the zero value is the policy.
 	Throttle ThrottleOptions
+	// SignInCode, if set, opens the page once without the token: a browser
+	// on this machine that opens SignInCodePath?code=<SignInCode> gets a
+	// page session, the first time only (signincode.go). If empty, that
+	// path answers 404. The caller makes it from crypto/rand; `gateway
+	// -demo` does, and prints the link.
+	SignInCode string
+	// SignInCodeTTL is how long SignInCode is good for, from New. If <= 0,
+	// DefaultSignInCodeTTL (10 minutes) is used.
+	SignInCodeTTL time.Duration
 }
 
 // Admin serves the admin API and page. Close stops following shared
@@ -94,6 +106,9 @@ type Admin struct {
 	// xffNoted is set once a sign-in has come with an X-Forwarded-For
 	// header from a peer that is not a trusted proxy, and that was logged.
 	xffNoted atomic.Bool
+
+	// signInCode is Options.SignInCode; nil without one.
+	signInCode *signInCode
 }
 
 // New returns an Admin; when the store shares breaker overrides, it starts
@@ -113,6 +128,7 @@ func New(o Options) *Admin {
 	a.proxies = forwarded.New(o.Config.Server.TrustedProxyPrefixes())
 	a.logins = newThrottle(o.Throttle, a.now)
 	a.sessions = &sessions{now: a.now}
+	a.signInCode = newSignInCode(o, a.now())
 	if s, ok := o.Store.(SessionStore); ok {
 		a.sessions.store = s
 	} else {
@@ -142,6 +158,7 @@ func (a *Admin) Close() {
 func (a *Admin) Routes(e *echo.Echo) {
 	a.apiRoutes(e.Group("/admin", a.Auth))
 	a.pageRoutes(e)
+	e.GET(SignInCodePath, a.pageLoginOnce)
 }
 
 // SetBreakerForced is an operator's force-open (open) or close.

@@ -8,8 +8,10 @@
 // It serves three callers: the e2e tests, which start it with
 // httptest.NewServer, script it per test and assert on what it recorded;
 // `gateway -demo`, which serves it in-process so a newcomer without an API
-// key sees a completion; and the load tool, which uses Options.Latency,
-// Options.ChunkDelay and Options.ContentBytes to shape its answers.
+// key sees a completion, and with Options.DemoModels a retry, an open
+// breaker and a dead letter (demo.go); and the load tool, which uses
+// Options.Latency, Options.ChunkDelay and Options.ContentBytes to shape its
+// answers.
 //
 // Every wait (latency, chunk delay, hang, stall) selects on the request's
 // context and on Close, so no handler outlives its client or the Server.
@@ -38,9 +40,20 @@ var defaultModels = []string{"gpt-4o-mini", "gpt-4o", "text-embedding-3-small"}
 // instant upstream that keeps every request it records.
 type Options struct {
 	// Models are listed by GET /v1/models. If nil, gpt-4o-mini, gpt-4o and
-	// text-embedding-3-small are.
+	// text-embedding-3-small are; with DemoModels, the demo models follow.
 	// Completion and embedding requests are answered for any model name.
 	Models []string
+
+	// DemoModels makes the demo models (see Demos: demo-flaky,
+	// demo-ratelimited, demo-down, demo-filtered, demo-empty, demo-cut)
+	// fail as their names say. A request for one of them is answered by its
+	// script and consumes no Step; other models are answered as before. Off
+	// by default, so that a test scripting the Server gets what it queued
+	// whatever the model.
+	DemoModels bool
+	// DemoOutage is how long demo-down answers 503, counted from the first
+	// request for it. If DemoOutage <= 0, DefaultDemoOutage (30s) is used.
+	DemoOutage time.Duration
 
 	// Latency is the delay before answering each request. A Step's Delay
 	// overrides it. If Latency <= 0, there is none.
@@ -163,6 +176,7 @@ type Server struct {
 	reqs    []Request
 	total   int
 	perPath map[string]int
+	demo    demoState
 	// arrived is created by a waiting WaitForCalls and closed (then
 	// forgotten) by the next arrival, so waiters wake without polling and
 	// nobody pays for it when nobody waits.
@@ -174,6 +188,9 @@ func New(o Options) *Server {
 	models := slices.Clone(o.Models)
 	if o.Models == nil {
 		models = slices.Clone(defaultModels)
+	}
+	if o.DemoModels {
+		models = append(models, demoModelNames()...)
 	}
 	return &Server{
 		opts:    o,
@@ -209,11 +226,12 @@ func (s *Server) ClearQueue() {
 	s.queue = nil
 }
 
-// Reset forgets the recorded requests and counts, drops the queue and makes
-// the default Step healthy again.
+// Reset forgets the recorded requests and counts (the demo models' too),
+// drops the queue and makes the default Step healthy again.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.demo = demoState{}
 	s.queue = nil
 	s.def = Step{}
 	s.reqs = nil

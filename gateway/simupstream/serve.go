@@ -61,7 +61,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	authorized := s.authorized(r)
 	var st Step
 	if authorized && ep.scripted() {
-		st = s.next()
+		var demo bool
+		if st, demo = s.demoStep(body); !demo {
+			st = s.next()
+		}
 	}
 	call := s.record(Request{
 		Method: r.Method,
