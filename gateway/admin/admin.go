@@ -289,6 +289,9 @@ func (a *Admin) adminListDeadLetters(c echo.Context) error {
 		offset = v
 	}
 	page := all[min(offset, len(all)):min(offset+limit, len(all))]
+	if page == nil {
+		page = []cache.DeadLetter{} // an empty list, not null
+	}
 	resp := map[string]any{
 		"dead_letters": page,
 		"total":        len(all),
