@@ -368,3 +368,32 @@ func TestParallel(t *testing.T) {
 		t.Fatalf("%d requests counted, want %d", total, 8*2000)
 	}
 }
+
+// BenchmarkRequest is what the ring adds to every /v1 request's log line.
+func BenchmarkRequest(b *testing.B) {
+	tl := New(Options{Upstreams: []string{"a", "b"}})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			tl.Request("a", "success", time.Duration(i%5000)*time.Microsecond, i%2)
+			i++
+		}
+	})
+}
+
+// BenchmarkSnapshot is what the page pays per render, per upstream.
+func BenchmarkSnapshot(b *testing.B) {
+	c := &clock{t: t0}
+	tl := New(Options{Upstreams: []string{"a"}, Now: c.Now})
+	for range 60 {
+		for i := range 100 {
+			tl.Request("a", "success", time.Duration(i)*time.Millisecond, 0)
+		}
+		c.Add(time.Minute)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		tl.Snapshot()
+	}
+}
