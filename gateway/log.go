@@ -123,6 +123,9 @@ func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, a
 			up = "none"
 		}
 		g.metrics.Request(s.endpoint, model, up, status, string(class), d)
+		// The retries the answering upstream took; an upstream the request
+		// fell back from counts its own in llmgate_upstream_retries_total.
+		g.timeline.Request(s.upstream, string(class), d, s.attempts-1)
 	}
 }
 

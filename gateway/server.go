@@ -43,6 +43,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/proxy"
 	"github.com/llmgate/llmgate/gateway/readdeadline"
 	"github.com/llmgate/llmgate/gateway/retry"
+	"github.com/llmgate/llmgate/gateway/timeline"
 )
 
 // Store is the whole store the gateway is given: what keyed requests, the
@@ -101,6 +102,7 @@ type Gateway struct {
 	admin    *admin.Admin
 	limits   *limits.Limiter
 	work     *workSet
+	timeline *timeline.Timeline // the operator's page's charts
 	// forwardSecret keys the Idempotency-Key forwarded upstream.
 	forwardSecret []byte
 	ready         atomic.Bool
@@ -143,6 +145,9 @@ func New(o Options) (*Gateway, error) {
 	}
 	g.metrics = metrics.New(g.registry, exactModels(r))
 	g.breakers = g.newBreakers(r)
+	// Before anything can change a breaker's state (admin.New may apply a
+	// shared override): OnStateChange tells the timeline.
+	g.timeline = timeline.New(timeline.Options{Upstreams: g.breakers.Names(), Now: g.now})
 	g.proxy = proxy.New(proxy.Options{Config: o.Config, Router: r, Breakers: g.breakers, Metrics: g.metrics,
 		Logger: g.log, Now: g.now, Shutdown: g.shutdown,
 		Budget: retry.NewBudget(retry.BudgetOptions{
@@ -159,15 +164,20 @@ func New(o Options) (*Gateway, error) {
 	}, func() float64 { return float64(g.work.detached.Load()) }))
 	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "llmgate_store_records", Help: "Idempotency records in the store (committed and in flight).",
-	}, func() float64 { return float64(g.store.Stats().Records) }))
+	}, func() float64 {
+		st := g.store.Stats()
+		g.timeline.StoreSize(st) // a sample for the page's chart, taken where Stats is read anyway
+		return float64(st.Records)
+	}))
 	g.limits = limits.New(limits.Options{Config: o.Config, Store: o.Store, Metrics: g.metrics, Logger: g.log, Now: o.LimitsNow})
-	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now})
+	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now,
+		OnRecord: g.timeline.DeadLetter})
 	eps := make([]string, len(postEndpoints))
 	for i, ep := range postEndpoints {
 		eps[i] = ep.path
 	}
 	g.admin = admin.New(admin.Options{Config: o.Config, Store: o.Store, Breakers: g.breakers, Metrics: g.metrics,
-		DeadLetters: g.dlq, Endpoints: eps, Logger: g.log, Now: g.now, SignInCode: o.AdminSignInCode})
+		DeadLetters: g.dlq, Endpoints: eps, Logger: g.log, Now: g.now, SignInCode: o.AdminSignInCode, Timeline: g.timeline})
 	g.echo = g.routes()
 	g.dlq.SetHandler(g.echo)
 	g.ready.Store(true)
@@ -203,6 +213,7 @@ func (g *Gateway) newBreakers(r *proxy.Router) *breaker.Registry {
 		HalfOpenRequests:    bc.HalfOpenRequests,
 		OnStateChange: func(name string, from, to breaker.State) {
 			g.metrics.BreakerChange(name, from, to)
+			g.timeline.BreakerState(name, to)
 			g.log.Warn("circuit breaker state changed", "upstream", name, "from", from, "to", to)
 		},
 	})

@@ -45,6 +45,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/forwarded"
 	"github.com/llmgate/llmgate/gateway/metrics"
+	"github.com/llmgate/llmgate/gateway/timeline"
 )
 
 // Store is what the admin API needs of the store.
@@ -63,6 +64,8 @@ type Options struct {
 	Breakers    *breaker.Registry
 	Metrics     *metrics.Metrics
 	DeadLetters *deadletter.Queue
+	// Timeline holds the page's charts; if nil, the page has none.
+	Timeline *timeline.Timeline
 	// Endpoints are the keyed POST paths, for looking a key up on each.
 	Endpoints []string
 	// Logger: if nil, logs are discarded.
@@ -90,6 +93,7 @@ type Admin struct {
 	breakers  *breaker.Registry
 	metrics   *metrics.Metrics
 	dlq       *deadletter.Queue
+	timeline  *timeline.Timeline
 	endpoints []string
 	log       *slog.Logger
 	now       func() time.Time
@@ -115,7 +119,7 @@ type Admin struct {
 // following them.
 func New(o Options) *Admin {
 	a := &Admin{cfg: o.Config, store: o.Store, breakers: o.Breakers, metrics: o.Metrics, dlq: o.DeadLetters,
-		endpoints: o.Endpoints, log: o.Logger, now: o.Now}
+		endpoints: o.Endpoints, log: o.Logger, now: o.Now, timeline: o.Timeline}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}

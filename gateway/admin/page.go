@@ -1,8 +1,9 @@
 package admin
 
 // The operator's page: one server-rendered HTML page at /admin/ with the
-// breakers, the dead-letter queue and the idempotency store, and HTML forms
-// for the few actions an operator takes from a browser. It uses no script:
+// breakers, the last hour in charts (inline SVG, charts.go), the
+// dead-letter queue and the idempotency store, and HTML forms for the few
+// actions an operator takes from a browser. It uses no script:
 // the page refreshes itself with <meta http-equiv="refresh">, and its
 // Content-Security-Policy allows no script at all.
 //
@@ -299,6 +300,9 @@ type pageView struct {
 
 	Store      cache.Stats
 	IdemEvents []idemEvent
+
+	// Charts is the last hour (nil without a timeline).
+	Charts *chartsView
 }
 
 type breakerRow struct {
@@ -363,6 +367,11 @@ func (a *Admin) pageIndex(c echo.Context) error {
 	v.DeadAlerting = a.dlq.Alerting()
 
 	v.Store = a.store.Stats()
+	if a.timeline != nil {
+		a.timeline.StoreSize(v.Store)
+		ch := buildCharts(a.timeline.Snapshot(), a.timeline.MemoryBytes())
+		v.Charts = &ch
+	}
 	counts := a.metrics.IdemCounts()
 	for _, name := range idemEventOrder {
 		v.IdemEvents = append(v.IdemEvents, idemEvent{Name: name, Count: counts[name]})

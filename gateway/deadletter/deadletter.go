@@ -46,6 +46,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock. If nil, time.Now.
 	Now func() time.Time
+	// OnRecord, if not nil, is called after each dead letter is stored,
+	// with the last upstream tried ("" if none was).
+	OnRecord func(upstream string)
 }
 
 // Queue is the dead-letter queue and its monitor. Close stops the monitor.
@@ -56,6 +59,7 @@ type Queue struct {
 	log     *slog.Logger
 	now     func() time.Time
 	handler http.Handler
+	onRec   func(upstream string)
 
 	pokeCh  chan struct{}
 	stop    chan struct{}
@@ -69,7 +73,7 @@ type Queue struct {
 
 // New starts the queue's monitor.
 func New(o Options) *Queue {
-	q := &Queue{store: o.Store, metrics: o.Metrics, cfg: o.Config, log: o.Logger, now: o.Now,
+	q := &Queue{store: o.Store, metrics: o.Metrics, cfg: o.Config, log: o.Logger, now: o.Now, onRec: o.OnRecord,
 		pokeCh: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{}),
 		client: &http.Client{Timeout: o.Config.WebhookTimeout.D()}}
 	if q.log == nil {
@@ -111,6 +115,9 @@ func (q *Queue) Record(ctx context.Context, k cache.Key, r Request, f *outcome.F
 		return
 	}
 	q.metrics.DLQRecorded.WithLabelValues(f.Class).Inc()
+	if q.onRec != nil {
+		q.onRec(LastUpstream(*d))
+	}
 	q.log.Warn("dead letter recorded", "id", d.ID, "client", d.Client, "idempotency_key", idempotency.HashKey(k.ID),
 		"class", f.Class, "upstreams", strings.Join(f.Tried, ","), "failures", d.Failures)
 	q.Poke()
