@@ -294,6 +294,7 @@ func (k *keyedCall) run(u *proxy.Upstream) (e workEnd) {
 func (k *keyedCall) json(resp *proxy.Response) error {
 	v := outcome.Settle(resp.Result(k.cl.Tried))
 	resp.Report(v)
+	k.g.countUsage(k.s.endpoint, k.cl, resp)
 	k.s.class = v.Class
 	switch {
 	case v.Commit:
@@ -341,6 +342,7 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 	res.Unrecordable = rec.Over()
 	v := outcome.Settle(res)
 	resp.Report(v)
+	g.countUsage(k.s.endpoint, k.cl, resp)
 	k.s.class = v.Class
 	var err error
 	switch {

@@ -138,6 +138,7 @@ func New(o Options) (*Gateway, error) {
 		g.clients = append(g.clients, clientKey{name: c.Name, hash: digest})
 	}
 	g.metrics = metrics.New(g.registry, exactModels(r))
+	g.metrics.SetClients(clientNames(g.clients))
 	g.breakers = g.newBreakers(r)
 	g.proxy = proxy.New(proxy.Options{Config: o.Config, Router: r, Breakers: g.breakers, Metrics: g.metrics,
 		Logger: g.log, Now: g.now, Shutdown: g.shutdown,
