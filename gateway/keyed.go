@@ -72,6 +72,7 @@ func (g *Gateway) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 // an in-flight duplicate, or claim the key and run the call.
 func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, dl deadlines, s *summary, slot *limits.Slot) error {
 	s.idemKey = idempotency.HashKey(kr.Key.ID)
+	kr.Model = cl.Model
 	if kr.Cache {
 		s.cache = "miss"
 		w.Header().Set(idempotency.CacheHeader, "miss")
