@@ -11,6 +11,9 @@
 // text is never searched: providers reword messages, and a classifier that
 // greps for "quota" misfires on a prompt that is about quotas.
 //
+// The same walks read what an answer says it cost (Usage, Tokens): the
+// gateway counts tokens from them without a second pass over the body.
+//
 // The package is pure: no HTTP client, no clock (the caller passes now), no
 // other llmgate package. Its JSON scanner is its own subpackage, jsonscan,
 // which the gateway also uses to read request bodies.
@@ -98,6 +101,10 @@ type Outcome struct {
 	// attempt; meaningful only when HasRetryAfter.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
+	// Usage is the token count a 2xx answer reported, read in the same
+	// walk that classified it: set by FromCompletion and by a
+	// StreamObserver's Outcome, zero (not Reported) from everything else.
+	Usage Tokens
 }
 
 // FromError classifies a transport error: what http.Client.Do (or reading

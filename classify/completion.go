@@ -31,15 +31,21 @@ func nonEmpty(b []byte) bool {
 //   - every choice without content, tool_calls, function_call, refusal or
 //     audio (or "text", for /v1/completions), or no choices: Empty.
 //   - else Success.
+//
+// Its Usage is what Usage(body) returns, read in the same walk.
 func FromCompletion(body []byte) Outcome {
 	var s completionSummary
 	if !walkCompletion(body, &s) {
 		return Outcome{Class: Transient, Reason: "malformed completion body"}
 	}
+	var o Outcome
 	if s.errObject != nil && s.choices == 0 {
-		return fromErrorBody(0, parseErrorBody(s.errObject))
+		o = fromErrorBody(0, parseErrorBody(s.errObject))
+	} else {
+		o = choicesOutcome(s.filtered, s.generated)
 	}
-	return choicesOutcome(s.filtered, s.generated)
+	o.Usage = s.usage
+	return o
 }
 
 // choicesOutcome decides from what the choices showed.
@@ -65,13 +71,15 @@ type StreamObserver struct {
 	finished  bool
 	errSeen   bool
 	err       errorFields
+	usage     Tokens
 }
 
 // Observe takes the data payload of one SSE event, without "data: ": a
 // chat.completion.chunk (or text_completion) JSON, or "[DONE]". It notes
 // any generated delta (content, tool_calls, function_call, refusal, audio,
 // or "text"), a finish_reason content_filter, an {"error":...} object sent
-// inside the stream, and [DONE]. An empty payload is ignored.
+// inside the stream, the usage a chunk reports, and [DONE]. An empty
+// payload is ignored.
 func (o *StreamObserver) Observe(data []byte) {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
@@ -80,9 +88,6 @@ func (o *StreamObserver) Observe(data []byte) {
 	if string(data) == "[DONE]" {
 		o.done = true
 		return
-	}
-	if o.generated && o.filtered && o.errSeen && o.finished {
-		return // nothing left to learn; skip the decoding
 	}
 	var s completionSummary
 	if !walkCompletion(data, &s) {
@@ -95,7 +100,18 @@ func (o *StreamObserver) Observe(data []byte) {
 	o.filtered = o.filtered || s.filtered
 	o.generated = o.generated || s.generated
 	o.finished = o.finished || s.finished
+	if s.usage.Reported {
+		// OpenAI sends "usage":null on every chunk but the last; servers
+		// that report a running total on every chunk end with the whole.
+		o.usage = s.usage
+	}
 }
+
+// Usage is the last usage a chunk reported: with
+// stream_options.include_usage, the final chunk's (OpenAI sends it after
+// the finish_reason, with "choices":[]). Not Reported when no chunk had
+// one — a stream sent without include_usage, or cut before its end.
+func (o *StreamObserver) Usage() Tokens { return o.usage }
 
 // Finished reports whether a chunk with a finish_reason (not null) has
 // been observed: from there on the stream is ending, and what follows (a
@@ -120,12 +136,18 @@ func (o *StreamObserver) SawDone() bool { return o.done }
 //   - finish_reason content_filter in any chunk: ContentFilter;
 //   - nothing generated: Empty;
 //   - else Success.
+//
+// Its Usage is Usage().
 func (o *StreamObserver) Outcome() Outcome {
+	var out Outcome
 	switch {
 	case o.errSeen:
-		return fromErrorBody(0, o.err)
+		out = fromErrorBody(0, o.err)
 	case o.malformed:
-		return Outcome{Class: Transient, Reason: "malformed stream event"}
+		out = Outcome{Class: Transient, Reason: "malformed stream event"}
+	default:
+		out = choicesOutcome(o.filtered, o.generated)
 	}
-	return choicesOutcome(o.filtered, o.generated)
+	out.Usage = o.usage
+	return out
 }

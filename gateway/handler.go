@@ -90,6 +90,7 @@ func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy
 	}
 	v := outcome.Settle(resp.Result(cl.Tried))
 	resp.Report(v)
+	g.countUsage(s.endpoint, cl, resp)
 	s.class = v.Class
 	if resp.Streamed() {
 		return nil

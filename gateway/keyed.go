@@ -72,6 +72,7 @@ func (g *Gateway) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 // an in-flight duplicate, or claim the key and run the call.
 func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, dl deadlines, s *summary, slot *limits.Slot) error {
 	s.idemKey = idempotency.HashKey(kr.Key.ID)
+	kr.Model = cl.Model
 	if kr.Cache {
 		s.cache = "miss"
 		w.Header().Set(idempotency.CacheHeader, "miss")
@@ -294,6 +295,7 @@ func (k *keyedCall) run(u *proxy.Upstream) (e workEnd) {
 func (k *keyedCall) json(resp *proxy.Response) error {
 	v := outcome.Settle(resp.Result(k.cl.Tried))
 	resp.Report(v)
+	k.g.countUsage(k.s.endpoint, k.cl, resp)
 	k.s.class = v.Class
 	switch {
 	case v.Commit:
@@ -341,6 +343,7 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 	res.Unrecordable = rec.Over()
 	v := outcome.Settle(res)
 	resp.Report(v)
+	g.countUsage(k.s.endpoint, k.cl, resp)
 	k.s.class = v.Class
 	var err error
 	switch {

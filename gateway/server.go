@@ -144,6 +144,7 @@ func New(o Options) (*Gateway, error) {
 		g.clients = append(g.clients, clientKey{name: c.Name, hash: digest})
 	}
 	g.metrics = metrics.New(g.registry, exactModels(r))
+	g.metrics.SetClients(clientNames(g.clients))
 	g.breakers = g.newBreakers(r)
 	// Before anything can change a breaker's state (admin.New may apply a
 	// shared override): OnStateChange tells the timeline.

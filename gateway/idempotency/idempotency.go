@@ -26,6 +26,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/headers"
 	"github.com/llmgate/llmgate/gateway/metrics"
+	"github.com/llmgate/llmgate/gateway/sse"
 )
 
 // Store is what a keyed request needs of the idempotency store: an atomic
@@ -95,6 +96,9 @@ type Request struct {
 	Cache bool
 	// NoStore: Cache-Control: no-store — look up, but never commit.
 	NoStore bool
+	// Model is the body's model: the model label of the tokens a replay
+	// saves.
+	Model string
 }
 
 // CacheHeader turns content-keyed caching on or off for one request,
@@ -222,8 +226,31 @@ func (k *Keeper) replay(w http.ResponseWriter, kr *Request, rec *cache.Record) E
 	} else {
 		k.metrics.IdemEvent("replay")
 	}
+	k.metrics.UsageSaved(rec.Upstream, kr.Model, kr.Key.Scope, recordUsage(rec))
 	Replay(w, rec)
 	return Event{Replayed: true, Upstream: rec.Upstream, Class: "replayed"}
+}
+
+// recordUsage is the usage a committed answer reported: its body's, or a
+// stream's last usage chunk. A stream is read backwards from its end and
+// only down to the chunk with a finish_reason — the usage comes with it
+// or after it (OpenAI sends it last, with "choices":[]) — so a stream sent
+// without include_usage costs a look at its tail, not a walk of it all.
+func recordUsage(rec *cache.Record) classify.Tokens {
+	if rec.Status < 200 || rec.Status > 299 {
+		return classify.Tokens{} // a not-stored marker: no answer
+	}
+	if !rec.Stream {
+		return classify.Usage(rec.Body)
+	}
+	for i := len(rec.Events) - 1; i >= 0; i-- {
+		var o classify.StreamObserver
+		o.Observe(sse.Data(rec.Events[i]))
+		if t := o.Usage(); t.Reported || o.Finished() {
+			return t
+		}
+	}
+	return classify.Tokens{}
 }
 
 // Replay writes a committed record back to the client: the same status,

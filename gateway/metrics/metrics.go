@@ -18,7 +18,8 @@ import (
 // are bounded: endpoints, upstreams and classes are fixed sets; models are
 // the configured names plus at most maxModelLabels names that matched a
 // wildcard and that an upstream answered successfully; anything else folds
-// into "other". Keys, clients' raw strings and secrets are never labels.
+// into "other"; clients are the configured names (SetClients) or "". Keys,
+// clients' raw strings and secrets are never labels.
 type Metrics struct {
 	requests      *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
@@ -39,15 +40,22 @@ type Metrics struct {
 	clientStored   *prometheus.GaugeVec
 	usageScans     *prometheus.CounterVec
 
+	tokens       *prometheus.CounterVec
+	tokensSaved  *prometheus.CounterVec
+	usageMissing *prometheus.CounterVec
+
 	DLQSize     *prometheus.GaugeVec
 	DLQAlert    prometheus.Gauge
 	DLQReplays  *prometheus.CounterVec
 	DLQRecorded *prometheus.CounterVec
 
-	mu         sync.Mutex
-	models     map[string]bool
-	idemTotals map[string]int64
-	exact      map[string]bool
+	mu          sync.Mutex
+	models      map[string]bool
+	idemTotals  map[string]int64
+	exact       map[string]bool
+	clients     map[string]bool // written by SetClients only, before serving
+	tokenTotals map[tokenKey]*TokenCount
+	missing     int64
 }
 
 const maxModelLabels = 64
@@ -125,9 +133,23 @@ func New(reg prometheus.Registerer, exactModels []string) *Metrics {
 		usageScans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmgate_client_usage_scans_total", Help: "Counts of a client's stored bytes from the store, by result: ok, error.",
 		}, []string{"result"}),
-		models:     map[string]bool{},
-		exact:      map[string]bool{},
-		idemTotals: map[string]int64{},
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_tokens_total",
+			Help: "Tokens that upstream answers reported in their usage, by upstream, model, client and kind: input (prompt_tokens), output (completion_tokens).",
+		}, []string{"upstream", "model", "client", "kind"}),
+		tokensSaved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_tokens_saved_total",
+			Help: "Tokens in the usage of committed answers replayed instead of paid for again (idempotency replays and cache hits), by upstream, model, client and kind.",
+		}, []string{"upstream", "model", "client", "kind"}),
+		usageMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmgate_usage_missing_total",
+			Help: "2xx upstream answers that reported no usage (a stream without stream_options.include_usage, a cut stream, a body too large to read), by upstream and endpoint.",
+		}, []string{"upstream", "endpoint"}),
+		models:      map[string]bool{},
+		exact:       map[string]bool{},
+		idemTotals:  map[string]int64{},
+		clients:     map[string]bool{},
+		tokenTotals: map[tokenKey]*TokenCount{},
 	}
 	for _, e := range exactModels {
 		m.exact[e] = true
@@ -136,6 +158,7 @@ func New(reg prometheus.Registerer, exactModels []string) *Metrics {
 	reg.MustRegister(m.requests, m.duration, m.attempts, m.retries, m.budget, m.breakerState,
 		m.breakerTrans, m.breakerReject, m.fallbacks, m.idem, m.ttfb, m.Inflight, m.authFailures)
 	reg.MustRegister(m.clientLimited, m.clientFailOpen, m.clientStored, m.usageScans)
+	reg.MustRegister(m.tokens, m.tokensSaved, m.usageMissing)
 	return m
 }
 

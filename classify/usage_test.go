@@ -1,0 +1,239 @@
+package classify
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// usageCases are the answers whose usage the gateway counts, and the ways
+// a usage object can fail to say what an answer cost.
+var usageCases = []struct {
+	name, body string
+	want       Tokens
+}{
+	{"chat completion", `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}`, Tokens{19, 10, true}},
+	{"legacy completion", `{"object":"text_completion","choices":[{"text":"Once","index":0,"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`, Tokens{5, 7, true}},
+	{"embeddings", `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.0023064255,-0.009327292,1e-7]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}`, Tokens{8, 0, true}},
+	{"usage chunk", `{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`, Tokens{3, 4, true}},
+	{"usage first", `{"usage":{"completion_tokens":2,"prompt_tokens":1},"choices":[]}`, Tokens{1, 2, true}},
+	{"zero counts", `{"usage":{"prompt_tokens":0,"completion_tokens":0}}`, Tokens{0, 0, true}},
+	{"completion_tokens null", `{"usage":{"prompt_tokens":4,"completion_tokens":null}}`, Tokens{4, 0, true}},
+	{"largest count", `{"usage":{"prompt_tokens":9223372036854775807}}`, Tokens{9223372036854775807, 0, true}},
+	{"escaped keys", `{"us\u0061ge":{"prompt_\u0074okens":6,"completion_tokens":1}}`, Tokens{6, 1, true}},
+	{"whitespace", " \n{ \"usage\" : { \"prompt_tokens\" : 2 , \"completion_tokens\" : 3 } }\n", Tokens{2, 3, true}},
+	{"last usage wins", `{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2,"completion_tokens":5}}`, Tokens{2, 5, true}},
+	{"last count wins", `{"usage":{"prompt_tokens":1,"prompt_tokens":9}}`, Tokens{9, 0, true}},
+	{"nested usage is not the answer's", `{"choices":[{"message":{"content":"x","usage":{"prompt_tokens":1}}}],"metadata":{"usage":{"prompt_tokens":2}}}`, Tokens{}},
+
+	{"no usage", `{"choices":[{"message":{"content":"x"}}]}`, Tokens{}},
+	{"usage null (a stream chunk before the last)", `{"choices":[{"delta":{"content":"x"},"finish_reason":null}],"usage":null}`, Tokens{}},
+	{"null after a usage", `{"usage":{"prompt_tokens":1},"usage":null}`, Tokens{}},
+	{"usage not an object", `{"usage":[1,2]}`, Tokens{}},
+	{"no prompt_tokens", `{"usage":{"completion_tokens":3,"total_tokens":3}}`, Tokens{}},
+	{"prompt_tokens null", `{"usage":{"prompt_tokens":null,"completion_tokens":3}}`, Tokens{}},
+	{"prompt_tokens a string", `{"usage":{"prompt_tokens":"12"}}`, Tokens{}},
+	{"negative", `{"usage":{"prompt_tokens":-1}}`, Tokens{}},
+	{"fraction", `{"usage":{"prompt_tokens":1.0}}`, Tokens{}},
+	{"exponent", `{"usage":{"prompt_tokens":1e3}}`, Tokens{}},
+	{"too large", `{"usage":{"prompt_tokens":9223372036854775808}}`, Tokens{}},
+	{"completion_tokens malformed", `{"usage":{"prompt_tokens":3,"completion_tokens":"4"}}`, Tokens{}},
+	{"case matters", `{"Usage":{"prompt_tokens":3},"usage":{"Prompt_Tokens":3}}`, Tokens{}},
+	{"truncated after usage", `{"usage":{"prompt_tokens":3,"completion_tokens":4},"choices":[`, Tokens{}},
+	{"invalid after usage", `{"usage":{"prompt_tokens":3}} x`, Tokens{}},
+	{"array", `[{"usage":{"prompt_tokens":3}}]`, Tokens{}},
+	{"null", `null`, Tokens{}},
+	{"empty", ``, Tokens{}},
+	{"done", `[DONE]`, Tokens{}},
+}
+
+func TestUsage(t *testing.T) {
+	for _, tt := range usageCases {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Usage([]byte(tt.body)); got != tt.want {
+				t.Errorf("Usage = %+v, want %+v", got, tt.want)
+			}
+			if got := referenceUsage([]byte(tt.body)); got != tt.want {
+				t.Errorf("referenceUsage = %+v, want %+v (the test's reference disagrees)", got, tt.want)
+			}
+		})
+	}
+}
+
+// FromCompletion and a StreamObserver read usage in the walk that
+// classifies, and agree with Usage.
+func TestUsageFromTheClassifyingWalk(t *testing.T) {
+	for _, tt := range usageCases {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := FromCompletion([]byte(tt.body)).Usage; got != tt.want {
+				t.Errorf("FromCompletion(...).Usage = %+v, want %+v", got, tt.want)
+			}
+			var o StreamObserver
+			o.Observe([]byte(tt.body))
+			if got := o.Usage(); got != tt.want {
+				t.Errorf("StreamObserver.Usage() = %+v, want %+v", got, tt.want)
+			}
+			if got := o.Outcome().Usage; got != tt.want {
+				t.Errorf("StreamObserver.Outcome().Usage = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStreamObserverUsage(t *testing.T) {
+	content := `{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}],"usage":null}`
+	finish := `{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}`
+	usage := func(in, out int) string {
+		return `{"choices":[],"usage":{"prompt_tokens":` + strconv.Itoa(in) + `,"completion_tokens":` + strconv.Itoa(out) + `}}`
+	}
+	tests := []struct {
+		name   string
+		events []string
+		want   Tokens
+	}{
+		{"include_usage", []string{content, finish, usage(12, 3), "[DONE]"}, Tokens{12, 3, true}},
+		{"without include_usage", []string{`{"choices":[{"delta":{"content":"Hi"},"finish_reason":null}]}`, `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, "[DONE]"}, Tokens{}},
+		{"cut before the usage chunk", []string{content, finish}, Tokens{}},
+		{"usage on the finish chunk", []string{content, `{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1}}`, "[DONE]"}, Tokens{2, 1, true}},
+		{"running totals: the last counts", []string{usage(5, 1), usage(5, 2), usage(5, 3), "[DONE]"}, Tokens{5, 3, true}},
+		{"a null after the usage keeps it", []string{usage(5, 3), `{"choices":[],"usage":null}`, "[DONE]"}, Tokens{5, 3, true}},
+		{"a malformed event keeps it", []string{usage(5, 3), `{"choices":[`, "[DONE]"}, Tokens{5, 3, true}},
+		{"after an error event", []string{content, `{"error":{"type":"server_error"}}`, usage(4, 1)}, Tokens{4, 1, true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var o StreamObserver
+			for _, e := range tt.events {
+				o.Observe([]byte(e))
+			}
+			if got := o.Usage(); got != tt.want {
+				t.Errorf("Usage() = %+v, want %+v", got, tt.want)
+			}
+			if got := o.Outcome().Usage; got != tt.want {
+				t.Errorf("Outcome().Usage = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// referenceUsage is Usage by encoding/json: the body decoded into
+// map[string]json.RawMessage (exact keys, the last of a repeated key),
+// then its usage the same way.
+func referenceUsage(body []byte) Tokens {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil || top == nil {
+		return Tokens{}
+	}
+	var u map[string]json.RawMessage
+	if json.Unmarshal(top["usage"], &u) != nil || u == nil {
+		return Tokens{}
+	}
+	in, ok := referenceCount(u["prompt_tokens"])
+	if !ok {
+		return Tokens{}
+	}
+	var out int64
+	if raw, present := u["completion_tokens"]; present && string(raw) != "null" {
+		if out, ok = referenceCount(raw); !ok {
+			return Tokens{}
+		}
+	}
+	return Tokens{In: in, Out: out, Reported: true}
+}
+
+func referenceCount(raw json.RawMessage) (int64, bool) {
+	s := string(raw)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || strings.HasPrefix(s, "-") || strings.HasPrefix(s, "+") {
+		return 0, false
+	}
+	return n, true
+}
+
+// FuzzUsage holds Usage to encoding/json's reading of the same body, and
+// the classifying walks (FromCompletion, StreamObserver) to Usage.
+func FuzzUsage(f *testing.F) {
+	for _, c := range usageCases {
+		f.Add([]byte(c.body))
+	}
+	f.Add(benchCompletion)
+	f.Add([]byte(`{"usage":{"prompt_tokens":1,"prompt_tokens":-0}}`))
+	f.Add([]byte(`{"usage":{"prompt_tokens":00}}`))
+	f.Add([]byte("{\"\\u0075sage\":{\"prompt_tokens\":1},\"us\xffage\":{\"prompt_tokens\":2}}"))
+	f.Add([]byte(`{"usage":{"prompt_tokens":1,"completion_tokens":18446744073709551616}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got := Usage(body)
+		if want := referenceUsage(body); got != want {
+			t.Fatalf("Usage = %+v, encoding/json reads %+v", got, want)
+		}
+		if !got.Reported && (got.In != 0 || got.Out != 0) {
+			t.Fatalf("Usage = %+v: counts without Reported", got)
+		}
+		if c := FromCompletion(body).Usage; c != got {
+			t.Fatalf("FromCompletion(...).Usage = %+v, Usage = %+v", c, got)
+		}
+		// Observe trims the payload (as SSE framing leaves it) and takes
+		// [DONE] as the end.
+		trimmed := bytes.TrimSpace(body)
+		var o StreamObserver
+		o.Observe(body)
+		if want := Usage(trimmed); o.Usage() != want {
+			t.Fatalf("StreamObserver.Usage() = %+v, Usage = %+v", o.Usage(), want)
+		}
+	})
+}
+
+// benchEmbeddings is an embeddings answer for one input at 1536
+// dimensions (text-embedding-3-small's default): 30 KiB of floats before
+// the usage object.
+var benchEmbeddings = func() []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[`)
+	for i := range 1536 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatFloat(float64(i%97-48)/1013.0, 'g', -1, 32))
+	}
+	b.WriteString(`]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}`)
+	return b.Bytes()
+}()
+
+func BenchmarkUsage(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		body []byte
+		want Tokens
+	}{
+		{"completion 1KiB", benchCompletion, Tokens{19, 10, true}},
+		{"embeddings 1536 dims", benchEmbeddings, Tokens{8, 0, true}},
+		{"usage chunk", []byte(`{"id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_fc9f1d7035","choices":[],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29}}`), Tokens{19, 10, true}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.body)))
+			for b.Loop() {
+				if got := Usage(c.body); got != c.want {
+					b.Fatal(got)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkStreamObserverUsageChunk is BenchmarkStreamObserver for the
+// chunk that carries the usage.
+func BenchmarkStreamObserverUsageChunk(b *testing.B) {
+	chunk := []byte(`{"id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_fc9f1d7035","choices":[],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29}}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(chunk)))
+	var o StreamObserver
+	for b.Loop() {
+		o.Observe(chunk)
+	}
+	if !o.Usage().Reported {
+		b.Fatal(o.Usage())
+	}
+}
