@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -417,5 +419,37 @@ func TestAdminPageTokenCharacters(t *testing.T) {
 				t.Fatalf("page with the cookie: %d", p.status)
 			}
 		})
+	}
+}
+
+// The page shows the tokens counted since start, used and saved by replays,
+// as the usage fields of the answers said.
+func TestAdminPageShowsTokens(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Clients = []config.Client{{Name: "team-a", Key: "client-key-a-secret"}}
+	})
+	hdr := map[string]string{"Authorization": "Bearer client-key-a-secret", "Idempotency-Key": "tokens-1"}
+	first := h.chat(chatBody, hdr)
+	h.chat(chatBody, hdr) // a replay: saved
+	var u struct {
+		Usage struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(first.body, &u); err != nil || u.Usage.PromptTokens == 0 {
+		t.Fatalf("answer usage: %v %s", err, first.body)
+	}
+	body := string(h.page(http.MethodGet, "/admin/", nil, h.login(), nil).body)
+	for kind, want := range map[string]int{
+		"input": u.Usage.PromptTokens, "output": u.Usage.CompletionTokens,
+		"saved-input": u.Usage.PromptTokens, "saved-output": u.Usage.CompletionTokens, "missing": 0,
+	} {
+		if s := fmt.Sprintf(`data-tokens="%s">%d<`, kind, want); !strings.Contains(body, s) {
+			t.Errorf("page lacks %s", s)
+		}
+	}
+	if !strings.Contains(body, "<td>team-a</td>") {
+		t.Error("page lacks the per-client row")
 	}
 }

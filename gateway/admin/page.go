@@ -39,6 +39,7 @@ import (
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
+	"github.com/llmgate/llmgate/gateway/metrics"
 )
 
 //go:embed page.html
@@ -300,6 +301,7 @@ type pageView struct {
 
 	Store      cache.Stats
 	IdemEvents []idemEvent
+	Tokens     metrics.TokenTotals
 
 	// Charts is the last hour (nil without a timeline).
 	Charts *chartsView
@@ -386,6 +388,7 @@ func (a *Admin) pageIndex(c echo.Context) error {
 	for _, name := range extra {
 		v.IdemEvents = append(v.IdemEvents, idemEvent{Name: name, Count: counts[name]})
 	}
+	v.Tokens = a.metrics.TokenTotals()
 	return a.render(c, http.StatusOK, "page", v)
 }
 
