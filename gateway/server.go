@@ -43,6 +43,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/proxy"
 	"github.com/llmgate/llmgate/gateway/readdeadline"
 	"github.com/llmgate/llmgate/gateway/retry"
+	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
 // Store is the whole store the gateway is given: what keyed requests, the
@@ -77,6 +78,9 @@ type Options struct {
 	// and the hours stored bytes expire in. If nil, time.Now. It is apart
 	// from Now so a test can move it by hours without moving deadlines.
 	LimitsNow func() time.Time
+	// Tracer makes a span per /v1 request and per upstream attempt. If
+	// nil, tracing is off.
+	Tracer *tracing.Tracer
 }
 
 // Gateway serves the OpenAI-compatible API. Create it with New.
@@ -97,6 +101,7 @@ type Gateway struct {
 	admin    *admin.Admin
 	limits   *limits.Limiter
 	work     *workSet
+	tracer   *tracing.Tracer
 	// forwardSecret keys the Idempotency-Key forwarded upstream.
 	forwardSecret []byte
 	ready         atomic.Bool
@@ -115,7 +120,7 @@ func New(o Options) (*Gateway, error) {
 		return nil, errors.New("gateway: Options.Store is required")
 	}
 	g := &Gateway{cfg: o.Config, store: o.Store, log: o.Logger, now: o.Now, registry: o.Registry, shutdown: make(chan struct{}),
-		forwardSecret: []byte(o.Config.Idempotency.ForwardKeySecret)}
+		forwardSecret: []byte(o.Config.Idempotency.ForwardKeySecret), tracer: o.Tracer}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -140,7 +145,7 @@ func New(o Options) (*Gateway, error) {
 	g.metrics = metrics.New(g.registry, exactModels(r))
 	g.breakers = g.newBreakers(r)
 	g.proxy = proxy.New(proxy.Options{Config: o.Config, Router: r, Breakers: g.breakers, Metrics: g.metrics,
-		Logger: g.log, Now: g.now, Shutdown: g.shutdown,
+		Logger: g.log, Now: g.now, Shutdown: g.shutdown, Tracer: o.Tracer,
 		Budget: retry.NewBudget(retry.BudgetOptions{
 			Ratio:        o.Config.Retry.BudgetRatio,
 			MinPerSecond: o.Config.Retry.BudgetMinPerSecond,
