@@ -20,6 +20,7 @@ import (
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway"
 	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
 // run is the whole program: flags, config, store, server, and an ordered
@@ -104,6 +105,13 @@ func nameDemoUpstream(cfg *config.Config, baseURL string) {
 // deferred calls run in that order).
 func serve(ctx context.Context, cfg config.Config, demo bool, stdout, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
+	// Closed last (deferred first): the spans of calls drained at shutdown
+	// are flushed too.
+	tracer, err := tracing.Setup(cfg.Tracing, log)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer tracer.Close()
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
@@ -113,7 +121,7 @@ func serve(ctx context.Context, cfg config.Config, demo bool, stdout, stderr io.
 			log.Error("closing store", "err", err)
 		}
 	}()
-	gw, err := gateway.New(gateway.Options{Config: cfg, Store: store, Logger: log})
+	gw, err := gateway.New(gateway.Options{Config: cfg, Store: store, Logger: log, Tracer: tracer})
 	if err != nil {
 		return err
 	}
