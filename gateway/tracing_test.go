@@ -14,6 +14,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/llmgate/llmgate/cache"
+	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/simupstream"
@@ -488,4 +489,54 @@ func merge(ms ...map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// BenchmarkTracing is the request path, handler to upstream and back (a
+// real loopback upstream; no client connection), with tracing off, on, and
+// on but not sampled, for a JSON answer and a stream. "on" exports to an
+// in-process receiver that decodes every batch on the same cores.
+func BenchmarkTracing(b *testing.B) {
+	for _, mode := range []string{"off", "on", "unsampled"} {
+		for _, body := range []struct{ name, body string }{{"json", chatBody}, {"stream", streamBody}} {
+			b.Run(mode+"/"+body.name, func(b *testing.B) {
+				up := httptest.NewServer(simupstream.New(simupstream.Options{KeepRequests: -1}))
+				defer up.Close()
+				cfg := testConfig(up.URL)
+				cfg.DataDir = b.TempDir()
+				var tr *tracing.Tracer
+				if mode != "off" {
+					cfg.Tracing.Endpoint = receivertest.New(b).URL
+					if mode == "unsampled" {
+						cfg.Tracing.SampleRatio = 0
+					}
+					var err error
+					if tr, err = tracing.Setup(cfg.Tracing, nil); err != nil {
+						b.Fatal(err)
+					}
+					defer tr.Close()
+				}
+				store, err := badgerstore.Open(badgerstore.Options{Dir: cfg.DataDir})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer store.Close()
+				gw, err := New(Options{Config: cfg, Store: store, Tracer: tr})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer gw.Close()
+				h := gw.Handler()
+				b.ReportAllocs()
+				for b.Loop() {
+					req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body.body))
+					req.Header.Set("Content-Type", "application/json")
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, req)
+					if w.Code != http.StatusOK {
+						b.Fatalf("status %d: %s", w.Code, w.Body)
+					}
+				}
+			})
+		}
+	}
 }

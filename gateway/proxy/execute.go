@@ -95,6 +95,8 @@ type Call struct {
 	// Tried lists the upstreams the call reached or was refused by, in
 	// order, for its dead letter.
 	Tried []string
+	// backoff is the wait before the attempt about to start, for its span.
+	backoff time.Duration
 }
 
 // Response is what an upstream produced for a call: a buffered body, a
@@ -242,11 +244,11 @@ func (p *Proxy) shuttingDown() bool {
 // runUpstream is the one retry loop around attempts at u.
 func (p *Proxy) runUpstream(ctx context.Context, c *Call, u *Upstream) (*Response, retry.StopReason) {
 	var resp *Response
-	var backoff time.Duration // the wait before the next attempt, for its span
-	loop := p.retryLoop(u.Cfg.Name, &backoff)
+	c.backoff = 0
+	loop := p.retryLoop(u.Cfg.Name, c)
 	_, stats := loop.Run(ctx, c.Deadline, func(actx context.Context, n int) classify.Outcome {
 		resp.Discard()
-		actx, span := p.tracer.StartAttempt(actx, u.attemptSpan(c, n, backoff))
+		actx, span := p.tracer.StartAttempt(actx, u.attemptSpan(c, n))
 		resp = p.attempt(actx, c, u)
 		resp.traced(span)
 		p.metrics.Attempt(u.Cfg.Name, resp.Outcome)
@@ -266,9 +268,11 @@ func (p *Proxy) runUpstream(ctx context.Context, c *Call, u *Upstream) (*Respons
 	return resp, stats.Stop
 }
 
-// retryLoop is the retry loop for an upstream; it notes each wait in
-// *backoff.
-func (p *Proxy) retryLoop(upstreamName string, backoff *time.Duration) *retry.Loop {
+// retryLoop is the retry loop for c at one upstream. It notes each wait in
+// c, for the span of the attempt that follows. (In c, not in a variable the
+// hook shares with the attempt: that would cost an allocation per request,
+// tracing on or off.)
+func (p *Proxy) retryLoop(upstreamName string, c *Call) *retry.Loop {
 	return &retry.Loop{
 		Policy: retry.Policy{
 			MaxAttempts: p.cfg.Retry.MaxAttempts,
@@ -278,7 +282,7 @@ func (p *Proxy) retryLoop(upstreamName string, backoff *time.Duration) *retry.Lo
 		Budget:   p.budget,
 		Shutdown: p.shutdown,
 		OnRetry: func(n int, o classify.Outcome, wait time.Duration) {
-			*backoff = wait
+			c.backoff = wait
 			p.metrics.Retry(upstreamName, o)
 			p.log.Debug("retrying", "upstream", upstreamName, "attempt", n, "class", o.Class, "reason", o.Reason, "wait", wait)
 		},

@@ -160,9 +160,8 @@ func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suf
 	return req, nil
 }
 
-// attemptSpan describes attempt n of c at u, after waiting backoff, for
-// its span.
-func (u *Upstream) attemptSpan(c *Call, n int, backoff time.Duration) tracing.AttemptStart {
+// attemptSpan describes attempt n of c at u, for its span.
+func (u *Upstream) attemptSpan(c *Call, n int) tracing.AttemptStart {
 	return tracing.AttemptStart{Upstream: u.Cfg.Name, Host: u.base.Host, HTTPS: u.base.Scheme == "https",
-		Path: c.Suffix, Model: c.Model, Stream: c.Stream, N: n, Backoff: backoff}
+		Path: c.Suffix, Model: c.Model, Stream: c.Stream, N: n, Backoff: c.backoff}
 }
