@@ -86,6 +86,7 @@ func Default() Config {
 			WebhookTimeout:  Duration(5 * time.Second),
 			ReplayPerSecond: 5,
 		},
+		Tracing: Tracing{SampleRatio: 1, TrustClientContext: true},
 	}
 }
 
@@ -136,6 +137,7 @@ type Config struct {
 	Log         Log         `yaml:"log"`
 	Server      Server      `yaml:"server"`
 	DeadLetters DeadLetters `yaml:"dead_letters"`
+	Tracing     Tracing     `yaml:"tracing"`
 }
 
 // Upstream is one OpenAI-compatible provider.
@@ -168,6 +170,23 @@ type Upstream struct {
 	// OpenAI-Project headers to this upstream (they choose the provider
 	// account a request is billed to). Off by default: they are dropped.
 	ForwardAccountHeaders bool `yaml:"forward_account_headers"`
+	// Internal marks an upstream the operator runs (a vLLM in the same
+	// network, another llmgate): trace context is propagated to it unless
+	// PropagateTrace says otherwise. Default false.
+	Internal bool `yaml:"internal"`
+	// PropagateTrace sends each attempt's W3C traceparent to this upstream,
+	// so that its own spans join the gateway's trace. If unset, it follows
+	// Internal: a public provider gains nothing from our trace ids.
+	PropagateTrace *bool `yaml:"propagate_trace"`
+}
+
+// PropagatesTrace reports whether trace context goes to u: PropagateTrace
+// when set, else Internal.
+func (u Upstream) PropagatesTrace() bool {
+	if u.PropagateTrace != nil {
+		return *u.PropagateTrace
+	}
+	return u.Internal
 }
 
 // Client is one gateway API key and the name it maps to. The name scopes
@@ -523,6 +542,29 @@ type DeadLetters struct {
 	WebhookTimeout Duration `yaml:"webhook_timeout"`
 	// ReplayPerSecond bounds group replays. Default 5.
 	ReplayPerSecond float64 `yaml:"replay_per_second"`
+}
+
+// Tracing configures OpenTelemetry traces: a span per request and one per
+// upstream attempt, exported over OTLP/HTTP. Off unless an endpoint is set.
+type Tracing struct {
+	// Endpoint is the OTLP/HTTP (protobuf) traces URL, e.g.
+	// http://otel-collector:4318/v1/traces; a URL with no path gets
+	// /v1/traces. Empty: tracing is off (the default). Env
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (used as is) or
+	// OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces); OTEL_SDK_DISABLED=true
+	// turns tracing off whatever is set. The exporter reads the other
+	// OTEL_EXPORTER_OTLP_* variables (headers, timeout, certificates)
+	// itself.
+	Endpoint string `yaml:"endpoint"`
+	// SampleRatio is the fraction of traces started here that are
+	// recorded, in [0, 1]. A continued client trace follows the client's
+	// sampled flag instead. Default 1.
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// TrustClientContext continues a client's W3C traceparent: the
+	// request's span becomes a child of the client's. When false, the
+	// request starts a new trace linked to the client's, so a client can
+	// neither choose the trace id nor force sampling. Default true.
+	TrustClientContext bool `yaml:"trust_client_context"`
 }
 
 // Duration is a time.Duration that decodes from YAML strings like "30s" or

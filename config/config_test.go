@@ -69,6 +69,10 @@ var expectedErrors = map[string][]string{
 	},
 	"cookie_secure.bad.yml":     {`server.cookie_secure: "yes" is not auto, true or false`},
 	"read_body_timeout.bad.yml": {"server.unauthenticated_read_body_timeout: must be > 0"},
+	"tracing_endpoint.bad.yml": {
+		"tracing.endpoint: not an http(s) URL with a host (e.g. http://otel-collector:4318/v1/traces)",
+	},
+	"tracing_sample_ratio.bad.yml": {"tracing.sample_ratio: 2 is outside [0, 1]"},
 	"listen_not_hostport.bad.yml": {
 		`listen: "x" is not host:port (e.g. 127.0.0.1:8080, or :8080 for every interface)`,
 	},
@@ -151,14 +155,15 @@ func TestGoodConfig(t *testing.T) {
 		AdminToken: "admin-secret-token",
 		Upstreams: []Upstream{
 			{
-				Name:         "openai",
-				BaseURL:      "https://api.openai.com/v1", // trailing slash removed
-				APIKey:       "sk-openai-secret",
-				Models:       []string{"gpt-4o*", "o1-*"},
-				Timeout:      Duration(90 * time.Second),
-				Fallbacks:    []string{"groq", "ollama"},
-				MaxIdleConns: 64,
-				Cache:        true,
+				Name:           "openai",
+				BaseURL:        "https://api.openai.com/v1", // trailing slash removed
+				APIKey:         "sk-openai-secret",
+				Models:         []string{"gpt-4o*", "o1-*"},
+				Timeout:        Duration(90 * time.Second),
+				Fallbacks:      []string{"groq", "ollama"},
+				MaxIdleConns:   64,
+				Cache:          true,
+				PropagateTrace: new(false),
 			},
 			{
 				Name:         "groq",
@@ -174,6 +179,7 @@ func TestGoodConfig(t *testing.T) {
 				Models:       []string{"*"},
 				Timeout:      Duration(DefaultUpstreamTimeout),
 				MaxIdleConns: DefaultUpstreamMaxIdleConns,
+				Internal:     true,
 			},
 		},
 		Clients: []Client{
@@ -247,6 +253,10 @@ func TestGoodConfig(t *testing.T) {
 			WebhookURL:         "https://hooks.slack.com/services/T000/B000/webhook-secret-token?sig=query-secret",
 			WebhookTimeout:     Duration(2 * time.Second),
 			ReplayPerSecond:    2.5,
+		},
+		Tracing: Tracing{
+			Endpoint:    "https://trace-user:tracing-secret@otel.internal:4318/v1/traces?token=trace-query-secret",
+			SampleRatio: 0.25,
 		},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -427,6 +437,9 @@ func TestDefaults(t *testing.T) {
 		{"dead_letters.alert_threshold", d.DeadLetters.AlertThreshold, 10},
 		{"dead_letters.webhook_timeout", d.DeadLetters.WebhookTimeout.D(), 5 * time.Second},
 		{"dead_letters.replay_per_second", d.DeadLetters.ReplayPerSecond, 5.0},
+		{"tracing.endpoint", d.Tracing.Endpoint, ""},
+		{"tracing.sample_ratio", d.Tracing.SampleRatio, 1.0},
+		{"tracing.trust_client_context", d.Tracing.TrustClientContext, true},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -483,6 +496,54 @@ log:
 	}
 	if c.Listen != "127.0.0.1:1111" {
 		t.Errorf("Listen = %q, want the file's", c.Listen)
+	}
+}
+
+// OpenTelemetry's own variables set the traces endpoint as its
+// specification says: the signal's endpoint as is, the base endpoint plus
+// /v1/traces; OTEL_SDK_DISABLED turns tracing off.
+func TestOTelEnv(t *testing.T) {
+	file := []byte("upstreams: [{name: a, base_url: 'http://a/v1'}]\ntracing: {endpoint: 'http://file:4318/v1/traces'}\n")
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"file", nil, "http://file:4318/v1/traces"},
+		{"base", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}, "http://collector:4318/v1/traces"},
+		{"base with path", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector/otlp"}, "https://collector/otlp/v1/traces"},
+		{"signal wins", map[string]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT":        "http://collector:4318",
+			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces:4318/custom",
+		}, "http://traces:4318/custom"},
+		{"disabled", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SDK_DISABLED": "TRUE"}, ""},
+		{"not disabled", map[string]string{"OTEL_SDK_DISABLED": "false"}, "http://file:4318/v1/traces"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(file, env(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Tracing.Endpoint != tc.want {
+				t.Errorf("tracing.endpoint = %q, want %q", c.Tracing.Endpoint, tc.want)
+			}
+		})
+	}
+}
+
+func TestPropagatesTrace(t *testing.T) {
+	for _, tc := range []struct {
+		u    Upstream
+		want bool
+	}{
+		{Upstream{}, false},
+		{Upstream{Internal: true}, true},
+		{Upstream{Internal: true, PropagateTrace: new(false)}, false},
+		{Upstream{PropagateTrace: new(true)}, true},
+	} {
+		if got := tc.u.PropagatesTrace(); got != tc.want {
+			t.Errorf("%+v: PropagatesTrace() = %v, want %v", tc.u, got, tc.want)
+		}
 	}
 }
 
@@ -592,6 +653,7 @@ func TestRedacted(t *testing.T) {
 		"admin-secret-token", "sk-openai-secret", "gsk-groq-secret", "sk-gw-alice-secret",
 		"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 		"redis-secret-pw", "webhook-secret-token", "query-secret", "T000",
+		"tracing-secret", "trace-query-secret",
 	}
 	for _, s := range secrets {
 		if strings.Contains(string(out), s) {

@@ -239,6 +239,7 @@ func applyEnv(c *Config, getenv func(string) string) {
 	set(&c.Store.Redis.URL, "GATEWAY_REDIS_URL")
 	set(&c.Log.Format, "GATEWAY_LOG_FORMAT")
 	set(&c.Log.Level, "GATEWAY_LOG_LEVEL")
+	applyOTelEnv(&c.Tracing, getenv)
 
 	// Zero-config: OPENAI_API_KEY alone is enough to run. A file that lists
 	// upstreams is taken as complete, so these never add a second one.
@@ -248,6 +249,21 @@ func applyEnv(c *Config, getenv func(string) string) {
 			base = DefaultOpenAIBaseURL
 		}
 		c.Upstreams = []Upstream{{Name: "openai", BaseURL: base, APIKey: key, Models: []string{"*"}}}
+	}
+}
+
+// applyOTelEnv applies OpenTelemetry's standard variables: the traces
+// endpoint (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is, else
+// OTEL_EXPORTER_OTLP_ENDPOINT as a base URL + /v1/traces, as the
+// specification says) and OTEL_SDK_DISABLED.
+func applyOTelEnv(t *Tracing, getenv func(string) string) {
+	if v := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); v != "" {
+		t.Endpoint = v
+	} else if v := getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); v != "" {
+		t.Endpoint = strings.TrimRight(v, "/") + "/v1/traces"
+	}
+	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
+		t.Endpoint = ""
 	}
 }
 

@@ -13,7 +13,8 @@ const RedactedValue = "<redacted>"
 // (empty ones stay empty, so an unset secret shows as unset); user
 // information and query values in store.redis.url and every base_url are
 // replaced; and dead_letters.webhook_url keeps only its scheme and host,
-// since Slack webhooks carry their token in the path. c is not modified.
+// since Slack webhooks carry their token in the path; tracing.endpoint is
+// redacted as base_url is. c is not modified.
 func (c *Config) Redacted() Config {
 	r := *c
 	r.AdminToken = redact(r.AdminToken)
@@ -25,6 +26,10 @@ func (c *Config) Redacted() Config {
 		u.BaseURL = redactURL(u.BaseURL, false)
 		u.Models = slices.Clone(u.Models)
 		u.Fallbacks = slices.Clone(u.Fallbacks)
+		if u.PropagateTrace != nil {
+			v := *u.PropagateTrace
+			u.PropagateTrace = &v
+		}
 	}
 	r.Clients = slices.Clone(c.Clients)
 	for i := range r.Clients {
@@ -33,6 +38,7 @@ func (c *Config) Redacted() Config {
 	}
 	r.Store.Redis.URL = redactURL(r.Store.Redis.URL, false)
 	r.DeadLetters.WebhookURL = redactURL(r.DeadLetters.WebhookURL, true)
+	r.Tracing.Endpoint = redactURL(r.Tracing.Endpoint, false)
 	return r
 }
 

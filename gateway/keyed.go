@@ -180,6 +180,7 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 			abort := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn) })
 			k.cut.Store(true)
 			s.class = "client_deadline"
+			s.idemEvent = "detached" // the call runs on, to be committed
 			if abort {
 				panic(http.ErrAbortHandler)
 			}
@@ -305,12 +306,14 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 		if err := k.lease.Commit(k.work, rec); err != nil {
 			return err
 		}
+		k.s.idemEvent = "commit"
 		k.g.limits.Committed(k.kr.Key.Scope, rec.StoredSize(), k.kr.TTL)
 		k.resolved()
 		failpoint("after-commit")
 	case v.Uncommitted != "":
 		k.lease.Uncommitted()
 		k.s.committed = "marker: response over the record limit"
+		k.s.idemEvent = "not_stored"
 		err := proxy.WriteJSON(k.h, resp, v, func(size int64) error {
 			return k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, size, k.g.now())
 		})
@@ -318,6 +321,7 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 			// The client did not get it whole: no marker, the key is
 			// released, and its retry runs the request again.
 			k.s.committed = "false: the client did not receive it whole"
+			k.s.idemEvent = "release"
 			k.lease.Release(k.work)
 			return apierror.ClientGone
 		}
@@ -355,6 +359,7 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 		if err == nil {
 			g.limits.Committed(k.kr.Key.Scope, stored.StoredSize(), k.kr.TTL)
 			committed = true
+			k.s.idemEvent = "commit"
 			k.resolved()
 			failpoint("after-commit")
 		}
@@ -362,12 +367,14 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 		// Nobody received it whole: no marker; the retry runs again.
 		k.lease.Uncommitted()
 		k.s.committed = "false: the client did not receive it whole"
+		k.s.idemEvent = "release"
 		k.lease.Release(k.work)
 		tail.Fail(nil)
 		return
 	case v.Uncommitted != "":
 		k.lease.Uncommitted()
 		k.s.committed = "marker: stream over the record limit"
+		k.s.idemEvent = "not_stored"
 		g.log.Warn("stream too large to store; served once, a marker committed", "idempotency_key", k.s.idemKey,
 			"bytes", rec.Seen(), "limit_bytes", rec.MaxBytes, "limit_events", rec.MaxEvents)
 		err = k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, rec.Seen(), g.now())
@@ -410,6 +417,7 @@ func (k *keyedCall) resolved() {
 // when the verdict says so. Content-keyed cache entries are not dead
 // letters: no client is waiting to retry them.
 func (k *keyedCall) release(v outcome.Verdict) {
+	k.s.idemEvent = "release"
 	k.lease.Release(k.work)
 	if v.DeadLetter != nil && !k.kr.Cache {
 		ctx, cancel := k.opCtx()
@@ -421,6 +429,16 @@ func (k *keyedCall) release(v outcome.Verdict) {
 // replay notes a claim that answered the client itself.
 func (s *summary) replay(ev idempotency.Event, kr *idempotency.Request) {
 	s.class = classify.Class(ev.Class)
+	switch {
+	case ev.Waited:
+		s.idemEvent = "wait"
+	case ev.Replayed:
+		s.idemEvent = "replay"
+	case ev.Class == "idempotency_mismatch":
+		s.idemEvent = "mismatch"
+	case ev.Class == "idempotency_in_flight":
+		s.idemEvent = "conflict"
+	}
 	if ev.Replayed {
 		s.replayed = true
 		s.upstream = ev.Upstream

@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
 // summary is what a request's log line and metrics say. requestLog makes
@@ -29,6 +30,7 @@ type summary struct {
 	class     classify.Class
 	attempts  int
 	idemKey   string // hashed, never the key itself
+	idemEvent string // what the claim came to (tracing.Request.IdempotencyEvent)
 	replayed  bool
 	cache     string
 	committed string
@@ -51,11 +53,16 @@ func (g *Gateway) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 		g.metrics.Inflight.Inc()
 		s := &summary{}
 		c.Set(summaryKey, s)
+		r, span := g.tracer.Start(r, c.Path())
+		c.SetRequest(r)
 		var err error
 		defer func() {
 			g.metrics.Inflight.Dec()
 			p := recover()
-			g.logRequest(c, id, s, err, p != nil, g.now().Sub(start))
+			class := g.logRequest(c, id, s, err, p != nil, g.now().Sub(start))
+			if span != nil {
+				tracing.End(span, s.span(c, id, class, p != nil))
+			}
 			if p != nil {
 				panic(p)
 			}
@@ -67,8 +74,9 @@ func (g *Gateway) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// logRequest writes the request's line and counts it.
-func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, aborted bool, d time.Duration) {
+// logRequest writes the request's line and counts it, and returns the
+// class it logged.
+func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, aborted bool, d time.Duration) classify.Class {
 	r := c.Request()
 	status := c.Response().Status
 	class := s.class
@@ -127,6 +135,14 @@ func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, a
 		// fell back from counts its own in llmgate_upstream_retries_total.
 		g.timeline.Request(s.upstream, string(class), d, s.attempts-1)
 	}
+	return class
+}
+
+// span is what the request's span records: what its log line says.
+func (s *summary) span(c echo.Context, id string, class classify.Class, aborted bool) tracing.Request {
+	return tracing.Request{RequestID: id, Client: clientOf(c.Request()), Model: s.model, Upstream: s.upstream,
+		Status: c.Response().Status, Class: string(class), Attempts: s.attempts, IdempotencyKeyHash: s.idemKey,
+		IdempotencyEvent: s.idemEvent, Cache: s.cache, Aborted: aborted}
 }
 
 // post adapts a handler of plain net/http types to echo, giving it the

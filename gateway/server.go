@@ -44,6 +44,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/readdeadline"
 	"github.com/llmgate/llmgate/gateway/retry"
 	"github.com/llmgate/llmgate/gateway/timeline"
+	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
 // Store is the whole store the gateway is given: what keyed requests, the
@@ -82,6 +83,9 @@ type Options struct {
 	// once from this machine (admin.Options.SignInCode). `gateway -demo`
 	// sets it.
 	AdminSignInCode string
+	// Tracer makes a span per /v1 request and per upstream attempt. If
+	// nil, tracing is off.
+	Tracer *tracing.Tracer
 }
 
 // Gateway serves the OpenAI-compatible API. Create it with New.
@@ -103,6 +107,7 @@ type Gateway struct {
 	limits   *limits.Limiter
 	work     *workSet
 	timeline *timeline.Timeline // the operator's page's charts
+	tracer   *tracing.Tracer
 	// forwardSecret keys the Idempotency-Key forwarded upstream.
 	forwardSecret []byte
 	ready         atomic.Bool
@@ -121,7 +126,7 @@ func New(o Options) (*Gateway, error) {
 		return nil, errors.New("gateway: Options.Store is required")
 	}
 	g := &Gateway{cfg: o.Config, store: o.Store, log: o.Logger, now: o.Now, registry: o.Registry, shutdown: make(chan struct{}),
-		forwardSecret: []byte(o.Config.Idempotency.ForwardKeySecret)}
+		forwardSecret: []byte(o.Config.Idempotency.ForwardKeySecret), tracer: o.Tracer}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -150,7 +155,7 @@ func New(o Options) (*Gateway, error) {
 	// shared override): OnStateChange tells the timeline.
 	g.timeline = timeline.New(timeline.Options{Upstreams: g.breakers.Names(), Now: g.now})
 	g.proxy = proxy.New(proxy.Options{Config: o.Config, Router: r, Breakers: g.breakers, Metrics: g.metrics,
-		Logger: g.log, Now: g.now, Shutdown: g.shutdown,
+		Logger: g.log, Now: g.now, Shutdown: g.shutdown, Tracer: o.Tracer,
 		Budget: retry.NewBudget(retry.BudgetOptions{
 			Ratio:        o.Config.Retry.BudgetRatio,
 			MinPerSecond: o.Config.Retry.BudgetMinPerSecond,

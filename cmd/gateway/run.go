@@ -19,6 +19,7 @@ import (
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway"
 	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
 // run is the whole program: flags, config, store, server, and an ordered
@@ -74,6 +75,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // demo is nil without -demo.
 func serve(ctx context.Context, cfg config.Config, demo *demoMode, stdout, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
+	// Closed last (deferred first): the spans of calls drained at shutdown
+	// are flushed too.
+	tracer, err := tracing.Setup(cfg.Tracing, log)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer tracer.Close()
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
@@ -83,7 +91,7 @@ func serve(ctx context.Context, cfg config.Config, demo *demoMode, stdout, stder
 			log.Error("closing store", "err", err)
 		}
 	}()
-	opts := gateway.Options{Config: cfg, Store: store, Logger: log}
+	opts := gateway.Options{Config: cfg, Store: store, Logger: log, Tracer: tracer}
 	if demo != nil {
 		opts.AdminSignInCode = demo.code
 	}

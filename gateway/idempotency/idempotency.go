@@ -144,6 +144,9 @@ type Event struct {
 	// Class is "replayed", "idempotency_mismatch" or
 	// "idempotency_in_flight" when the claim answered the client itself.
 	Class string
+	// Waited: the claim waited for the same key in flight elsewhere, and
+	// then replayed its answer or gave up at the client's deadline.
+	Waited bool
 }
 
 // Lookup answers a Cache-Control: no-store request from a committed record
@@ -185,7 +188,9 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 			}
 			return &Lease{k: k, req: kr, owner: cl.Owner}, Event{}, nil
 		case cache.Done:
-			return nil, k.replay(w, kr, cl.Record), nil
+			ev := k.replay(w, kr, cl.Record)
+			ev.Waited = waited
+			return nil, ev, nil
 		case cache.Mismatch:
 			k.metrics.IdemEvent("mismatch")
 			return nil, Event{Class: "idempotency_mismatch"}, &apierror.KeyReused{}
@@ -196,7 +201,7 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 			}
 			if err := k.store.Wait(waitCtx, kr.Key); err != nil {
 				if ctx.Err() == nil && context.Cause(waitCtx) == errClientDeadline {
-					return nil, Event{Class: "client_deadline"}, &apierror.ClientDeadline{Keyed: true}
+					return nil, Event{Class: "client_deadline", Waited: true}, &apierror.ClientDeadline{Keyed: true}
 				}
 				if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 					k.metrics.IdemEvent("conflict")

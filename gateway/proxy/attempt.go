@@ -10,6 +10,7 @@ import (
 	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/gateway/headers"
 	"github.com/llmgate/llmgate/gateway/sse"
+	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
 // maxErrorBody bounds what is read of an upstream error response.
@@ -48,6 +49,20 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
 		return p.startStream(a, res.Body)
 	}
 	return p.readBody(a, c, res.Body)
+}
+
+// traced hands the attempt's span to the response: ended now, or, for a
+// live stream, when the stream ends.
+func (r *Response) traced(span tracing.Attempt) {
+	if r.Stream != nil {
+		r.Stream.span = span
+		return
+	}
+	body := r.Body
+	if r.Rest != nil {
+		body = nil // a prefix: its usage is in the part not read yet
+	}
+	span.End(r.Status, r.Outcome, body)
 }
 
 // inAttempt is one attempt's context and timer, ended once.

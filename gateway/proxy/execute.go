@@ -26,6 +26,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/llmgate/llmgate/gateway/outcome"
 	"github.com/llmgate/llmgate/gateway/retry"
+	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
 // Options configure a Proxy. Router, Breakers, Budget and Metrics are
@@ -42,6 +43,8 @@ type Options struct {
 	Now func() time.Time
 	// Shutdown, when closed, ends every retry wait.
 	Shutdown <-chan struct{}
+	// Tracer makes a span per attempt. If nil, tracing is off.
+	Tracer *tracing.Tracer
 }
 
 // Proxy executes calls against upstream chains.
@@ -54,12 +57,13 @@ type Proxy struct {
 	log      *slog.Logger
 	now      func() time.Time
 	shutdown <-chan struct{}
+	tracer   *tracing.Tracer
 }
 
 // New returns a Proxy.
 func New(o Options) *Proxy {
 	p := &Proxy{cfg: o.Config, router: o.Router, breakers: o.Breakers, budget: o.Budget,
-		metrics: o.Metrics, log: o.Logger, now: o.Now, shutdown: o.Shutdown}
+		metrics: o.Metrics, log: o.Logger, now: o.Now, shutdown: o.Shutdown, tracer: o.Tracer}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -91,6 +95,8 @@ type Call struct {
 	// Tried lists the upstreams the call reached or was refused by, in
 	// order, for its dead letter.
 	Tried []string
+	// backoff is the wait before the attempt about to start, for its span.
+	backoff time.Duration
 }
 
 // Response is what an upstream produced for a call: a buffered body, a
@@ -167,6 +173,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Respo
 				break
 			}
 			p.metrics.Fallback(primary.Cfg.Name, u.Cfg.Name)
+			tracing.Fallback(ctx, c.Tried[len(c.Tried)-1], u.Cfg.Name)
 		}
 		c.Tried = append(c.Tried, u.Cfg.Name)
 		done, err := p.breakers.Allow(u.Cfg.Name)
@@ -174,6 +181,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Respo
 			var oe *breaker.OpenError
 			if errors.As(err, &oe) {
 				p.metrics.BreakerRejected(u.Cfg.Name)
+				tracing.BreakerRejected(ctx, u.Cfg.Name, oe.RetryAfter)
 				lastErr = &apierror.BreakerOpen{Upstream: u.Cfg.Name, RetryAfter: oe.RetryAfter, Err: err}
 				continue
 			}
@@ -236,10 +244,13 @@ func (p *Proxy) shuttingDown() bool {
 // runUpstream is the one retry loop around attempts at u.
 func (p *Proxy) runUpstream(ctx context.Context, c *Call, u *Upstream) (*Response, retry.StopReason) {
 	var resp *Response
-	loop := p.retryLoop(u.Cfg.Name)
+	c.backoff = 0
+	loop := p.retryLoop(u.Cfg.Name, c)
 	_, stats := loop.Run(ctx, c.Deadline, func(actx context.Context, n int) classify.Outcome {
 		resp.Discard()
+		actx, span := p.tracer.StartAttempt(actx, u.attemptSpan(c, n))
 		resp = p.attempt(actx, c, u)
+		resp.traced(span)
 		p.metrics.Attempt(u.Cfg.Name, resp.Outcome)
 		return resp.Outcome
 	})
@@ -252,11 +263,16 @@ func (p *Proxy) runUpstream(ctx context.Context, c *Call, u *Upstream) (*Respons
 	}
 	if stats.Stop == retry.StopBudget {
 		p.metrics.BudgetRejected(u.Cfg.Name)
+		tracing.RetryBudgetExhausted(ctx, u.Cfg.Name)
 	}
 	return resp, stats.Stop
 }
 
-func (p *Proxy) retryLoop(upstreamName string) *retry.Loop {
+// retryLoop is the retry loop for c at one upstream. It notes each wait in
+// c, for the span of the attempt that follows. (In c, not in a variable the
+// hook shares with the attempt: that would cost an allocation per request,
+// tracing on or off.)
+func (p *Proxy) retryLoop(upstreamName string, c *Call) *retry.Loop {
 	return &retry.Loop{
 		Policy: retry.Policy{
 			MaxAttempts: p.cfg.Retry.MaxAttempts,
@@ -266,6 +282,7 @@ func (p *Proxy) retryLoop(upstreamName string) *retry.Loop {
 		Budget:   p.budget,
 		Shutdown: p.shutdown,
 		OnRetry: func(n int, o classify.Outcome, wait time.Duration) {
+			c.backoff = wait
 			p.metrics.Retry(upstreamName, o)
 			p.log.Debug("retrying", "upstream", upstreamName, "attempt", n, "class", o.Class, "reason", o.Reason, "wait", wait)
 		},

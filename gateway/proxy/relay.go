@@ -13,6 +13,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/outcome"
 	"github.com/llmgate/llmgate/gateway/sse"
+	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
 // LiveStream is an upstream SSE response being relayed.
@@ -24,9 +25,12 @@ type LiveStream struct {
 	cancel context.CancelCauseFunc
 	ctx    context.Context
 	idle   time.Duration
+	// span is the attempt's, ended when the stream ends.
+	span tracing.Attempt
 }
 
 func (s *LiveStream) close() {
+	s.span.End(0, classify.Outcome{}, nil) // a stream not relayed; a relayed one's span has ended
 	s.timer.Stop()
 	s.cancel(context.Canceled)
 	s.body.Close()
@@ -157,7 +161,7 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Reco
 		h.Set("Trailer", trailer)
 	}
 	w.WriteHeader(resp.Status)
-	r := &relay{out: &clientOut{w: w}, rec: rec, hold: hold}
+	r := &relay{out: &clientOut{w: w}, rec: rec, hold: hold, span: &s.span}
 	r.tail.out = r.out
 	r.event(s.first)
 	p.metrics.StreamTTFB(resp.Upstream.Cfg.Name, p.now().Sub(start))
@@ -170,6 +174,7 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Reco
 	}
 	resp.end = outcome.EndOf(resp.reqCtx)
 	resp.Outcome = o
+	s.span.End(resp.Status, o, nil)
 	if o.Class.BreakerFailure() {
 		p.log.Warn("stream ended early", "upstream", resp.Upstream.Cfg.Name, "class", o.Class, "reason", o.Reason)
 	}
@@ -183,11 +188,14 @@ type relay struct {
 	obs  classify.StreamObserver
 	hold bool
 	tail Tail
+	span *tracing.Attempt
 }
 
 // event observes, records and sends (or holds back) one event.
 func (r *relay) event(ev []byte) {
-	r.obs.Observe(sse.Data(ev))
+	data := sse.Data(ev)
+	r.obs.Observe(data)
+	r.span.Observe(data)
 	r.rec.Add(ev)
 	if r.hold && (r.obs.Finished() || r.obs.SawDone()) {
 		r.tail.events = append(r.tail.events, append([]byte(nil), ev...))

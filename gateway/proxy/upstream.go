@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/headers"
+	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
 // Upstream is one configured provider with its own connection pool.
@@ -21,6 +22,8 @@ type Upstream struct {
 	timeout time.Duration
 	// fallbacks are resolved at startup, in order.
 	fallbacks []*Upstream
+	// propagate: attempts carry a W3C traceparent (config PropagatesTrace).
+	propagate bool
 }
 
 func newUpstream(cfg config.Upstream) (*Upstream, error) {
@@ -49,9 +52,10 @@ func newUpstream(cfg config.Upstream) (*Upstream, error) {
 		ExpectContinueTimeout: time.Second,
 	}
 	return &Upstream{
-		Cfg:     cfg,
-		base:    base,
-		timeout: cfg.Timeout.D(),
+		Cfg:       cfg,
+		base:      base,
+		timeout:   cfg.Timeout.D(),
+		propagate: cfg.PropagatesTrace(),
 		client: &http.Client{
 			Transport: tr,
 			// Never follow redirects: the upstream is only ever base_url.
@@ -150,5 +154,14 @@ func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suf
 		// (see idempotency.ForwardKey), never the client's raw key.
 		req.Header.Set("Idempotency-Key", idemKey)
 	}
+	if u.propagate {
+		tracing.Inject(ctx, req.Header)
+	}
 	return req, nil
+}
+
+// attemptSpan describes attempt n of c at u, for its span.
+func (u *Upstream) attemptSpan(c *Call, n int) tracing.AttemptStart {
+	return tracing.AttemptStart{Upstream: u.Cfg.Name, Host: u.base.Host, HTTPS: u.base.Scheme == "https",
+		Path: c.Suffix, Model: c.Model, Stream: c.Stream, N: n, Backoff: c.backoff}
 }
