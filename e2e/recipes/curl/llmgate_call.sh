@@ -13,8 +13,9 @@
 #
 # Not curl --retry: it re-sends 500, 502, 503 and 504 whatever x-should-retry
 # says (each re-send of a failure llmgate already retried is a new round of
-# upstream attempts), and never a 409.
-llmgate_call() {
+# upstream attempts), and never a 409. The body runs in a subshell, so its
+# variables stay its own.
+llmgate_call() (
   key=$1
   shift
   req=$(mktemp) hdr=$(mktemp) out=$(mktemp)
@@ -30,14 +31,14 @@ llmgate_call() {
     if [ "$try" -ge 3 ] || ! grep -qi '^x-should-retry: *true' "$hdr"; then
       break
     fi
-    wait=$(tr -d '\r' <"$hdr" | sed -n 's/^[Rr]etry-[Aa]fter: *\([0-9][0-9]*\)$/\1/p' | head -n 1)
-    sleep "${wait:-0}"
+    secs=$(tr -d '\r' <"$hdr" | sed -n 's/^[Rr]etry-[Aa]fter: *\([0-9][0-9]*\)$/\1/p' | head -n 1)
+    sleep "${secs:-0}"
     try=$((try + 1))
   done
   cat "$out"
   rm -f "$req" "$hdr" "$out"
   case $code in
-  2??) return 0 ;;
-  *) return 22 ;;
+  2??) exit 0 ;;
+  *) exit 22 ;;
   esac
-}
+)
