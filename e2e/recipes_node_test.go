@@ -32,25 +32,25 @@ import (
 )
 
 var (
-	nodeOnce sync.Once
-	nodeDir  string // node_modules installed from the lock file
-	nodeErr  error
-	nodeSkip string // why the Node tests skip, when they may
+	recipeNodeOnce sync.Once
+	recipeNodeDir  string // node_modules installed from the lock file
+	recipeNodeErr  error
+	recipeNodeSkip string // why the Node tests skip, when they may
 )
 
 // nodeRecipes returns a fresh directory holding the Node recipes and their
 // installed dependencies, ready for `node driver.mjs`.
 func nodeRecipes(t *testing.T) string {
 	t.Helper()
-	nodeOnce.Do(installNodeRecipes)
-	if nodeSkip != "" {
+	recipeNodeOnce.Do(installNodeRecipes)
+	if recipeNodeSkip != "" {
 		if os.Getenv("LLMGATE_REQUIRE_NODE") == "1" {
-			t.Fatalf("LLMGATE_REQUIRE_NODE=1: %s", nodeSkip)
+			t.Fatalf("LLMGATE_REQUIRE_NODE=1: %s", recipeNodeSkip)
 		}
-		t.Skipf("%s (set LLMGATE_REQUIRE_NODE=1 to fail instead)", nodeSkip)
+		t.Skipf("%s (set LLMGATE_REQUIRE_NODE=1 to fail instead)", recipeNodeSkip)
 	}
-	if nodeErr != nil {
-		t.Fatal(nodeErr)
+	if recipeNodeErr != nil {
+		t.Fatal(recipeNodeErr)
 	}
 	src := filepath.Join("recipes", "node")
 	dir := t.TempDir()
@@ -67,7 +67,7 @@ func nodeRecipes(t *testing.T) string {
 			writeFile(t, filepath.Join(dir, name), string(b))
 		}
 	}
-	if err := os.Symlink(filepath.Join(nodeDir, "node_modules"), filepath.Join(dir, "node_modules")); err != nil {
+	if err := os.Symlink(filepath.Join(recipeNodeDir, "node_modules"), filepath.Join(dir, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -81,18 +81,18 @@ func nodeRecipes(t *testing.T) string {
 func installNodeRecipes() {
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			nodeSkip = tool + " is not installed"
+			recipeNodeSkip = tool + " is not installed"
 			return
 		}
 	}
 	out, err := exec.Command("node", "--version").Output()
 	if err != nil {
-		nodeSkip = fmt.Sprintf("node --version: %v", err)
+		recipeNodeSkip = fmt.Sprintf("node --version: %v", err)
 		return
 	}
 	major, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(strings.TrimSpace(string(out)), ".", 2)[0], "v"))
 	if major < 20 {
-		nodeSkip = fmt.Sprintf("node %s is older than 20, which @langchain/openai needs", strings.TrimSpace(string(out)))
+		recipeNodeSkip = fmt.Sprintf("node %s is older than 20, which @langchain/openai needs", strings.TrimSpace(string(out)))
 		return
 	}
 	src := filepath.Join("recipes", "node")
@@ -101,7 +101,7 @@ func installNodeRecipes() {
 	for _, name := range []string{"package.json", "package-lock.json"} {
 		b, err := os.ReadFile(filepath.Join(src, name))
 		if err != nil {
-			nodeErr = err
+			recipeNodeErr = err
 			return
 		}
 		files[name] = b
@@ -111,23 +111,23 @@ func installNodeRecipes() {
 	if err != nil {
 		cache = os.TempDir()
 	}
-	nodeDir = filepath.Join(cache, "llmgate-e2e", "recipes-node-"+hex.EncodeToString(h.Sum(nil))[:16])
-	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", ".package-lock.json")); err == nil {
+	recipeNodeDir = filepath.Join(cache, "llmgate-e2e", "recipes-node-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if _, err := os.Stat(filepath.Join(recipeNodeDir, "node_modules", ".package-lock.json")); err == nil {
 		return
 	}
-	if err := os.MkdirAll(filepath.Dir(nodeDir), 0o755); err != nil {
-		nodeErr = err
+	if err := os.MkdirAll(filepath.Dir(recipeNodeDir), 0o755); err != nil {
+		recipeNodeErr = err
 		return
 	}
-	tmp, err := os.MkdirTemp(filepath.Dir(nodeDir), "install-")
+	tmp, err := os.MkdirTemp(filepath.Dir(recipeNodeDir), "install-")
 	if err != nil {
-		nodeErr = err
+		recipeNodeErr = err
 		return
 	}
 	defer os.RemoveAll(tmp)
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
-			nodeErr = err
+			recipeNodeErr = err
 			return
 		}
 	}
@@ -136,21 +136,21 @@ func installNodeRecipes() {
 	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error")
 	cmd.Dir = tmp
 	if b, err := cmd.CombinedOutput(); err != nil {
-		nodeSkip = fmt.Sprintf("npm ci in e2e/recipes/node failed (no registry?): %v\n%s", err, b)
+		recipeNodeSkip = fmt.Sprintf("npm ci in e2e/recipes/node failed (no registry?): %v\n%s", err, b)
 		return
 	}
-	if err := os.Rename(tmp, nodeDir); err != nil {
-		if _, statErr := os.Stat(filepath.Join(nodeDir, "node_modules", ".package-lock.json")); statErr != nil {
-			nodeErr = fmt.Errorf("install Node recipes: %w", err)
+	if err := os.Rename(tmp, recipeNodeDir); err != nil {
+		if _, statErr := os.Stat(filepath.Join(recipeNodeDir, "node_modules", ".package-lock.json")); statErr != nil {
+			recipeNodeErr = fmt.Errorf("install Node recipes: %w", err)
 		}
 	}
 }
 
-// nodeDriver is one `node driver.mjs` process, serving a test's calls
+// recipeNodeDriver is one `node driver.mjs` process, serving a test's calls
 // concurrently: one JSON request line in, one result line out, matched by
 // seq. One process per test keeps Node's start-up (seconds on a loaded
 // machine) out of the timings the suite depends on.
-type nodeDriver struct {
+type recipeNodeDriver struct {
 	stdin   io.WriteCloser
 	stderr  *syncBuffer
 	mu      sync.Mutex
@@ -159,11 +159,11 @@ type nodeDriver struct {
 	gone    chan struct{} // closed when the process's stdout ends
 }
 
-func startNodeDriver(t *testing.T, dir string, g *recipeGateway) *nodeDriver {
+func startRecipeNodeDriver(t *testing.T, dir string, g *recipeGateway) *recipeNodeDriver {
 	t.Helper()
 	cmd := exec.Command("node", filepath.Join(dir, "driver.mjs"))
 	cmd.Env = append(os.Environ(), "LLMGATE_BASE_URL="+g.base, "LLMGATE_API_KEY="+recipeClientKey)
-	d := &nodeDriver{stderr: &syncBuffer{}, waiting: map[int]chan recipeResult{}, gone: make(chan struct{})}
+	d := &recipeNodeDriver{stderr: &syncBuffer{}, waiting: map[int]chan recipeResult{}, gone: make(chan struct{})}
 	cmd.Stderr = d.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -211,7 +211,7 @@ func startNodeDriver(t *testing.T, dir string, g *recipeGateway) *nodeDriver {
 }
 
 // call runs one recipe call in the driver and waits for its result.
-func (d *nodeDriver) call(variant, orderID, text, deadline string) (recipeResult, error) {
+func (d *recipeNodeDriver) call(variant, orderID, text, deadline string) (recipeResult, error) {
 	ch := make(chan recipeResult, 1)
 	d.mu.Lock()
 	d.seq++
@@ -233,10 +233,10 @@ func (d *nodeDriver) call(variant, orderID, text, deadline string) (recipeResult
 	}
 }
 
-// nodeRunner runs a driver for recipeSuite's gateway, and its variant in it.
-func nodeRunner(t *testing.T, dir, variant string) func(g *recipeGateway) recipeRunner {
+// recipeNodeRunner runs a driver for recipeSuite's gateway, and its variant in it.
+func recipeNodeRunner(t *testing.T, dir, variant string) func(g *recipeGateway) recipeRunner {
 	return func(g *recipeGateway) recipeRunner {
-		d := startNodeDriver(t, dir, g)
+		d := startRecipeNodeDriver(t, dir, g)
 		return func(orderID, text, deadline string) (recipeResult, error) {
 			return d.call(variant, orderID, text, deadline)
 		}
@@ -245,14 +245,14 @@ func nodeRunner(t *testing.T, dir, variant string) func(g *recipeGateway) recipe
 
 // TestRecipeNodeOpenAI runs the Node SDK recipe (recipe_openai.mjs).
 func TestRecipeNodeOpenAI(t *testing.T) {
-	recipeSuite(t, nodeRunner(t, nodeRecipes(t), "openai"))
+	recipeSuite(t, recipeNodeRunner(t, nodeRecipes(t), "openai"))
 }
 
 // TestRecipeLangChainJS runs the LangChain.js recipe (recipe_langchain.mjs):
 // LangChain's retries off, the key in the call's options, and its own
 // retry where llmgate says x-should-retry: true.
 func TestRecipeLangChainJS(t *testing.T) {
-	recipeSuite(t, nodeRunner(t, nodeRecipes(t), "langchain"))
+	recipeSuite(t, recipeNodeRunner(t, nodeRecipes(t), "langchain"))
 }
 
 // TestRecipeNodeIdempotencyKeyOption: the Node SDK's `idempotencyKey`
@@ -262,7 +262,7 @@ func TestRecipeLangChainJS(t *testing.T) {
 func TestRecipeNodeIdempotencyKeyOption(t *testing.T) {
 	dir := nodeRecipes(t)
 	g := startRecipeGateway(t)
-	run := nodeRunner(t, dir, "openai-idempotencykey")(g)
+	run := recipeNodeRunner(t, dir, "openai-idempotencykey")(g)
 	var results []recipeResult
 	for range 2 {
 		r, err := run("option", "an order keyed by the SDK option", "")
@@ -301,7 +301,7 @@ func TestRecipeLangChainJSRetriesMultiply(t *testing.T) {
 	g := startRecipeGateway(t)
 	g.fake.SetDefault(simupstream.Step{Status: http.StatusServiceUnavailable})
 
-	d := startNodeDriver(t, dir, g)
+	d := startRecipeNodeDriver(t, dir, g)
 	r, err := d.call("langchain-retries-1", "retries-on", "an order the upstream cannot take", "")
 	if err != nil {
 		t.Fatal(err)

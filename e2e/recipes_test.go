@@ -56,7 +56,7 @@ const (
 	// what one failing call costs upstream when nothing else retries it.
 	recipeMaxAttempts = 3
 	// recipeRecordBytes is idempotency.max_record_bytes: small, so that an
-	// answer past it (bigCompletion) is served once and then refused (410).
+	// answer past it (recipeBigCompletion) is served once and then refused (410).
 	recipeRecordBytes = 4096
 )
 
@@ -69,7 +69,7 @@ const (
 type recipeGateway struct {
 	t    *testing.T
 	fake *simupstream.Server
-	gate *upstreamGate
+	gate *recipeUpstreamGate
 	url  string // the gateway's root
 	base string // url + "/v1", what a client is given
 }
@@ -77,7 +77,7 @@ type recipeGateway struct {
 func startRecipeGateway(t *testing.T) *recipeGateway {
 	t.Helper()
 	fake := simupstream.New(simupstream.Options{})
-	gate := &upstreamGate{next: fake}
+	gate := &recipeUpstreamGate{next: fake}
 	s := httptest.NewServer(gate)
 	t.Cleanup(s.Close)
 	t.Cleanup(fake.Close)
@@ -94,10 +94,10 @@ idempotency:
 	return &recipeGateway{t: t, fake: fake, gate: gate, url: p.URL, base: p.URL + "/v1"}
 }
 
-// upstreamGate holds upstream calls whose body contains a marker until the
+// recipeUpstreamGate holds upstream calls whose body contains a marker until the
 // test opens it (or their client goes away), so a test can keep a key in
 // flight for as long as it needs, however slowly a client starts.
-type upstreamGate struct {
+type recipeUpstreamGate struct {
 	next    http.Handler
 	mu      sync.Mutex
 	marker  []byte
@@ -107,7 +107,7 @@ type upstreamGate struct {
 
 // hold makes calls whose body contains marker wait; the channel is closed
 // when the first of them arrives.
-func (u *upstreamGate) hold(marker string) <-chan struct{} {
+func (u *recipeUpstreamGate) hold(marker string) <-chan struct{} {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.marker, u.arrived, u.release = []byte(marker), make(chan struct{}), make(chan struct{})
@@ -115,7 +115,7 @@ func (u *upstreamGate) hold(marker string) <-chan struct{} {
 }
 
 // open lets held calls go on, and stops holding.
-func (u *upstreamGate) open() {
+func (u *recipeUpstreamGate) open() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.release != nil {
@@ -124,7 +124,7 @@ func (u *upstreamGate) open() {
 	u.marker, u.arrived, u.release = nil, nil, nil
 }
 
-func (u *upstreamGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (u *recipeUpstreamGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return
@@ -225,8 +225,8 @@ func (g *recipeGateway) breaker(action string) {
 	}
 }
 
-// bigCompletion is a well-formed completion larger than recipeRecordBytes.
-var bigCompletion = fmt.Sprintf(`{"id":"chatcmpl-big","object":"chat.completion","created":1,"model":"gpt-4o-mini",`+
+// recipeBigCompletion is a well-formed completion larger than recipeRecordBytes.
+var recipeBigCompletion = fmt.Sprintf(`{"id":"chatcmpl-big","object":"chat.completion","created":1,"model":"gpt-4o-mini",`+
 	`"choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],`+
 	`"usage":{"prompt_tokens":5,"completion_tokens":1500,"total_tokens":1505}}`, strings.Repeat("big ", 1500))
 
@@ -384,7 +384,7 @@ func recipeSuite(t *testing.T, newRunner func(g *recipeGateway) recipeRunner) {
 	})
 
 	t.Run("410 not stored surfaces", func(t *testing.T) {
-		g.fake.Enqueue(simupstream.Step{Body: bigCompletion})
+		g.fake.Enqueue(simupstream.Step{Body: recipeBigCompletion})
 		first := must("big", "an order with a long answer", "")
 		if !first.OK || first.ID != "chatcmpl-big" {
 			t.Fatalf("first call: %+v", first)
@@ -410,13 +410,13 @@ func TestRecipeGoOpenAI(t *testing.T) {
 	recipeSuite(t, func(g *recipeGateway) recipeRunner {
 		cfg := openai.DefaultConfig(recipeClientKey)
 		cfg.BaseURL = g.base
-		cfg.HTTPClient = &http.Client{Transport: goopenai.Transport{Next: deadlineTransport{http.DefaultTransport}}}
+		cfg.HTTPClient = &http.Client{Transport: goopenai.Transport{Next: recipeDeadlineTransport{http.DefaultTransport}}}
 		client := openai.NewClientWithConfig(cfg)
 		return func(orderID, text, deadline string) (recipeResult, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			if deadline != "" {
-				ctx = context.WithValue(ctx, deadlineKey{}, deadline)
+				ctx = context.WithValue(ctx, recipeDeadlineKey{}, deadline)
 			}
 			start := time.Now()
 			resp, err := goopenai.Keyed(ctx, recipeKey(orderID), func(ctx context.Context) (openai.ChatCompletionResponse, error) {
@@ -444,13 +444,13 @@ func TestRecipeGoOpenAI(t *testing.T) {
 	})
 }
 
-type deadlineKey struct{}
+type recipeDeadlineKey struct{}
 
-// deadlineTransport sets X-Llmgate-Deadline from the request's context.
-type deadlineTransport struct{ next http.RoundTripper }
+// recipeDeadlineTransport sets X-Llmgate-Deadline from the request's context.
+type recipeDeadlineTransport struct{ next http.RoundTripper }
 
-func (d deadlineTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if v, ok := r.Context().Value(deadlineKey{}).(string); ok {
+func (d recipeDeadlineTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if v, ok := r.Context().Value(recipeDeadlineKey{}).(string); ok {
 		r = r.Clone(r.Context())
 		r.Header.Set("X-Llmgate-Deadline", v)
 	}
@@ -460,14 +460,14 @@ func (d deadlineTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // TestRecipeOpenAIGo runs the openai-go recipe (e2e/recipes/openaigo, a
 // module of its own) through its driver program.
 func TestRecipeOpenAIGo(t *testing.T) {
-	bin := buildRecipeModule(t)
+	bin := buildOpenAIGoRecipe(t)
 	recipeSuite(t, func(g *recipeGateway) recipeRunner {
 		return func(orderID, text, deadline string) (recipeResult, error) {
 			args := []string{orderID, text}
 			if deadline != "" {
 				args = append(args, deadline)
 			}
-			return runDriver(g, bin, args...)
+			return runRecipeDriver(g, bin, args...)
 		}
 	})
 }
@@ -531,10 +531,10 @@ func TestRecipeCurl(t *testing.T) {
 	})
 }
 
-// buildRecipeModule builds the openai-go recipe's driver from its own
+// buildOpenAIGoRecipe builds the openai-go recipe's driver from its own
 // module (it is not part of llmgate's: go.mod does not require openai-go).
 // The go command fetches openai-go from the module proxy the first time.
-func buildRecipeModule(t *testing.T) string {
+func buildOpenAIGoRecipe(t *testing.T) string {
 	t.Helper()
 	dir, err := filepath.Abs(filepath.Join("recipes", "openaigo"))
 	if err != nil {
@@ -549,9 +549,9 @@ func buildRecipeModule(t *testing.T) string {
 	return bin
 }
 
-// runDriver runs a recipe driver program against g and reads the JSON
+// runRecipeDriver runs a recipe driver program against g and reads the JSON
 // line it prints last.
-func runDriver(g *recipeGateway, name string, args ...string) (recipeResult, error) {
+func runRecipeDriver(g *recipeGateway, name string, args ...string) (recipeResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)

@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// workflowRun is one run of the workflow program.
-type workflowRun struct {
+// recipeWorkflowRun is one run of the workflow program.
+type recipeWorkflowRun struct {
 	t     *testing.T
 	id    string
 	cmd   *exec.Cmd
@@ -26,11 +26,11 @@ type workflowRun struct {
 	err   *syncBuffer
 }
 
-func startWorkflow(t *testing.T, bin string, g *recipeGateway, id string) *workflowRun {
+func startRecipeWorkflow(t *testing.T, bin string, g *recipeGateway, id string) *recipeWorkflowRun {
 	t.Helper()
 	cmd := exec.Command(bin, "-id", id)
 	cmd.Env = append(os.Environ(), "LLMGATE_BASE_URL="+g.base, "LLMGATE_API_KEY="+recipeClientKey)
-	w := &workflowRun{t: t, id: id, cmd: cmd, lines: make(chan string, 64), err: &syncBuffer{}}
+	w := &recipeWorkflowRun{t: t, id: id, cmd: cmd, lines: make(chan string, 64), err: &syncBuffer{}}
 	cmd.Stderr = w.err
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -56,7 +56,7 @@ func startWorkflow(t *testing.T, bin string, g *recipeGateway, id string) *workf
 }
 
 // until reads the run's output up to and including the line want.
-func (w *workflowRun) until(want string) {
+func (w *recipeWorkflowRun) until(want string) {
 	w.t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {
@@ -76,7 +76,7 @@ func (w *workflowRun) until(want string) {
 }
 
 // finish reads the run's output to its end and waits for it to exit 0.
-func (w *workflowRun) finish() {
+func (w *recipeWorkflowRun) finish() {
 	w.t.Helper()
 	w.until("wf-" + w.id + " finished")
 	for l := range w.lines {
@@ -89,7 +89,7 @@ func (w *workflowRun) finish() {
 
 // done returns what the run printed when step finished: replayed and the
 // digest of the answer's bytes; ok is false if it never finished it.
-func (w *workflowRun) done(step string) (replayed, digest string, ok bool) {
+func (w *recipeWorkflowRun) done(step string) (replayed, digest string, ok bool) {
 	for _, l := range w.seen {
 		rest, found := strings.CutPrefix(l, "wf-"+w.id+"/"+step+" done ")
 		if !found {
@@ -121,7 +121,7 @@ func TestRecipeWorkflowResume(t *testing.T) {
 	// it is calling the draft and the call has reached the upstream, it
 	// dies with SIGKILL.
 	arrived := g.gate.hold("Write a short draft")
-	first := startWorkflow(t, bin, g, id)
+	first := startRecipeWorkflow(t, bin, g, id)
 	first.until("wf-7/draft calling")
 	select {
 	case <-arrived:
@@ -141,13 +141,13 @@ func TestRecipeWorkflowResume(t *testing.T) {
 
 	// Run 2, same id: the draft's call went on without its client; it is
 	// let through once run 2 asks for the draft again.
-	second := startWorkflow(t, bin, g, id)
+	second := startRecipeWorkflow(t, bin, g, id)
 	second.until("wf-7/draft calling")
 	g.gate.open()
 	second.finish()
 
 	// Run 3: everything is answered from the store.
-	third := startWorkflow(t, bin, g, id)
+	third := startRecipeWorkflow(t, bin, g, id)
 	third.finish()
 	t.Logf("run 1: %q\nrun 2: %q\nrun 3: %q", first.seen, second.seen, third.seen)
 
