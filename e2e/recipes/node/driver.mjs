@@ -1,0 +1,78 @@
+// Runs the recipes for e2e/recipes_node_test.go, one process per test: it
+// reads one JSON request a line from stdin,
+//
+//   {"seq": 1, "variant": "openai", "orderId": "42", "text": "...", "deadline": "250ms"}
+//
+// runs each as it arrives (concurrently, as an application would), and
+// writes one JSON line per request to stdout when it ends: {"seq": 1, ...}
+// with the fields every client's driver reports. It calls llmgate at
+// $LLMGATE_BASE_URL with the client key $LLMGATE_API_KEY.
+//
+// variant is a recipe as written (openai, langchain) or what the recipes
+// warn against: openai-idempotencykey (the SDK's idempotencyKey option
+// instead of the header), langchain-retries-N (LangChain's retries left
+// at N, the key passed the same way).
+import { createInterface } from "node:readline";
+import OpenAI from "openai";
+import { ChatOpenAI } from "@langchain/openai";
+import * as openaiRecipe from "./recipe_openai.mjs";
+import * as langchainRecipe from "./recipe_langchain.mjs";
+
+const baseURL = process.env.LLMGATE_BASE_URL;
+const apiKey = process.env.LLMGATE_API_KEY;
+
+const client = openaiRecipe.newClient(baseURL, apiKey);
+const model = langchainRecipe.newModel(baseURL, apiKey);
+
+function completion(data, response) {
+  const content = data.choices[0]?.message?.content ?? "";
+  return { ok: true, id: data.id, content, raw: JSON.stringify(data), replayed: response.headers.get("idempotent-replayed") ?? "" };
+}
+
+function message(msg) {
+  const raw = JSON.stringify({ id: msg.id, content: msg.content, usage: msg.usage_metadata });
+  return { ok: true, id: msg.id, content: msg.content, raw };
+}
+
+async function run({ variant, orderId, text, deadline }) {
+  const extra = deadline ? { "X-Llmgate-Deadline": deadline } : {};
+  if (variant === "openai") {
+    const { data, response } = await openaiRecipe.summarize(client, orderId, text, { headers: extra }).withResponse();
+    return completion(data, response);
+  }
+  if (variant === "openai-idempotencykey") {
+    const { data, response } = await new OpenAI({ baseURL, apiKey }).chat.completions
+      .create(
+        { model: "gpt-4o-mini", messages: [{ role: "user", content: `Summarize: ${text}` }] },
+        { idempotencyKey: `order-${orderId}/summarize`, headers: extra },
+      )
+      .withResponse();
+    return completion(data, response);
+  }
+  if (variant === "langchain") {
+    return message(await langchainRecipe.summarize(model, orderId, text, extra));
+  }
+  const m = /^langchain-retries-(\d+)$/.exec(variant ?? "");
+  if (m) {
+    const retrying = new ChatOpenAI({ model: "gpt-4o-mini", apiKey, maxRetries: Number(m[1]), configuration: { baseURL } });
+    const headers = { ...extra, "Idempotency-Key": `order-${orderId}/summarize` };
+    return message(await retrying.invoke([{ role: "user", content: `Summarize: ${text}` }], { options: { headers } }));
+  }
+  throw new Error(`unknown variant ${variant}`);
+}
+
+async function handle(line) {
+  const req = JSON.parse(line);
+  const start = Date.now();
+  let out;
+  try {
+    out = await run(req);
+  } catch (err) {
+    out = { ok: false, status: err?.status ?? 0, code: err?.code ?? "", message: String(err?.message ?? err) };
+  }
+  process.stdout.write(JSON.stringify({ seq: req.seq, ...out, ms: Date.now() - start }) + "\n");
+}
+
+for await (const line of createInterface({ input: process.stdin })) {
+  if (line.trim() !== "") handle(line);
+}

@@ -1,0 +1,38 @@
+// Package openaigo is llmgate's recipe for the official Go SDK,
+// github.com/openai/openai-go: a base URL, and an Idempotency-Key per call.
+// The README's "Go (openai-go)" section is this file, and
+// e2e/recipes_test.go runs it (through cmd/recipe) against the real gateway.
+//
+// It is a module of its own so that llmgate's go.mod does not take on
+// openai-go for an example.
+package openaigo
+
+import (
+	"context"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+// NewClient returns a client for llmgate at baseURL (its /v1 URL, e.g.
+// http://127.0.0.1:8080/v1). Leave the SDK's retries on (two by default):
+// it retries exactly when llmgate answers x-should-retry: true — a 409
+// idempotency_key_in_flight, a 504 client_deadline_exceeded — after
+// Retry-After, resending the same headers and so the same key. Every other
+// failure llmgate has already retried, or it is permanent; it says
+// x-should-retry: false, and the SDK returns it at once.
+func NewClient(baseURL, apiKey string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(baseURL), option.WithAPIKey(apiKey))
+}
+
+// Summarize asks for a summary of text under the key order-<id>/summarize:
+// the same order summarized twice is one upstream call, and the second
+// answer is the first, byte for byte. opts are more per-call options
+// (another header, option.WithResponseInto, ...).
+func Summarize(ctx context.Context, client openai.Client, orderID, text string, opts ...option.RequestOption) (*openai.ChatCompletion, error) {
+	opts = append([]option.RequestOption{option.WithHeader("Idempotency-Key", "order-"+orderID+"/summarize")}, opts...)
+	return client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model:    openai.ChatModelGPT4oMini,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Summarize: " + text)},
+	}, opts...)
+}
