@@ -214,13 +214,7 @@ func (a *Admin) pageLogin(c echo.Context) error {
 		return a.render(c, http.StatusServiceUnavailable, "login", loginView{Title: "llmgate admin",
 			Error: "The token is right, but the session could not be stored; see the gateway's log."})
 	}
-	for _, p := range adminCookiePaths {
-		c.SetCookie(&http.Cookie{
-			Name: Cookie, Value: id, Path: p,
-			MaxAge: int(sessionTTL / time.Second), HttpOnly: true,
-			SameSite: http.SameSiteStrictMode, Secure: a.secure(r),
-		})
-	}
+	a.setSessionCookies(c, id)
 	a.log.Info("admin page: operator signed in", "remote", remote)
 	return c.Redirect(http.StatusSeeOther, "/admin/")
 }
@@ -518,4 +512,16 @@ func (a *Admin) pageReplayGroup(c echo.Context) error {
 		msg += fmt.Sprintf(" The group has more than %d; replay it again for the rest.", pageReplayMax)
 	}
 	return a.backToPage(c, msg)
+}
+
+// setSessionCookies gives the browser its session: an HttpOnly,
+// SameSite=Strict cookie for each of adminCookiePaths.
+func (a *Admin) setSessionCookies(c echo.Context, id string) {
+	for _, p := range adminCookiePaths {
+		c.SetCookie(&http.Cookie{
+			Name: Cookie, Value: id, Path: p,
+			MaxAge: int(sessionTTL / time.Second), HttpOnly: true,
+			SameSite: http.SameSiteStrictMode, Secure: a.secure(c.Request()),
+		})
+	}
 }

@@ -122,14 +122,7 @@ func (a *Admin) pageLoginOnce(c echo.Context) error {
 		return a.render(c, http.StatusServiceUnavailable, "login", loginView{Title: "llmgate admin",
 			Error: "The link is right, but the session could not be stored; see the gateway's log."})
 	}
-	// The same cookies as pageLogin sets.
-	for _, p := range adminCookiePaths {
-		c.SetCookie(&http.Cookie{
-			Name: Cookie, Value: id, Path: p,
-			MaxAge: int(sessionTTL / time.Second), HttpOnly: true,
-			SameSite: http.SameSiteStrictMode, Secure: a.secure(r),
-		})
-	}
+	a.setSessionCookies(c, id) // the same cookies as pageLogin sets
 	a.log.Info("admin page: operator signed in with the one-time code", "remote", r.RemoteAddr)
 	// The code is in this URL: no Referer and no cache may keep it.
 	pageHeaders(c)
