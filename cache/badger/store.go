@@ -335,14 +335,12 @@ func (s *Store) Renew(ctx context.Context, k cache.Key, owner string, lease time
 	if err := k.Validate(); err != nil {
 		return fmt.Errorf("renew %s: %w", k, err)
 	}
-	unlock, err := s.begin(ctx)
+	key := storageKey(k)
+	sh, unlock, err := s.lockKey(ctx, key)
 	if err != nil {
 		return fmt.Errorf("renew %s: %w", k, err)
 	}
 	defer unlock()
-	key := storageKey(k)
-	sh := s.flights.lock(key)
-	defer sh.mu.Unlock()
 	cur := owned(sh, key, owner)
 	if cur == nil {
 		return fmt.Errorf("renew %s: %w", k, cache.ErrNotOwner)
