@@ -3,10 +3,8 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 	"github.com/llmgate/llmgate/gateway/timeline"
@@ -55,34 +52,7 @@ func (c *offsetClock) minute(k int) string {
 // newClockHarness is newHarness with the gateway on clock.
 func newClockHarness(t *testing.T, clock func() time.Time, mutate func(c *config.Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, fake: simupstream.New(simupstream.Options{}), logs: &syncBuffer{}}
-	h.up = httptest.NewServer(h.fake)
-	t.Cleanup(h.up.Close)
-	t.Cleanup(h.fake.Close)
-	h.cfg = testConfig(h.up.URL)
-	if mutate != nil {
-		mutate(&h.cfg)
-	}
-	if err := h.cfg.Validate(); err != nil {
-		t.Fatalf("test config invalid: %v", err)
-	}
-	h.cfg.DataDir = t.TempDir()
-	store, err := badgerstore.Open(badgerstore.Options{Dir: h.cfg.DataDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.store = store
-	t.Cleanup(func() { store.Close() })
-	gw, err := New(Options{Config: h.cfg, Store: store, Now: clock,
-		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.gw = gw
-	h.srv = httptest.NewServer(gw.Handler())
-	t.Cleanup(h.srv.Close)
-	t.Cleanup(gw.Close)
-	return h
+	return newHarnessOptions(t, mutate, nil, simupstream.Options{}, func(o *Options) { o.Now = clock })
 }
 
 // waitLogged waits (bounded) until n request lines are written: each

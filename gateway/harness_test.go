@@ -79,6 +79,13 @@ func newHarness(t *testing.T, mutate func(c *config.Config)) *harness {
 // injection) and the fake upstream built with fo.
 func newHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store, fo simupstream.Options) *harness {
 	t.Helper()
+	return newHarnessOptions(t, mutate, wrap, fo, nil)
+}
+
+// newHarnessOptions is newHarnessStore with the gateway's Options adjusted
+// by opts (a clock, say) before it is built.
+func newHarnessOptions(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store, fo simupstream.Options, opts func(*Options)) *harness {
+	t.Helper()
 	h := &harness{t: t, fake: simupstream.New(fo), logs: &syncBuffer{}}
 	h.up = httptest.NewServer(h.fake)
 	t.Cleanup(h.up.Close)
@@ -101,8 +108,12 @@ func newHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Stor
 	if wrap != nil {
 		st = wrap(store)
 	}
-	gw, err := New(Options{Config: h.cfg, Store: st,
-		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	o := Options{Config: h.cfg, Store: st,
+		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	if opts != nil {
+		opts(&o)
+	}
+	gw, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
