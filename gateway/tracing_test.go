@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -54,7 +53,8 @@ func newTracedHarnessStore(t *testing.T, mutate func(c *config.Config), wrap fun
 	innerSrv := httptest.NewServer(th.inner)
 	t.Cleanup(innerSrv.Close)
 	t.Cleanup(th.inner.Close)
-	h := newHarness(t, func(c *config.Config) {
+	var tr *tracing.Tracer
+	h := newHarnessOptions(t, func(c *config.Config) {
 		// No path: Setup adds /v1/traces, as it does for the operator.
 		c.Tracing.Endpoint = th.rec.Base
 		c.Clients = []config.Client{{Name: "alice", Key: traceClientKey}}
@@ -63,26 +63,14 @@ func newTracedHarnessStore(t *testing.T, mutate func(c *config.Config), wrap fun
 		if mutate != nil {
 			mutate(c)
 		}
+	}, wrap, simupstream.Options{}, func(o *Options) {
+		var err error
+		if tr, err = tracing.Setup(o.Config.Tracing, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tr.Close)
+		o.Tracer = tr
 	})
-	tr, err := tracing.Setup(h.cfg.Tracing, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// newHarness built its gateway without a tracer: this one, on the same
-	// store, replaces it.
-	var st Store = h.store
-	if wrap != nil {
-		st = wrap(st)
-	}
-	gw, err := New(Options{Config: h.cfg, Store: st, Tracer: tr,
-		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.gw, h.srv = gw, httptest.NewServer(gw.Handler())
-	t.Cleanup(h.srv.Close)
-	t.Cleanup(gw.Close)
-	t.Cleanup(tr.Close)
 	th.harness, th.tracer = h, tr
 	return th
 }
