@@ -52,22 +52,26 @@ var (
 
 // readUsage reads the usage value the scanner is at, consuming it. What it
 // returns is only meaningful if the whole text turns out valid.
-func readUsage(s *jsonscan.Scanner) Tokens {
+func readUsage(s *jsonscan.Scanner) Tokens { return readTokens(s, usageKeys, "prompt_tokens") }
+
+// readTokens reads a usage object whose two counts are keys: in, the
+// input count that must be there, and the other, the output count that may
+// be absent or null (0). The Responses API names them input_tokens and
+// output_tokens.
+func readTokens(s *jsonscan.Scanner, keys *jsonscan.Keys, inKey string) Tokens {
 	if s.Peek() != '{' {
 		return Tokens{} // null, or not an object; the caller's loop skips it
 	}
 	var t Tokens
-	in, out := false, true // out: completion_tokens absent is 0
-	for key := range s.Fields(usageKeys) {
+	in, out := false, true // out: an absent output count is 0
+	for key := range s.Fields(keys) {
 		v := s.Value()
-		switch key {
-		case "prompt_tokens":
+		switch {
+		case key == inKey:
 			t.In, in = count(v)
-		case "completion_tokens":
-			if string(v) == "null" {
-				t.Out, out = 0, true
-				continue
-			}
+		case string(v) == "null":
+			t.Out, out = 0, true
+		default:
 			t.Out, out = count(v)
 		}
 	}
