@@ -41,7 +41,6 @@ var (
 	incompleteKeys = jsonscan.NewKeys("reason")
 	itemKeys       = jsonscan.NewKeys("type", "content")
 	partKeys       = jsonscan.NewKeys("text", "refusal")
-	respUsageKeys  = jsonscan.NewKeys("input_tokens", "output_tokens")
 )
 
 // walkResponse reads the response object the scanner is at into sum.
@@ -65,7 +64,7 @@ func walkResponse(s *jsonscan.Scanner, sum *responseSummary) {
 				sum.errObject = s.Value()
 			}
 		case "usage":
-			sum.usage = readTokens(s, respUsageKeys, "input_tokens")
+			sum.usage = readUsage(s)
 		}
 	}
 }

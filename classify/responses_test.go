@@ -63,10 +63,9 @@ func TestFromResponsesUsage(t *testing.T) {
 	if o.Usage != (Tokens{In: 36, Out: 87, Reported: true}) {
 		t.Errorf("usage = %+v", o.Usage)
 	}
-	// prompt_tokens is chat's name: a Responses body with it reports none.
-	o = FromResponses([]byte(`{"status":"completed","output":[],"usage":{"prompt_tokens":3}}`), nil, now)
-	if o.Usage.Reported {
-		t.Errorf("chat-named usage read as Responses usage: %+v", o.Usage)
+	// Usage reads it too (a replay counts saved tokens with it).
+	if u := Usage([]byte(respCompleted)); u != o.Usage {
+		t.Errorf("Usage = %+v, FromResponses %+v", u, o.Usage)
 	}
 }
 

@@ -47,27 +47,23 @@ func Usage(body []byte) Tokens {
 
 var (
 	answerKeys = jsonscan.NewKeys("usage")
-	usageKeys  = jsonscan.NewKeys("prompt_tokens", "completion_tokens")
+	usageKeys  = jsonscan.NewKeys("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
 )
 
 // readUsage reads the usage value the scanner is at, consuming it. What it
 // returns is only meaningful if the whole text turns out valid.
-func readUsage(s *jsonscan.Scanner) Tokens { return readTokens(s, usageKeys, "prompt_tokens") }
-
-// readTokens reads a usage object whose two counts are keys: in, the
-// input count that must be there, and the other, the output count that may
-// be absent or null (0). The Responses API names them input_tokens and
-// output_tokens.
-func readTokens(s *jsonscan.Scanner, keys *jsonscan.Keys, inKey string) Tokens {
+// The Responses API names the counts input_tokens and output_tokens; they
+// are read as prompt_tokens and completion_tokens are.
+func readUsage(s *jsonscan.Scanner) Tokens {
 	if s.Peek() != '{' {
 		return Tokens{} // null, or not an object; the caller's loop skips it
 	}
 	var t Tokens
 	in, out := false, true // out: an absent output count is 0
-	for key := range s.Fields(keys) {
+	for key := range s.Fields(usageKeys) {
 		v := s.Value()
 		switch {
-		case key == inKey:
+		case key == "prompt_tokens" || key == "input_tokens":
 			t.In, in = count(v)
 		case string(v) == "null":
 			t.Out, out = 0, true
