@@ -514,3 +514,34 @@ func TestResponsesUsageIsCounted(t *testing.T) {
 		}
 	}
 }
+
+// A keyed Responses stream past the client's deadline: the client gets one
+// typed error event; the stream is read to its end and committed, and the
+// retry replays it.
+func TestResponsesClientDeadlineMidStream(t *testing.T) {
+	h, f := respHarness(t, nil, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i, ev := range respEvents {
+			io.WriteString(w, ev)
+			w.(http.Flusher).Flush()
+			if i >= 2 { // the stream starts at once, then the model is slow
+				time.Sleep(60 * time.Millisecond) // latency, not synchronisation
+			}
+		}
+	})
+	r := h.do(http.MethodPost, respPath, respStreamBody, map[string]string{"Idempotency-Key": "slow", DeadlineHeader: "100ms"})
+	body := string(r.body)
+	if r.status != 200 || strings.Count(body, "event: error\ndata: ") != 1 || !strings.Contains(body, `"code":"client_deadline_exceeded"`) ||
+		strings.Contains(body, "response.completed") {
+		t.Fatalf("past the client's deadline: %d %q", r.status, body)
+	}
+	var again result
+	for range 50 { // the call may still be running: 409, retry
+		if again = h.do(http.MethodPost, respPath, respStreamBody, key("slow")); again.status != http.StatusConflict {
+			break
+		}
+	}
+	if again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != strings.Join(respEvents, "") || f.calls() != 1 {
+		t.Fatalf("retry: %d replayed=%q calls=%d %q", again.status, again.header.Get("Idempotent-Replayed"), f.calls(), again.body)
+	}
+}
