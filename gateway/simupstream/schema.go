@@ -141,6 +141,10 @@ func (g schemaGen) array(s map[string]any, name string, depth int) []any {
 	if hi, ok := s["maxItems"].(float64); ok && int(hi) < n {
 		n = int(hi)
 	}
+	if depth >= maxSchemaDepth/2 {
+		// Deep down (a recursive schema), arrays end the recursion.
+		n = 0
+	}
 	items, _ := s["items"].(map[string]any)
 	out := make([]any, 0, n)
 	for range n {
