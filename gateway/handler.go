@@ -51,7 +51,7 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		cl := &proxy.Call{In: r, Suffix: ep.suffix, Completion: ep.completion, Body: body, Model: rt.Model,
+		cl := &proxy.Call{In: r, Suffix: ep.suffix, Kind: ep.kind, Body: body, Model: rt.Model,
 			Stream: rt.Stream, Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		kr, err := g.keyFor(r, ep, u, body)
 		if err != nil {
