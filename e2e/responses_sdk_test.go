@@ -11,6 +11,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -276,5 +278,30 @@ func TestResponsesSDKModelsGet(t *testing.T) {
 	_, err = c.Models.Get(ctx, "meta-llama/not-served")
 	if status, _, _ := w.last(t); err == nil || status != http.StatusNotFound {
 		t.Errorf("unknown model: status %d, %v", status, err)
+	}
+}
+
+// The README's Node snippet (e2e/recipes/node/responses.mjs) runs as
+// written with the official Node SDK: a keyed response, its replay (the
+// same id, Idempotent-Replayed), and a stream. Skips without node and npm
+// unless LLMGATE_REQUIRE_NODE=1.
+func TestResponsesNodeSnippet(t *testing.T) {
+	dir := nodeRecipes(t)
+	fake, upURL := newFake(t, simupstream.Options{})
+	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "")}, nil)
+	cmd := exec.CommandContext(t.Context(), "node", "responses.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "LLMGATE_URL="+p.URL+"/v1", "LLMGATE_KEY=e2e-client-key")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node responses.mjs: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "resp_") || !strings.Contains(lines[0], "Summarize order 42") ||
+		lines[1] != "true true" || !strings.Contains(lines[2], "Stream order 42") || lines[3] != "completed" {
+		t.Fatalf("output:\n%s", out)
+	}
+	if n := fake.Calls("/v1/responses"); n != 2 {
+		t.Fatalf("upstream calls = %d, want 2 (the replay makes none)", n)
 	}
 }
