@@ -411,3 +411,59 @@ func TestModelsGet(t *testing.T) {
 		t.Errorf("List = %v, %v", page, err)
 	}
 }
+
+// serveDirect answers one request with the handler alone, without HTTP.
+func serveDirect(fake *simupstream.Server, method, path, body string) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	fake.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
+	return w
+}
+
+// The stored responses are bounded: a demo server on an open port keeps
+// the newest 4096 and forgets the oldest.
+func TestResponsesStoreIsBounded(t *testing.T) {
+	fake := simupstream.New(simupstream.Options{KeepRequests: -1})
+	defer fake.Close()
+	var first struct{ ID string }
+	if err := json.Unmarshal(serveDirect(fake, "POST", "/v1/responses", `{"model":"m","input":"first"}`).Body.Bytes(), &first); err != nil {
+		t.Fatal(err)
+	}
+	if w := serveDirect(fake, "GET", "/v1/responses/"+first.ID, ""); w.Code != 200 {
+		t.Fatalf("GET the first: %d", w.Code)
+	}
+	for range 4096 {
+		serveDirect(fake, "POST", "/v1/responses", `{"model":"m","input":"more"}`)
+	}
+	if w := serveDirect(fake, "GET", "/v1/responses/"+first.ID, ""); w.Code != http.StatusNotFound {
+		t.Errorf("GET the oldest after 4096 more: %d, want 404", w.Code)
+	}
+	fake.Reset()
+	var last struct{ ID string }
+	_ = json.Unmarshal(serveDirect(fake, "POST", "/v1/responses", `{"model":"m","input":"x"}`).Body.Bytes(), &last)
+	fake.Reset()
+	if w := serveDirect(fake, "GET", "/v1/responses/"+last.ID, ""); w.Code != http.StatusNotFound {
+		t.Errorf("GET after Reset: %d, want 404", w.Code)
+	}
+}
+
+func BenchmarkResponses(b *testing.B) {
+	fake := simupstream.New(simupstream.Options{KeepRequests: -1})
+	defer fake.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		if w := serveDirect(fake, "POST", "/v1/responses", `{"model":"m","input":"hello there"}`); w.Code != 200 {
+			b.Fatalf("status %d", w.Code)
+		}
+	}
+}
+
+func BenchmarkResponsesStream(b *testing.B) {
+	fake := simupstream.New(simupstream.Options{KeepRequests: -1})
+	defer fake.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		if w := serveDirect(fake, "POST", "/v1/responses", `{"model":"m","input":"hello there","stream":true}`); w.Code != 200 {
+			b.Fatalf("status %d", w.Code)
+		}
+	}
+}
