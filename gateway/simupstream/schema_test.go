@@ -97,7 +97,7 @@ func TestStructuredOutputChat(t *testing.T) {
 	_, srv := start(t, simupstream.Options{ContentBytes: 4096}) // padding must not touch JSON
 	c := sdk(srv)
 	p := openai.ChatCompletionNewParams{
-		Model:    openai.ChatModelGPT4oMini,
+		Model:    "gpt-4o-mini",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a soup")},
 		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
 			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "recipe", Schema: schemaMap(t), Strict: openai.Bool(true)},
