@@ -441,6 +441,19 @@ func TestResponsesStreamFailureBeforeFirstByteIsRetried(t *testing.T) {
 	}
 }
 
+// A stream that fails before its first byte on every attempt is a 2xx
+// that is no answer: 502 upstream_bad_response, not committed.
+func TestResponsesStreamFailingBeforeFirstByteEveryTime(t *testing.T) {
+	h, f := respHarness(t, nil, sseAnswer(evCreated, evError("server_error")))
+	r := h.do(http.MethodPost, respPath, respStreamBody, key("k"))
+	if e := wantOpenAIError(t, r, http.StatusBadGateway); e["code"] != "upstream_bad_response" || r.header.Get("X-Should-Retry") != "false" {
+		t.Fatalf("%v %v", e, r.header)
+	}
+	if c := f.calls(); c != 2 {
+		t.Fatalf("server_error tried %d times, want 2 (one retry)", c)
+	}
+}
+
 // After bytes reached the client, response.failed is the upstream's own
 // failure event: relayed as sent, the stream not retried and not
 // committed (the key's retry runs again).
