@@ -19,6 +19,8 @@ type Body struct {
 	size int64
 	once io.Reader
 	used atomic.Bool
+	// holders: Close closes the file when the last holder lets go.
+	holders atomic.Int32
 }
 
 // MemoryBody is a body held in memory.
@@ -26,7 +28,11 @@ func MemoryBody(b []byte) *Body { return &Body{mem: b, size: int64(len(b))} }
 
 // FileBody is a body spooled to f, size bytes from its start. The Body
 // owns f: Close closes it.
-func FileBody(f *os.File, size int64) *Body { return &Body{file: f, size: size} }
+func FileBody(f *os.File, size int64) *Body {
+	b := &Body{file: f, size: size}
+	b.holders.Store(1)
+	return b
+}
 
 // OnceBody is a body read from r as an attempt sends it; size is its length,
 // or -1 when unknown. It can be sent once.
@@ -38,9 +44,18 @@ func (b *Body) Size() int64 { return b.size }
 // Resendable reports whether the body can be sent more than once.
 func (b *Body) Resendable() bool { return b.once == nil }
 
-// Close releases the body's file, if any.
+// Hold keeps the body's file open for one more user (a keyed call that
+// may outlive its handler), who calls Close when done. Nil-safe.
+func (b *Body) Hold() {
+	if b != nil {
+		b.holders.Add(1)
+	}
+}
+
+// Close lets go of the body; the last to let go closes its file, if any.
+// Nil-safe.
 func (b *Body) Close() error {
-	if b == nil || b.file == nil {
+	if b == nil || b.file == nil || b.holders.Add(-1) != 0 {
 		return nil
 	}
 	return b.file.Close()
