@@ -192,7 +192,7 @@ func TestPassthroughKeyedSpooledOutlivesHandler(t *testing.T) {
 	if testing.Short() {
 		t.Skip("16 MiB upload")
 	}
-	release := make(chan struct{})
+	release, finished := make(chan struct{}), make(chan struct{})
 	var got atomic.Value
 	up := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		head := make([]byte, 1024)
@@ -206,6 +206,7 @@ func TestPassthroughKeyedSpooledOutlivesHandler(t *testing.T) {
 		got.Store(append(head, rest...))
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"file-late"}`)
+		close(finished)
 	}))
 	h := newHarness(t, func(c *config.Config) {
 		c.Upstreams[0].BaseURL = up + "/v1"
@@ -217,6 +218,11 @@ func TestPassthroughKeyedSpooledOutlivesHandler(t *testing.T) {
 	r := h.sendRaw("POST", "/v1/files", ct, body, map[string]string{"Idempotency-Key": "late-upload", DeadlineHeader: "5s"}) // long enough for the body to reach the gateway first
 	wantOpenAIError(t, r, http.StatusGatewayTimeout)
 	close(release)
+	select { // the call runs on without its client and ends; its retry then replays
+	case <-finished:
+	case <-time.After(requestLimit):
+		t.Fatal("the upstream never received the whole body")
+	}
 	again := h.sendRaw("POST", "/v1/files", ct, body, map[string]string{"Idempotency-Key": "late-upload"})
 	if again.status != 200 || string(again.body) != `{"id":"file-late"}` || again.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry: %d %s replayed=%q\n%s", again.status, again.body, again.header.Get("Idempotent-Replayed"), h.logs.String())
