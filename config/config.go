@@ -141,6 +141,7 @@ type Config struct {
 	Server      Server      `yaml:"server"`
 	DeadLetters DeadLetters `yaml:"dead_letters"`
 	Tracing     Tracing     `yaml:"tracing"`
+	Passthrough Passthrough `yaml:"passthrough"`
 }
 
 // Upstream is one OpenAI-compatible provider.

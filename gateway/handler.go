@@ -2,18 +2,14 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
@@ -28,15 +24,9 @@ import (
 func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
 		s.endpoint = ep.label
-		// The client's concurrency and rate limits, before anything else;
-		// an operator's dead-letter replay is paced by its own rate.
-		var slot *limits.Slot
-		if _, replay := deadletter.ReplayClient(r.Context()); !replay {
-			var err error
-			if slot, err = g.limits.Admit(clientOf(r)); err != nil {
-				s.class = "client_limited"
-				return err
-			}
+		slot, err := g.admitClient(r, s)
+		if err != nil {
+			return err
 		}
 		defer slot.Release()
 		// The body's bytes count against limits.max_inflight_bytes until
@@ -66,6 +56,20 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 		}
 		return g.serveUnkeyed(w, r, cl, u, dl, s)
 	})
+}
+
+// admitClient applies the client's concurrency and rate limits, before anything
+// else; an operator's dead-letter replay is paced by its own rate.
+func (g *Gateway) admitClient(r *http.Request, s *summary) (*limits.Slot, error) {
+	if _, replay := deadletter.ReplayClient(r.Context()); replay {
+		return nil, nil
+	}
+	slot, err := g.limits.Admit(clientOf(r))
+	if err != nil {
+		s.class = "client_limited"
+		return nil, err
+	}
+	return slot, nil
 }
 
 // serveUnkeyed serves a request with no idempotency record: the answer is
@@ -117,16 +121,7 @@ func (g *Gateway) parseRequest(r *http.Request, held *admission.Reservation) ([]
 	}
 	rt, err := parseRouting(body, g.cfg.Limits.MaxJSONDepth)
 	if err != nil {
-		var fe *fieldError
-		if errors.As(err, &fe) {
-			e := apierror.Invalid(fe.Param, fe.Msg+".")
-			e.Code = fe.Code
-			return nil, rt, nil, e
-		}
-		if errors.Is(err, errDepth) {
-			return nil, rt, nil, apierror.Invalid("", fmt.Sprintf("The request body is nested more than %d levels deep.", g.cfg.Limits.MaxJSONDepth))
-		}
-		return nil, rt, nil, apierror.InvalidCode("invalid_json", "", "We could not parse the JSON body of your request: "+err.Error()+".", err)
+		return nil, rt, nil, g.routingError(err)
 	}
 	if rt.Model == "" {
 		return nil, rt, nil, apierror.Invalid("model", "You must provide a model parameter.")
@@ -139,10 +134,28 @@ func (g *Gateway) parseRequest(r *http.Request, held *admission.Reservation) ([]
 	return body, rt, u, nil
 }
 
+// routingError is the client's error for a body parseRouting refused.
+func (g *Gateway) routingError(err error) error {
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		e := apierror.Invalid(fe.Param, fe.Msg+".")
+		e.Code = fe.Code
+		return e
+	}
+	if errors.Is(err, errDepth) {
+		return apierror.Invalid("", fmt.Sprintf("The request body is nested more than %d levels deep.", g.cfg.Limits.MaxJSONDepth))
+	}
+	return apierror.InvalidCode("invalid_json", "", "We could not parse the JSON body of your request: "+err.Error()+".", err)
+}
+
 // readBody reads the request body up to limits.max_body_bytes, holding
 // its bytes in held (see package admission).
 func (g *Gateway) readBody(r *http.Request, held *admission.Reservation) ([]byte, error) {
-	limit := g.cfg.Limits.MaxBodyBytes
+	return g.readBodyUpTo(r, held, g.cfg.Limits.MaxBodyBytes)
+}
+
+// readBodyUpTo is readBody with another limit (a passthrough route's).
+func (g *Gateway) readBodyUpTo(r *http.Request, held *admission.Reservation, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, &apierror.TooLarge{Limit: limit}
 	}
@@ -214,50 +227,4 @@ func redactURL(err error) error {
 		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
 	}
 	return err
-}
-
-// handleModels merges GET /models from every upstream; an upstream that
-// fails is left out (and logged) unless all fail.
-func (g *Gateway) handleModels(c echo.Context) error {
-	type result struct {
-		models []openai.Model
-		err    error
-	}
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 30*time.Second)
-	defer cancel()
-	ups := g.router.Upstreams()
-	results := make([]result, len(ups))
-	var wg sync.WaitGroup
-	for i, u := range ups {
-		wg.Go(func() {
-			results[i].models, results[i].err = u.ListModels(ctx, c.Request())
-		})
-	}
-	wg.Wait()
-	seen := map[string]bool{}
-	out := []openai.Model{}
-	var errs []error
-	for i, r := range results {
-		if r.err != nil {
-			g.log.Warn("listing models failed", "upstream", ups[i].Cfg.Name, "err", redactURL(r.err))
-			errs = append(errs, r.err)
-			continue
-		}
-		for _, m := range r.models {
-			if !seen[m.ID] {
-				seen[m.ID] = true
-				out = append(out, m)
-			}
-		}
-	}
-	if len(errs) == len(results) && len(results) > 0 {
-		return &apierror.Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
-			Message: "No upstream answered the models list.", Err: errors.Join(errs...)}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	body, _ := json.Marshal(struct {
-		Object string         `json:"object"`
-		Data   []openai.Model `json:"data"`
-	}{"list", out})
-	return c.JSONBlob(http.StatusOK, body)
 }

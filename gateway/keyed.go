@@ -145,7 +145,9 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 	}
 	k := &keyedCall{g: g, h: newHandoff(w), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s}
 	ended := make(chan workEnd, 1)
+	cl.Source.Hold() // a spooled body outlives the handler while the call runs on
 	go func() {
+		defer cl.Source.Close()
 		defer done()
 		defer held.Release()
 		stopRenew := lease.Renew(work)

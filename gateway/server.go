@@ -321,6 +321,8 @@ func (g *Gateway) routes() *echo.Echo {
 		v1.POST(strings.TrimPrefix(ep.path, "/v1"), g.handlePost(ep))
 	}
 	v1.GET("/models", g.handleModels)
+	v1.GET("/models/*", g.handleModel)
+	g.passthroughRoutes(v1)
 	v1.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 
 	g.admin.Routes(e)

@@ -18,7 +18,7 @@ import (
 // classifies, is scanned once for it here. A body too large to buffer was
 // never read whole, and counts as usage missing.
 func (g *Gateway) countUsage(endpoint string, cl *proxy.Call, resp *proxy.Response) {
-	if resp.Status < 200 || resp.Status > 299 {
+	if resp.Status < 200 || resp.Status > 299 || cl.Passthrough {
 		return
 	}
 	t := resp.Outcome.Usage

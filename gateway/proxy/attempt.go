@@ -24,7 +24,11 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
 	// first event) and then, for a stream, the gap between events.
 	timer := time.AfterFunc(u.timeout, func() { cancel(errAttemptTimeout) })
 	a := &inAttempt{resp: resp, ctx: ctx, actx: actx, cancel: cancel, timer: timer}
-	req, err := u.newUpstreamRequest(actx, c.In, c.Suffix, c.Body, c.IdemKey)
+	body, n, err := c.body()
+	if err != nil {
+		return a.fail(err)
+	}
+	req, err := u.newUpstreamRequest(actx, c.In, c.Suffix, c.Query, body, n, c.IdemKey)
 	if err != nil {
 		return a.fail(err)
 	}
@@ -161,6 +165,12 @@ func failedStart(first [][]byte) (classify.Outcome, bool) {
 func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
 	resp := a.resp
 	limit := p.cfg.Idempotency.MaxRecordBytes
+	switch {
+	case c.Unbuffered:
+		limit = 0 // relayed as it arrives, from its first byte
+	case c.RecordLimit > 0:
+		limit = c.RecordLimit
+	}
 	b, err := io.ReadAll(io.LimitReader(body, limit+1))
 	if err != nil {
 		body.Close()
