@@ -60,14 +60,15 @@ func ListRefused(path string) *apierror.Error {
 			"operator for your own upstream key (clients[].upstream_api_keys).", path)}
 }
 
-// bodyKeys are the members of a request body that name objects: the first
-// two at the top level only, the rest anywhere.
+// The members of a request body that name objects: topKeys at the top
+// level only, nestedNames anywhere.
 var (
 	topKeys          = jsonscan.NewKeys("previous_response_id", "conversation")
 	conversationKeys = jsonscan.NewKeys("id")
-	nestedKinds      = map[string]Kind{
-		"file_id": File, "file_ids": File, "input_file_id": File, "vector_store_ids": VectorStore,
-	}
+	nestedNames      = [...]struct {
+		name string
+		kind Kind
+	}{{"file_id", File}, {"file_ids", File}, {"input_file_id", File}, {"vector_store_ids", VectorStore}}
 )
 
 // FromBody returns the objects a JSON request body names:
@@ -99,27 +100,28 @@ func FromBody(body []byte) []Ref {
 	return nested(jsonscan.New(body, 0), refs)
 }
 
-// nested appends the ids under nestedKinds' keys in the value at s, at any
-// depth.
+// nested appends the ids under nestedNames in the value at s, at any
+// depth. Keys are compared with jsonscan.Equal, which allocates nothing:
+// it runs over every member of every guarded request body.
 func nested(s *jsonscan.Scanner, refs []Ref) []Ref {
 	switch s.Peek() {
 	case '{':
 		for key := range s.Members() {
-			name := jsonscan.Unquote(key)
-			kind, ok := nestedKinds[name]
-			if !ok {
+			i := nestedName(key)
+			if i < 0 {
 				refs = nested(s, refs)
 				continue
 			}
+			n := nestedNames[i]
 			v := s.Value()
 			if isString(v) {
-				refs = append(refs, Ref{Kind: kind, ID: jsonscan.Unquote(v), Param: name})
+				refs = append(refs, Ref{Kind: n.kind, ID: jsonscan.Unquote(v), Param: n.name})
 				continue
 			}
 			arr := jsonscan.New(v, 0)
 			for range arr.Elements() {
 				if e := arr.Value(); isString(e) {
-					refs = append(refs, Ref{Kind: kind, ID: jsonscan.Unquote(e), Param: name})
+					refs = append(refs, Ref{Kind: n.kind, ID: jsonscan.Unquote(e), Param: n.name})
 				}
 			}
 		}
@@ -131,6 +133,16 @@ func nested(s *jsonscan.Scanner, refs []Ref) []Ref {
 		s.Skip()
 	}
 	return refs
+}
+
+// nestedName is the index in nestedNames of the name key decodes to, or -1.
+func nestedName(key []byte) int {
+	for i, n := range nestedNames {
+		if jsonscan.Equal(key, n.name) {
+			return i
+		}
+	}
+	return -1
 }
 
 func isString(v []byte) bool { return len(v) > 0 && v[0] == '"' }
@@ -213,4 +225,14 @@ func FromStreamEvent(ev []byte) []Ref {
 		return nil
 	}
 	return FromAnswer(resp)
+}
+
+// Creates reports whether answers on path may hand out objects whose owner
+// is recorded: paths under /v1/responses, /v1/conversations, /v1/files,
+// /v1/batches, /v1/vector_stores and /v1/uploads. Other answers (chat,
+// embeddings) are not scanned.
+func Creates(path string) bool {
+	first, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(path, "/v1"), "/"), "/")
+	_, ok := pathKinds[first]
+	return ok
 }

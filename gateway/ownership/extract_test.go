@@ -144,3 +144,27 @@ func TestStoreFalse(t *testing.T) {
 		}
 	}
 }
+
+func TestCreates(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/v1/responses": true, "/v1/responses/resp_1/cancel": true, "/v1/files": true, "/v1/uploads/u/complete": true,
+		"/v1/batches": true, "/v1/vector_stores": true, "/v1/conversations": true,
+		"/v1/chat/completions": false, "/v1/embeddings": false, "/v1/models": false, "/v1/responsesx": false,
+	} {
+		if got := Creates(path); got != want {
+			t.Errorf("Creates(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func BenchmarkFromBody(b *testing.B) {
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"system","content":"You are terse."},` +
+		`{"role":"user","content":[{"type":"text","text":"Summarize the attached file in three bullet points."},` +
+		`{"type":"file","file":{"file_id":"file-abc123"}}]}],"temperature":0.2,"max_tokens":400,` +
+		`"tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}]}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		FromBody(body)
+	}
+}

@@ -24,9 +24,17 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
 	// first event) and then, for a stream, the gap between events.
 	timer := time.AfterFunc(u.timeout, func() { cancel(errAttemptTimeout) })
 	a := &inAttempt{resp: resp, ctx: ctx, actx: actx, cancel: cancel, timer: timer}
-	req, err := u.newUpstreamRequest(actx, c.In, c.Suffix, c.Body, c.IdemKey)
+	body := c.Body
+	if c.StoreFalseBody != nil && u.Cfg.ForceStoreFalse {
+		body = c.StoreFalseBody
+	}
+	req, err := u.newUpstreamRequest(actx, c.In, c.Suffix, body, c.IdemKey)
 	if err != nil {
 		return a.fail(err)
+	}
+	if k, ok := c.APIKeys[u.Cfg.Name]; ok {
+		// The client's own key for this upstream, instead of the shared one.
+		req.Header.Set("Authorization", "Bearer "+k)
 	}
 	res, err := u.client.Do(req)
 	if err != nil {

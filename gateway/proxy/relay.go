@@ -29,6 +29,11 @@ type LiveStream struct {
 	span tracing.Attempt
 }
 
+// First is the stream's first event, which has arrived and not yet been
+// relayed (the Responses API's response.created, which carries the id).
+// Valid until the stream is relayed.
+func (s *LiveStream) First() []byte { return s.first }
+
 func (s *LiveStream) close() {
 	s.span.End(0, classify.Outcome{}, nil) // a stream not relayed; a relayed one's span has ended
 	s.timer.Stop()

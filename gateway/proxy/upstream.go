@@ -116,6 +116,9 @@ func (r *Router) Route(model string) *Upstream {
 	return nil
 }
 
+// Named returns the upstream configured as name, or nil.
+func (r *Router) Named(name string) *Upstream { return r.byName[name] }
+
 // Upstreams returns every upstream in config order.
 func (r *Router) Upstreams() []*Upstream { return r.upstreams }
 
