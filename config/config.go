@@ -140,6 +140,7 @@ type Config struct {
 	DeadLetters DeadLetters `yaml:"dead_letters"`
 	Tracing     Tracing     `yaml:"tracing"`
 	Ownership   Ownership   `yaml:"ownership"`
+	Passthrough Passthrough `yaml:"passthrough"`
 }
 
 // Upstream is one OpenAI-compatible provider.

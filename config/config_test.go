@@ -51,16 +51,21 @@ var expectedErrors = map[string][]string{
 	"replicas_zero.bad.yml":           {"replicas: must be >= 1 (the number of gateway processes sharing the traffic)"},
 	"usage_rescan.bad.yml":            {"store.usage_rescan: -1m is negative"},
 
-	"retry_max_attempts.bad.yml": {"retry.max_attempts: must be >= 1 (1 means no retries)"},
-	"negative_duration.bad.yml":  {"retry.deadline: -1m is negative"},
-	"budget_ratio.bad.yml":       {"retry.budget_ratio: 1.5 is outside [0, 1]"},
-	"failure_ratio.bad.yml":      {"breaker.failure_ratio: -0.1 is outside [0, 1]"},
-	"store_kind.bad.yml":         {`store.kind: "mongo" is not badger or redis`},
-	"redis_url_missing.bad.yml":  {"store.redis.url: required when store.kind is redis"},
-	"redis_url_scheme.bad.yml":   {"store.redis.url: not a redis:// or rediss:// URL with a host"},
-	"log_format.bad.yml":         {`log.format: "xml" is not json or text`},
-	"log_level.bad.yml":          {`log.level: "verbose" is not debug, info, warn or error`},
-	"limits.bad.yml":             {"limits.max_body_bytes: must be > 0"},
+	"retry_max_attempts.bad.yml":       {"retry.max_attempts: must be >= 1 (1 means no retries)"},
+	"negative_duration.bad.yml":        {"retry.deadline: -1m is negative"},
+	"budget_ratio.bad.yml":             {"retry.budget_ratio: 1.5 is outside [0, 1]"},
+	"failure_ratio.bad.yml":            {"breaker.failure_ratio: -0.1 is outside [0, 1]"},
+	"store_kind.bad.yml":               {`store.kind: "mongo" is not badger or redis`},
+	"redis_url_missing.bad.yml":        {"store.redis.url: required when store.kind is redis"},
+	"redis_url_scheme.bad.yml":         {"store.redis.url: not a redis:// or rediss:// URL with a host"},
+	"log_format.bad.yml":               {`log.format: "xml" is not json or text`},
+	"log_level.bad.yml":                {`log.level: "verbose" is not debug, info, warn or error`},
+	"limits.bad.yml":                   {"limits.max_body_bytes: must be > 0"},
+	"passthrough_prefix.bad.yml":       {`passthrough.routes[0].prefix: "/v1/chat/completions" is not a passthrough path (use one of /v1/moderations,`},
+	"passthrough_prefix_slash.bad.yml": {`passthrough.routes[0].prefix: "/v1/files/" is not a passthrough path`},
+	"passthrough_upstream.bad.yml":     {`passthrough.routes[0].upstream: unknown upstream "nope" (name one under upstreams, or leave it empty for the first)`},
+	"passthrough_duplicate.bad.yml":    {`passthrough.routes[1].prefix: "/v1/audio" is listed twice`},
+	"passthrough_spool_max.bad.yml":    {"passthrough.spool_max_bytes: must be >= 0"},
 	"trusted_proxy_invalid.bad.yml": {
 		`server.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or a CIDR range (e.g. 10.0.0.5 or 172.18.0.0/16)`,
 	},
@@ -294,6 +299,7 @@ func TestExampleConfig(t *testing.T) {
 	// for illustration it must equal Default.
 	d := Default()
 	c.Upstreams, c.Clients, c.AdminToken, c.DeadLetters.WebhookURL = nil, nil, "", ""
+	c.Passthrough.Routes = nil
 	if !reflect.DeepEqual(c, d) {
 		t.Errorf("example.yaml drifted from Default():\n got %+v\nwant %+v", c, d)
 	}

@@ -62,6 +62,7 @@ func (c *Config) Validate() error {
 		p.add("log.level", "%q is not debug, info, warn or error", c.Log.Level)
 	}
 	c.validateDeadLetters(&p)
+	c.validatePassthrough(&p)
 	if c.Tracing.Endpoint != "" && !isHTTPURL(c.Tracing.Endpoint) {
 		// It may carry credentials: never echo it.
 		p.add("tracing.endpoint", "not an http(s) URL with a host (e.g. http://otel-collector:4318/v1/traces)")

@@ -2,19 +2,15 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
@@ -28,15 +24,9 @@ import (
 func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
 		s.endpoint = ep.label
-		// The client's concurrency and rate limits, before anything else;
-		// an operator's dead-letter replay is paced by its own rate.
-		var slot *limits.Slot
-		if _, replay := deadletter.ReplayClient(r.Context()); !replay {
-			var err error
-			if slot, err = g.limits.Admit(clientOf(r)); err != nil {
-				s.class = "client_limited"
-				return err
-			}
+		slot, err := g.admit(r, s)
+		if err != nil {
+			return err
 		}
 		defer slot.Release()
 		start := g.now()
@@ -51,10 +41,10 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		cl := &proxy.Call{In: r, Suffix: ep.suffix, Completion: ep.completion, Body: body, Model: rt.Model,
+		cl := &proxy.Call{In: r, Suffix: ep.suffix, Kind: ep.kind, Body: body, Model: rt.Model,
 			Stream: rt.Stream, Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		cl.APIKeys, cl.StoreFalseBody = g.apiKeys[clientOf(r)], g.storeFalseBody(ep.suffix, body)
-		if u, err = g.checkObjects(r, cl, u); err != nil {
+		if u, err = g.checkObjects(r, cl, body, u); err != nil {
 			return err
 		}
 		s.upstream = u.Cfg.Name
@@ -67,6 +57,20 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 		}
 		return g.serveUnkeyed(w, r, cl, u, dl, s)
 	})
+}
+
+// admit applies the client's concurrency and rate limits, before anything
+// else; an operator's dead-letter replay is paced by its own rate.
+func (g *Gateway) admit(r *http.Request, s *summary) (*limits.Slot, error) {
+	if _, replay := deadletter.ReplayClient(r.Context()); replay {
+		return nil, nil
+	}
+	slot, err := g.limits.Admit(clientOf(r))
+	if err != nil {
+		s.class = "client_limited"
+		return nil, err
+	}
+	return slot, nil
 }
 
 // serveUnkeyed serves a request with no idempotency record: the answer is
@@ -121,16 +125,7 @@ func (g *Gateway) parseRequest(r *http.Request) ([]byte, routing, *proxy.Upstrea
 	}
 	rt, err := parseRouting(body, g.cfg.Limits.MaxJSONDepth)
 	if err != nil {
-		var fe *fieldError
-		if errors.As(err, &fe) {
-			e := apierror.Invalid(fe.Param, fe.Msg+".")
-			e.Code = fe.Code
-			return nil, rt, nil, e
-		}
-		if errors.Is(err, errDepth) {
-			return nil, rt, nil, apierror.Invalid("", fmt.Sprintf("The request body is nested more than %d levels deep.", g.cfg.Limits.MaxJSONDepth))
-		}
-		return nil, rt, nil, apierror.InvalidCode("invalid_json", "", "We could not parse the JSON body of your request: "+err.Error()+".", err)
+		return nil, rt, nil, g.routingError(err)
 	}
 	if rt.Model == "" {
 		return nil, rt, nil, apierror.Invalid("model", "You must provide a model parameter.")
@@ -141,6 +136,20 @@ func (g *Gateway) parseRequest(r *http.Request) ([]byte, routing, *proxy.Upstrea
 			fmt.Sprintf("The model `%s` is not served by this gateway: no configured upstream lists it.", rt.Model))
 	}
 	return body, rt, u, nil
+}
+
+// routingError is the client's error for a body parseRouting refused.
+func (g *Gateway) routingError(err error) error {
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		e := apierror.Invalid(fe.Param, fe.Msg+".")
+		e.Code = fe.Code
+		return e
+	}
+	if errors.Is(err, errDepth) {
+		return apierror.Invalid("", fmt.Sprintf("The request body is nested more than %d levels deep.", g.cfg.Limits.MaxJSONDepth))
+	}
+	return apierror.InvalidCode("invalid_json", "", "We could not parse the JSON body of your request: "+err.Error()+".", err)
 }
 
 // readBody reads the request body up to limit bytes.
@@ -209,50 +218,4 @@ func redactURL(err error) error {
 		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
 	}
 	return err
-}
-
-// handleModels merges GET /models from every upstream; an upstream that
-// fails is left out (and logged) unless all fail.
-func (g *Gateway) handleModels(c echo.Context) error {
-	type result struct {
-		models []openai.Model
-		err    error
-	}
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 30*time.Second)
-	defer cancel()
-	ups := g.router.Upstreams()
-	results := make([]result, len(ups))
-	var wg sync.WaitGroup
-	for i, u := range ups {
-		wg.Go(func() {
-			results[i].models, results[i].err = u.ListModels(ctx, c.Request())
-		})
-	}
-	wg.Wait()
-	seen := map[string]bool{}
-	out := []openai.Model{}
-	var errs []error
-	for i, r := range results {
-		if r.err != nil {
-			g.log.Warn("listing models failed", "upstream", ups[i].Cfg.Name, "err", redactURL(r.err))
-			errs = append(errs, r.err)
-			continue
-		}
-		for _, m := range r.models {
-			if !seen[m.ID] {
-				seen[m.ID] = true
-				out = append(out, m)
-			}
-		}
-	}
-	if len(errs) == len(results) && len(results) > 0 {
-		return &apierror.Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
-			Message: "No upstream answered the models list.", Err: errors.Join(errs...)}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	body, _ := json.Marshal(struct {
-		Object string         `json:"object"`
-		Data   []openai.Model `json:"data"`
-	}{"list", out})
-	return c.JSONBlob(http.StatusOK, body)
 }

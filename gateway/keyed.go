@@ -145,7 +145,9 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 	}
 	k := &keyedCall{g: g, h: newHandoff(w), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s}
 	ended := make(chan workEnd, 1)
+	cl.Source.Hold() // a spooled body outlives the handler while the call runs on
 	go func() {
+		defer cl.Source.Close()
 		defer done()
 		defer held.Release()
 		stopRenew := lease.Renew(work)
@@ -177,7 +179,7 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 			default:
 			}
 			goesOn := g.detach(it, s)
-			abort := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn) })
+			abort := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn, cl.Kind) })
 			k.cut.Store(true)
 			s.class = "client_deadline"
 			s.idemEvent = "detached" // the call runs on, to be committed
@@ -210,7 +212,7 @@ func (g *Gateway) detach(it *workItem, s *summary) bool {
 // headers are out (one too large to buffer, being copied) is aborted: the
 // client must not see it end as if whole. goesOn says whether the call runs
 // on to be committed.
-func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool) (abort bool) {
+func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool, kind proxy.Kind) (abort bool) {
 	err := &apierror.ClientDeadline{Keyed: goesOn}
 	if !wrote {
 		apierror.Write(w, err)
@@ -220,7 +222,7 @@ func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool) (abort bool)
 		return true
 	}
 	e := apierror.Wire(err)
-	_, _ = w.Write(apierror.StreamEvent(e.Message, e.Code))
+	_, _ = w.Write(kind.StreamEvent(e.Message, e.Code))
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -389,7 +391,7 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 		return
 	}
 	if err != nil {
-		tail.Fail(storeFailedEvent)
+		tail.Fail(storeFailedEvent(k.cl.Kind))
 		return
 	}
 	tail.Release()
@@ -397,9 +399,10 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 
 // storeFailedEvent ends a keyed stream whose commit failed, in place of its
 // held-back tail: the client's SDK raises, and its retry runs again.
-var storeFailedEvent = apierror.StreamEvent(
-	"The answer could not be stored, so this stream did not complete. Retry with the same Idempotency-Key.",
-	"idempotency_store_unavailable")
+func storeFailedEvent(kind proxy.Kind) []byte {
+	return kind.StreamEvent("The answer could not be stored, so this stream did not complete. Retry with the same Idempotency-Key.",
+		"idempotency_store_unavailable")
+}
 
 // opCtx bounds a store operation after the call: detached from the work's
 // end (its deadline may have passed), bounded by store.op_timeout.

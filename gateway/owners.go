@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/llmgate/llmgate/breaker"
@@ -41,11 +42,11 @@ func (g *Gateway) sharedKey(client string, u *proxy.Upstream) bool {
 }
 
 // checkObjects checks that every object r names — in its path, or in its
-// JSON body — is client's, before anything is forwarded, and returns the
+// JSON body (nil for none) — is client's, before anything is forwarded, and returns the
 // upstream that holds them (u when r names none), which the call then
 // keeps to: cl.NoFallback. Under the client's own key for u nothing is
 // checked.
-func (g *Gateway) checkObjects(r *http.Request, cl *proxy.Call, u *proxy.Upstream) (*proxy.Upstream, error) {
+func (g *Gateway) checkObjects(r *http.Request, cl *proxy.Call, body []byte, u *proxy.Upstream) (*proxy.Upstream, error) {
 	client := clientOf(r)
 	if !g.sharedKey(client, u) {
 		return u, nil
@@ -54,7 +55,7 @@ func (g *Gateway) checkObjects(r *http.Request, cl *proxy.Call, u *proxy.Upstrea
 	if ref, ok := ownership.FromPath(r.URL.Path); ok {
 		refs = append(refs, ref)
 	}
-	refs = append(refs, ownership.FromBody(cl.Body)...)
+	refs = append(refs, ownership.FromBody(body)...)
 	if len(refs) == 0 {
 		return u, nil
 	}
@@ -65,7 +66,7 @@ func (g *Gateway) checkObjects(r *http.Request, cl *proxy.Call, u *proxy.Upstrea
 		return nil, err
 	}
 	cl.NoFallback = true
-	holder := g.router.Named(name)
+	holder := g.router.Upstream(name)
 	if holder == nil {
 		// Its upstream is no longer configured: the object is out of reach.
 		return nil, ownership.NotFound(refs[0])
@@ -84,9 +85,18 @@ func (g *Gateway) recordObjects(ctx context.Context, client string, cl *proxy.Ca
 	}
 	var refs []ownership.Ref
 	if resp.Stream != nil {
-		refs = ownership.FromStreamEvent(resp.Stream.First())
+		for _, ev := range resp.Stream.First() {
+			refs = append(refs, ownership.FromStreamEvent(ev)...)
+		}
 	} else {
 		refs = ownership.FromAnswer(resp.Body)
+	}
+	if named, ok := ownership.FromPath(cl.In.URL.Path); ok {
+		// The object a GET or POST .../cancel names is the client's
+		// already (checkObjects): not recorded again, so its ttl runs
+		// from its creation. What it hands out besides (a batch's output
+		// file) is.
+		refs = slices.DeleteFunc(refs, func(r ownership.Ref) bool { return r.ID == named.ID })
 	}
 	if len(refs) == 0 {
 		return nil
@@ -116,6 +126,15 @@ func (g *Gateway) listAllowed(r *http.Request, u *proxy.Upstream) error {
 		return ownership.ListRefused(strings.TrimSuffix(r.URL.Path, "/"))
 	}
 	return nil
+}
+
+// buffersObjects reports whether a passthrough answer must be buffered
+// (up to its record limit) rather than relayed as it arrives, so that the
+// ids it hands out can be recorded before the client sees them: an
+// answer on a path that creates objects, to a client on a shared key.
+// File contents are not objects and stream as they come.
+func (g *Gateway) buffersObjects(r *http.Request, u *proxy.Upstream) bool {
+	return ownership.Creates(r.URL.Path) && !strings.HasSuffix(r.URL.Path, "/content") && g.sharedKey(clientOf(r), u)
 }
 
 // storeFalseBody is body with "store" forced to false, when the call is a

@@ -35,18 +35,18 @@ var (
 // object endpoints: each create hands out a new id.
 type objectUpstream struct {
 	mu   sync.Mutex
-	seen []seenRequest
+	seen []objectSeen
 	n    int
 }
 
-type seenRequest struct {
+type objectSeen struct {
 	Method, Path, Auth, Body string
 }
 
 func (o *objectUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	o.mu.Lock()
-	o.seen = append(o.seen, seenRequest{r.Method, r.URL.Path, r.Header.Get("Authorization"), string(body)})
+	o.seen = append(o.seen, objectSeen{r.Method, r.URL.Path, r.Header.Get("Authorization"), string(body)})
 	o.n++
 	n := o.n
 	o.mu.Unlock()
@@ -79,7 +79,7 @@ func (o *objectUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // requests returns what the upstream saw since the last call.
-func (o *objectUpstream) requests() []seenRequest {
+func (o *objectUpstream) requests() []objectSeen {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s := o.seen

@@ -274,15 +274,15 @@ type endpoint struct {
 	path   string // "/v1/chat/completions"
 	suffix string // "/chat/completions", appended to an upstream's base_url
 	label  string // metrics label
-	// completion is true where a 200 body is a completion that classify
-	// inspects (content_filter, empty output).
-	completion bool
+	// kind is what its answers are, for classification and streams.
+	kind proxy.Kind
 }
 
 var postEndpoints = []endpoint{
-	{path: "/v1/chat/completions", suffix: "/chat/completions", label: "chat_completions", completion: true},
-	{path: "/v1/completions", suffix: "/completions", label: "completions", completion: true},
+	{path: "/v1/chat/completions", suffix: "/chat/completions", label: "chat_completions", kind: proxy.Completion},
+	{path: "/v1/completions", suffix: "/completions", label: "completions", kind: proxy.Completion},
 	{path: "/v1/embeddings", suffix: "/embeddings", label: "embeddings"},
+	{path: "/v1/responses", suffix: "/responses", label: "responses", kind: proxy.Responses},
 }
 
 func (g *Gateway) routes() *echo.Echo {
@@ -322,6 +322,8 @@ func (g *Gateway) routes() *echo.Echo {
 		v1.POST(strings.TrimPrefix(ep.path, "/v1"), g.handlePost(ep))
 	}
 	v1.GET("/models", g.handleModels)
+	v1.GET("/models/*", g.handleModel)
+	g.passthroughRoutes(v1)
 	v1.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 
 	g.admin.Routes(e)

@@ -18,11 +18,11 @@ import (
 // classifies, is scanned once for it here. A body too large to buffer was
 // never read whole, and counts as usage missing.
 func (g *Gateway) countUsage(endpoint string, cl *proxy.Call, resp *proxy.Response) {
-	if resp.Status < 200 || resp.Status > 299 {
+	if resp.Status < 200 || resp.Status > 299 || cl.Passthrough {
 		return
 	}
 	t := resp.Outcome.Usage
-	if !resp.Streamed() && !cl.Completion && resp.Rest == nil {
+	if !resp.Streamed() && cl.Kind == proxy.Plain && resp.Rest == nil {
 		t = classify.Usage(resp.Body)
 	}
 	g.metrics.Usage(resp.Upstream.Cfg.Name, endpoint, cl.Model, clientOf(cl.In), t)

@@ -78,10 +78,27 @@ type Call struct {
 	In *http.Request
 	// Suffix is appended to an upstream's base_url ("/chat/completions").
 	Suffix string
-	// Completion: a 200 body is a completion that classify inspects
-	// (content_filter, empty output).
-	Completion bool
-	Body       []byte
+	// Kind is what the endpoint's answers are: how a 2xx body is
+	// classified, how a stream ends.
+	Kind Kind
+	Body []byte
+	// Source, when set, is the body instead of Body: spooled to a file, or
+	// read once from the client (then the call makes one attempt, at the
+	// primary upstream only).
+	Source *Body
+	// Query is the client's query string, forwarded (passthrough
+	// endpoints); empty for the completion endpoints, which take none.
+	Query string
+	// RecordLimit bounds the 2xx body buffered (to classify and commit);
+	// past it the body is relayed as it arrives. If <= 0,
+	// idempotency.max_record_bytes.
+	RecordLimit int64
+	// Unbuffered relays a 2xx body as it arrives, from its first byte
+	// (an unkeyed passthrough: audio, file contents).
+	Unbuffered bool
+	// Passthrough: the answer is no completion or embedding, and carries
+	// no token usage to count.
+	Passthrough bool
 	// Model is the body's model, for logs and dead letters.
 	Model  string
 	Stream bool
@@ -182,6 +199,9 @@ func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Respo
 			break
 		}
 		if i > 0 {
+			if !c.resendable() {
+				break // the body was sent once and is gone
+			}
 			if !c.Deadline.IsZero() && !p.now().Before(c.Deadline) {
 				break
 			}
@@ -286,12 +306,16 @@ func (p *Proxy) runUpstream(ctx context.Context, c *Call, u *Upstream) (*Respons
 // hook shares with the attempt: that would cost an allocation per request,
 // tracing on or off.)
 func (p *Proxy) retryLoop(upstreamName string, c *Call) *retry.Loop {
+	policy := retry.Policy{
+		MaxAttempts: p.cfg.Retry.MaxAttempts,
+		BaseDelay:   p.cfg.Retry.BaseDelay.D(),
+		MaxDelay:    p.cfg.Retry.MaxDelay.D(),
+	}
+	if !c.resendable() {
+		policy.MaxAttempts = 1
+	}
 	return &retry.Loop{
-		Policy: retry.Policy{
-			MaxAttempts: p.cfg.Retry.MaxAttempts,
-			BaseDelay:   p.cfg.Retry.BaseDelay.D(),
-			MaxDelay:    p.cfg.Retry.MaxDelay.D(),
-		},
+		Policy:   policy,
 		Budget:   p.budget,
 		Shutdown: p.shutdown,
 		OnRetry: func(n int, o classify.Outcome, wait time.Duration) {

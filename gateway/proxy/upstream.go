@@ -1,9 +1,9 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -116,9 +116,6 @@ func (r *Router) Route(model string) *Upstream {
 	return nil
 }
 
-// Named returns the upstream configured as name, or nil.
-func (r *Router) Named(name string) *Upstream { return r.byName[name] }
-
 // Upstreams returns every upstream in config order.
 func (r *Router) Upstreams() []*Upstream { return r.upstreams }
 
@@ -131,17 +128,21 @@ func (r *Router) Close() {
 
 // newUpstreamRequest builds the request for one attempt. The URL is always
 // base_url + the path after /v1, with base_url's query string (Azure's
-// api-version): nothing from the client chooses the host or the query. The
-// endpoints relayed take no query parameters, so a client's query string is
-// dropped.
-func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suffix string, body []byte, idemKey string) (*http.Request, error) {
+// api-version): nothing from the client chooses the host. The client's
+// query string is forwarded only when the call carries one (query, for the
+// passthrough endpoints: list pagination, file filters); a parameter
+// base_url sets cannot be overridden by it. body is n bytes long (-1 when
+// unknown).
+func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suffix, query string, body io.Reader, n int64, idemKey string) (*http.Request, error) {
 	target := *u.base
 	target.Path = u.base.Path + suffix
 	target.RawPath = ""
-	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), bytes.NewReader(body))
+	target.RawQuery = mergeQuery(u.base.RawQuery, query)
+	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), nil)
 	if err != nil {
 		return nil, err
 	}
+	setBody(req, body, n)
 	// net/http's Transport re-sends a request it deems replayable — one
 	// with a GetBody and an Idempotency-Key header — when its pooled
 	// connection breaks, even after the request was written: a hidden
@@ -168,3 +169,29 @@ func (u *Upstream) attemptSpan(c *Call, n int) tracing.AttemptStart {
 	return tracing.AttemptStart{Upstream: u.Cfg.Name, Host: u.base.Host, HTTPS: u.base.Scheme == "https",
 		Path: c.Suffix, Model: c.Model, Stream: c.Stream, N: n, Backoff: c.backoff}
 }
+
+// mergeQuery is base_url's query followed by the client's, without the
+// client's values for a parameter base_url sets.
+func mergeQuery(base, client string) string {
+	if client == "" {
+		return base
+	}
+	if base == "" {
+		return client
+	}
+	bq, _ := url.ParseQuery(base)
+	cq, err := url.ParseQuery(client)
+	if err != nil {
+		return base
+	}
+	for k := range bq {
+		cq.Del(k)
+	}
+	if len(cq) == 0 {
+		return base
+	}
+	return base + "&" + cq.Encode()
+}
+
+// Upstream returns the upstream named name, or nil.
+func (r *Router) Upstream(name string) *Upstream { return r.byName[name] }

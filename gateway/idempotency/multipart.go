@@ -1,0 +1,106 @@
+package idempotency
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"mime/multipart"
+)
+
+// maxFieldValue bounds a form field value MultipartFingerprint returns.
+const maxFieldValue = 1 << 10
+
+// MultipartFingerprint reads a multipart/form-data body from r to its end
+// and fingerprints its parsed parts, not its raw bytes: SDKs choose a new
+// random boundary on every retry, so the same upload must match whatever
+// its boundary. What counts, in order: each part's form name, file name,
+// Content-Type and bytes. Part bytes stream through a hash and are never
+// held. It also returns the values of the named fields (up to 1 KiB each),
+// e.g. the model an audio transcription names.
+func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (string, map[string]string, error) {
+	mr := multipart.NewReader(r, boundary)
+	outer := sha256.New()
+	var values map[string]string
+	inner := sha256.New()
+	for {
+		p, err := mr.NextRawPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("multipart body: %w", err)
+		}
+		name := p.FormName()
+		for _, s := range []string{name, p.FileName(), p.Header.Get("Content-Type")} {
+			writeString(outer, s)
+		}
+		inner.Reset()
+		var w io.Writer = inner
+		var val *limitedBuf
+		if wanted(fields, name) && p.FileName() == "" {
+			val = &limitedBuf{max: maxFieldValue}
+			w = io.MultiWriter(inner, val)
+		}
+		n, err := io.Copy(w, p)
+		if err != nil {
+			return "", nil, fmt.Errorf("multipart body: part %q: %w", name, err)
+		}
+		_ = binary.Write(outer, binary.BigEndian, n)
+		outer.Write(inner.Sum(nil))
+		if val != nil && !val.over {
+			if values == nil {
+				values = map[string]string{}
+			}
+			values[name] = string(val.b)
+		}
+	}
+	return hex.EncodeToString(outer.Sum(nil)), values, nil
+}
+
+// writeString writes s to h prefixed with its length, so that no two lists
+// of strings hash alike.
+func writeString(h hash.Hash, s string) {
+	_ = binary.Write(h, binary.BigEndian, uint64(len(s)))
+	h.Write([]byte(s))
+}
+
+func wanted(fields []string, name string) bool {
+	for _, f := range fields {
+		if f == name {
+			return true
+		}
+	}
+	return false
+}
+
+// limitedBuf keeps up to max bytes; over marks a value longer than that.
+type limitedBuf struct {
+	b    []byte
+	max  int
+	over bool
+}
+
+func (l *limitedBuf) Write(p []byte) (int, error) {
+	if len(l.b)+len(p) > l.max {
+		l.over = true
+	} else {
+		l.b = append(l.b, p...)
+	}
+	return len(p), nil
+}
+
+// WithQuery folds a request's query string into a body fingerprint: the
+// same key with another query is another request.
+func WithQuery(fingerprint, query string) string {
+	if query == "" {
+		return fingerprint
+	}
+	h := sha256.New()
+	writeString(h, fingerprint)
+	writeString(h, query)
+	return hex.EncodeToString(h.Sum(nil))
+}

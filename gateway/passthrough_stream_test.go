@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/config"
+)
+
+// TestPassthroughAudioStreamed: a binary answer (speech audio) reaches the
+// client as it arrives: the client reads the first chunk while the fake
+// has not yet written the last (it waits for the client to have it).
+func TestPassthroughAudioStreamed(t *testing.T) {
+	gotFirst := make(chan struct{})
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "audio/mpeg")
+		w.Write(bytes.Repeat([]byte{0xFF, 0xFB}, 1000))
+		w.(http.Flusher).Flush()
+		select {
+		case <-gotFirst:
+		case <-r.Context().Done():
+			return
+		case <-time.After(5 * time.Second):
+			return // the client never got the first chunk: no LAST, the test fails
+		}
+		w.Write([]byte("LAST"))
+	})
+	h := passHarness(t, rec, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), requestLimit)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", h.srv.URL+"/v1/audio/speech", bytes.NewReader([]byte(`{"model":"tts-1","input":"hi","voice":"alloy"}`)))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.Header.Get("Content-Type") != "audio/mpeg" {
+		t.Fatalf("Content-Type %q", res.Header.Get("Content-Type"))
+	}
+	first := make([]byte, 2000)
+	if _, err := io.ReadFull(res.Body, first); err != nil {
+		t.Fatalf("reading the first chunk before the last was written: %v", err)
+	}
+	close(gotFirst)
+	rest, err := io.ReadAll(res.Body)
+	if err != nil || string(rest) != "LAST" || !bytes.Equal(first, bytes.Repeat([]byte{0xFF, 0xFB}, 1000)) {
+		t.Fatalf("rest %q, err %v", rest, err)
+	}
+}
+
+// TestPassthroughSpooledRetry: a body spooled to disk is resent from the
+// file on a retry, byte for byte.
+func TestPassthroughSpooledRetry(t *testing.T) {
+	var calls atomic.Int32
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		fmt.Fprint(w, `{"id":"file-9"}`)
+	})
+	h := passHarness(t, rec, func(c *config.Config) { c.Passthrough.MemoryBodyBytes = 1024 })
+	file := make([]byte, 300<<10)
+	for i := range file {
+		file[i] = byte(i * 7)
+	}
+	ct, body := multipartBody(t, "spool", [][2]string{{"purpose", "batch"}}, file)
+	r := h.sendRaw("POST", "/v1/files", ct, body, nil)
+	seen := rec.seen()
+	if r.status != 200 || len(seen) != 2 {
+		t.Fatalf("%d %s after %d attempts, want 200 after 2", r.status, r.body, len(seen))
+	}
+	for i, s := range seen {
+		if !bytes.Equal(s.body, body) {
+			t.Errorf("attempt %d sent %d bytes, not the %d the client sent", i+1, len(s.body), len(body))
+		}
+	}
+}
+
+// TestPassthroughOnceBody: a body declaring more than
+// passthrough.spool_max_bytes streams to the upstream once: a 5xx is not
+// retried; with an Idempotency-Key it is refused before any upstream call.
+func TestPassthroughOnceBody(t *testing.T) {
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusServiceUnavailable) })
+	h := passHarness(t, rec, func(c *config.Config) { c.Passthrough.SpoolMaxBytes = 1000 })
+	ct, body := multipartBody(t, "once", nil, make([]byte, 5000))
+	r := h.sendRaw("POST", "/v1/files", ct, body, nil)
+	if r.status != http.StatusServiceUnavailable || len(rec.seen()) != 1 || !bytes.Equal(rec.seen()[0].body, body) {
+		t.Fatalf("once body: %d after %d attempts, want the 503 after 1", r.status, len(rec.seen()))
+	}
+	r = h.sendRaw("POST", "/v1/files", ct, body, map[string]string{"Idempotency-Key": "k"})
+	wantOpenAIError(t, r, http.StatusRequestEntityTooLarge)
+	if len(rec.seen()) != 1 {
+		t.Fatal("a keyed once body reached the upstream")
+	}
+}
+
+// TestPassthroughUploadBoundedMemory uploads 64 MiB through a keyed
+// /v1/files: the body is spooled and fingerprinted as it streams, so the
+// gateway's heap grows far less than the body. The fake hashes what it
+// receives without holding it.
+func TestPassthroughUploadBoundedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("64 MiB upload")
+	}
+	const size = 64 << 20
+	var gotSum atomic.Value
+	up := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := sha256.New()
+		io.Copy(s, r.Body)
+		gotSum.Store(fmt.Sprintf("%x", s.Sum(nil)))
+		fmt.Fprint(w, `{"id":"file-big"}`)
+	}))
+	h := newHarness(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = up + "/v1"
+		c.Passthrough.SpoolDir = t.TempDir()
+	})
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	sent := sha256.New()
+	go func() {
+		_ = mw.WriteField("purpose", "batch")
+		fw, _ := mw.CreateFormFile("file", "big.jsonl")
+		chunk := bytes.Repeat([]byte("0123456789abcdef"), 4096)
+		for n := 0; n < size; n += len(chunk) {
+			fw.Write(chunk)
+		}
+		mw.Close()
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", h.srv.URL+"/v1/files", io.TeeReader(pr, sent))
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("Idempotency-Key", "big-upload")
+
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var m runtime.MemStats
+		for {
+			runtime.ReadMemStats(&m)
+			if m.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	res, err := testClient.Do(req)
+	close(stop)
+	<-sampled
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAllBody(t, res)
+	if res.StatusCode != 200 || string(body) != `{"id":"file-big"}` {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+	if want := fmt.Sprintf("%x", sent.Sum(nil)); gotSum.Load() != want {
+		t.Fatalf("upstream received other bytes than the client sent")
+	}
+	growth := int64(peak.Load()) - int64(base.HeapInuse)
+	t.Logf("heap in use grew by %.1f MiB during a %d MiB upload", float64(growth)/(1<<20), size>>20)
+	if growth > size/4 {
+		t.Fatalf("heap grew by %d bytes for a %d-byte upload: the body is held in memory", growth, size)
+	}
+}
