@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // Tenants and the provider objects they create (issue 14, "Stateful
@@ -91,16 +94,22 @@ func (o *objectUpstream) requests() []objectSeen {
 // objectUpstream; mutate may change the config further.
 func ownersHarness(t *testing.T, mutate func(*config.Config)) (*harness, *objectUpstream) {
 	t.Helper()
+	return ownersHarnessStore(t, mutate, nil)
+}
+
+// ownersHarnessStore is ownersHarness with the store wrapped by wrap.
+func ownersHarnessStore(t *testing.T, mutate func(*config.Config), wrap func(Store) Store) (*harness, *objectUpstream) {
+	t.Helper()
 	up := &objectUpstream{}
 	s := httptest.NewServer(up)
 	t.Cleanup(s.Close)
-	h := newHarness(t, func(c *config.Config) {
+	h := newHarnessStore(t, func(c *config.Config) {
 		c.Upstreams[0].BaseURL = s.URL + "/v1"
 		c.Clients = []config.Client{{Name: "alice", Key: aliceKey}, {Name: "bob", Key: bobKey}}
 		if mutate != nil {
 			mutate(c)
 		}
-	})
+	}, wrap, simupstream.Options{})
 	return h, up
 }
 
@@ -195,4 +204,187 @@ func decodeID(t *testing.T, b []byte) string {
 		t.Fatalf("no id in %s", b)
 	}
 	return v.ID
+}
+
+const responseBody = `{"model":"gpt-4o","input":"hello","store":true}`
+
+// create makes a response as who and returns its id and the answer.
+func create(t *testing.T, h *harness, up *objectUpstream, body string, who map[string]string) (string, result) {
+	t.Helper()
+	r := h.do(http.MethodPost, "/v1/responses", body, who)
+	if r.status != http.StatusOK {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	up.requests()
+	if strings.HasPrefix(r.header.Get("Content-Type"), "text/event-stream") {
+		i := strings.Index(string(r.body), `"id":"`)
+		if i < 0 {
+			t.Fatalf("no id in the stream: %s", r.body)
+		}
+		id, _, _ := strings.Cut(string(r.body[i+6:]), `"`)
+		return id, r
+	}
+	return decodeID(t, r.body), r
+}
+
+// objectRequests are the ways a client reaches a stored response by its id.
+func objectRequests(id string) []struct{ method, path, body, code string } {
+	return []struct{ method, path, body, code string }{
+		{http.MethodGet, "/v1/responses/" + id, "", "response_not_found"},
+		{http.MethodGet, "/v1/responses/" + id + "/input_items", "", "response_not_found"},
+		{http.MethodPost, "/v1/responses/" + id + "/cancel", "", "response_not_found"},
+		{http.MethodPost, "/v1/responses", `{"model":"gpt-4o","input":"go on","previous_response_id":"` + id + `"}`, "previous_response_not_found"},
+		{http.MethodDelete, "/v1/responses/" + id, "", "response_not_found"},
+	}
+}
+
+// TestTenantCannotReachAnothersResponse: bob cannot read, list the input
+// items of, cancel, continue or delete alice's stored response — each is a
+// 404 with no upstream call — nor one llmgate never handed out; alice can,
+// each reaching the upstream once.
+func TestTenantCannotReachAnothersResponse(t *testing.T) {
+	h, up := ownersHarness(t, nil)
+	id, _ := create(t, h, up, responseBody, asAlice)
+	for _, rq := range objectRequests(id) {
+		t.Run("bob "+rq.method+" "+rq.path, func(t *testing.T) {
+			wantNotFound(t, h.do(rq.method, rq.path, rq.body, asBob), up, rq.code)
+		})
+	}
+	for _, rq := range objectRequests("resp_never_seen") {
+		t.Run("unknown "+rq.method+" "+rq.path, func(t *testing.T) {
+			wantNotFound(t, h.do(rq.method, rq.path, rq.body, asAlice), up, rq.code)
+		})
+	}
+	for _, rq := range objectRequests(id) {
+		t.Run("alice "+rq.method+" "+rq.path, func(t *testing.T) {
+			r := h.do(rq.method, rq.path, rq.body, asAlice)
+			if r.status != http.StatusOK {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			if seen := up.requests(); len(seen) != 1 || seen[0].Method != rq.method || seen[0].Path != rq.path || seen[0].Body != rq.body {
+				t.Fatalf("upstream saw %+v", seen)
+			}
+		})
+	}
+	// What alice continued from is hers too.
+	r := h.do(http.MethodPost, "/v1/responses", `{"model":"gpt-4o","input":"more","previous_response_id":"`+id+`"}`, asAlice)
+	next := decodeID(t, r.body)
+	up.requests()
+	wantNotFound(t, h.do(http.MethodGet, "/v1/responses/"+next, "", asBob), up, "response_not_found")
+}
+
+// TestStreamedResponseIsRecorded: a streamed create's id, in its
+// response.created event, is alice's before the event reaches her.
+func TestStreamedResponseIsRecorded(t *testing.T) {
+	h, up := ownersHarness(t, nil)
+	id, r := create(t, h, up, `{"model":"gpt-4o","input":"hello","stream":true}`, asAlice)
+	if !strings.Contains(string(r.body), "response.completed") {
+		t.Fatalf("stream: %s", r.body)
+	}
+	wantNotFound(t, h.do(http.MethodGet, "/v1/responses/"+id, "", asBob), up, "response_not_found")
+	if r := h.do(http.MethodGet, "/v1/responses/"+id, "", asAlice); r.status != http.StatusOK {
+		t.Fatalf("alice: %d %s", r.status, r.body)
+	}
+}
+
+// TestKeyedCreateReplayStaysOwned: a keyed create is recorded before its
+// commit; its replay hands out the same id, still alice's, with one
+// upstream call in all.
+func TestKeyedCreateReplayStaysOwned(t *testing.T) {
+	h, up := ownersHarness(t, nil)
+	keyed := map[string]string{"Authorization": asAlice["Authorization"], "Idempotency-Key": "order-1"}
+	first := h.do(http.MethodPost, "/v1/responses", responseBody, keyed)
+	again := h.do(http.MethodPost, "/v1/responses", responseBody, keyed)
+	if first.status != http.StatusOK || string(again.body) != string(first.body) {
+		t.Fatalf("replay: %d %s / %s", first.status, first.body, again.body)
+	}
+	if seen := up.requests(); len(seen) != 1 {
+		t.Fatalf("upstream saw %d creates, want 1", len(seen))
+	}
+	id := decodeID(t, again.body)
+	if r := h.do(http.MethodGet, "/v1/responses/"+id, "", asAlice); r.status != http.StatusOK {
+		t.Fatalf("alice after replay: %d %s", r.status, r.body)
+	}
+	up.requests()
+	wantNotFound(t, h.do(http.MethodGet, "/v1/responses/"+id, "", asBob), up, "response_not_found")
+}
+
+// failPutOwner is a store whose ownership writes fail.
+type failPutOwner struct{ Store }
+
+func (failPutOwner) PutOwner(context.Context, string, string, cache.Owner, time.Duration) error {
+	return errors.New("disk full")
+}
+
+// TestUnrecordedIDIsNotHandedOut: when the owner cannot be recorded, the
+// created object's id does not reach the client (503), keyed or not.
+func TestUnrecordedIDIsNotHandedOut(t *testing.T) {
+	h, up := ownersHarnessStore(t, nil, func(s Store) Store { return failPutOwner{s} })
+	for _, hdr := range []map[string]string{asAlice, {"Authorization": asAlice["Authorization"], "Idempotency-Key": "k-1"}} {
+		for _, body := range []string{responseBody, `{"model":"gpt-4o","input":"hello","stream":true}`} {
+			r := h.do(http.MethodPost, "/v1/responses", body, hdr)
+			e := wantOpenAIError(t, r, http.StatusServiceUnavailable)
+			if e["code"] != "ownership_store_unavailable" || strings.Contains(string(r.body), "resp_") {
+				t.Fatalf("answer: %s", r.body)
+			}
+			if len(up.requests()) != 1 {
+				t.Fatal("no upstream call")
+			}
+		}
+	}
+	// The keyed one was released: its retry runs again.
+	if r := h.do(http.MethodPost, "/v1/responses", responseBody, map[string]string{"Authorization": asAlice["Authorization"], "Idempotency-Key": "k-1"}); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("retry: %d %s", r.status, r.body)
+	}
+	if len(up.requests()) != 1 {
+		t.Fatal("the retry was not run again")
+	}
+}
+
+// TestTenantListsRefusedUnderSharedKey: listing files under a shared key
+// would show every tenant's: 403, no upstream call. With her own key
+// alice lists her provider project's, with her key.
+func TestTenantListsRefusedUnderSharedKey(t *testing.T) {
+	h, up := ownersHarness(t, func(c *config.Config) {
+		c.Clients[0].UpstreamAPIKeys = map[string]string{"primary": aliceOwn}
+	})
+	for _, p := range []string{"/v1/files", "/v1/batches", "/v1/vector_stores"} {
+		e := wantOpenAIError(t, h.do(http.MethodGet, p, "", asBob), http.StatusForbidden)
+		if e["code"] != "list_not_allowed" {
+			t.Fatalf("%s: %v", p, e)
+		}
+	}
+	if len(up.requests()) != 0 {
+		t.Fatal("the upstream was called")
+	}
+	r := h.do(http.MethodGet, "/v1/files", "", asAlice)
+	if r.status != http.StatusOK {
+		t.Fatalf("alice: %d %s", r.status, r.body)
+	}
+	if seen := up.requests(); len(seen) != 1 || seen[0].Auth != "Bearer "+aliceOwn {
+		t.Fatalf("upstream saw %+v", seen)
+	}
+}
+
+// TestForceStoreFalse: an upstream with force_store_false gets "store":false
+// in a Responses body, every other byte as the client wrote it; a chat body
+// is untouched.
+func TestForceStoreFalse(t *testing.T) {
+	h, up := ownersHarness(t, func(c *config.Config) { c.Upstreams[0].ForceStoreFalse = true })
+	for _, tc := range []struct{ body, want string }{
+		{`{"model":"gpt-4o", "store": true ,"input":"hi"}`, `{"model":"gpt-4o", "store": false ,"input":"hi"}`},
+		{`{"model":"gpt-4o","input":"hi"}`, `{"store":false,"model":"gpt-4o","input":"hi"}`},
+	} {
+		if r := h.do(http.MethodPost, "/v1/responses", tc.body, asAlice); r.status != http.StatusOK {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		if seen := up.requests(); len(seen) != 1 || seen[0].Body != tc.want {
+			t.Fatalf("upstream saw %+v, want body %s", seen, tc.want)
+		}
+	}
+	chat := `{"model":"gpt-4o","store":true,"messages":[]}`
+	h.chat(chat, asAlice)
+	if seen := up.requests(); len(seen) != 1 || seen[0].Body != chat {
+		t.Fatalf("chat body changed: %+v", seen)
+	}
 }
