@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -73,6 +75,16 @@ func (o *objectUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(path, "/responses/"):
 		id, _, _ := strings.Cut(strings.TrimPrefix(path, "/responses/"), "/")
 		fmt.Fprintf(w, `{"id":%q,"object":"response","status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hi"}]}]}`, id)
+	case path == "/files" && r.Method == http.MethodPost:
+		fmt.Fprintf(w, `{"id":"file-%d","object":"file","bytes":5,"purpose":"batch"}`, n)
+	case path == "/batches" && r.Method == http.MethodPost:
+		fmt.Fprintf(w, `{"id":"batch_%d","object":"batch","status":"validating","output_file_id":null}`, n)
+	case strings.HasPrefix(path, "/batches/"):
+		id := strings.TrimPrefix(path, "/batches/")
+		fmt.Fprintf(w, `{"id":%q,"object":"batch","status":"completed","output_file_id":"file-out-%s","error_file_id":null}`, id, id)
+	case strings.HasSuffix(path, "/content"):
+		w.Header().Set("Content-Type", "application/octet-stream")
+		fmt.Fprint(w, "{\"custom_id\":\"1\"}\n")
 	case path == "/files" && r.Method == http.MethodGet:
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"file-everyone","object":"file"}]}`)
 	default:
@@ -386,5 +398,43 @@ func TestForceStoreFalse(t *testing.T) {
 	h.chat(chat, asAlice)
 	if seen := up.requests(); len(seen) != 1 || seen[0].Body != chat {
 		t.Fatalf("chat body changed: %+v", seen)
+	}
+}
+
+// TestFilesAndBatchesOwned: a file alice uploads, the batch she runs on it
+// and the output file the batch writes are hers: bob can neither start a
+// batch on her file nor read the batch or its output.
+func TestFilesAndBatchesOwned(t *testing.T) {
+	h, up := ownersHarness(t, nil)
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	mw.WriteField("purpose", "batch")
+	fw, _ := mw.CreateFormFile("file", "in.jsonl")
+	fw.Write([]byte("{}\n"))
+	mw.Close()
+	r := h.do(http.MethodPost, "/v1/files", buf.String(), map[string]string{"Authorization": asAlice["Authorization"], "Content-Type": mw.FormDataContentType()})
+	if r.status != http.StatusOK {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	file := decodeID(t, r.body)
+	up.requests()
+	batchBody := `{"input_file_id":"` + file + `","endpoint":"/v1/chat/completions","completion_window":"24h"}`
+	wantNotFound(t, h.do(http.MethodPost, "/v1/batches", batchBody, asBob), up, "file_not_found")
+	wantNotFound(t, h.do(http.MethodGet, "/v1/files/"+file, "", asBob), up, "file_not_found")
+	r = h.do(http.MethodPost, "/v1/batches", batchBody, asAlice)
+	if r.status != http.StatusOK {
+		t.Fatalf("batch: %d %s", r.status, r.body)
+	}
+	batch := decodeID(t, r.body)
+	up.requests()
+	wantNotFound(t, h.do(http.MethodGet, "/v1/batches/"+batch, "", asBob), up, "batch_not_found")
+	if r := h.do(http.MethodGet, "/v1/batches/"+batch, "", asAlice); r.status != http.StatusOK {
+		t.Fatalf("alice's batch: %d %s", r.status, r.body)
+	}
+	out := "file-out-" + batch
+	up.requests()
+	wantNotFound(t, h.do(http.MethodGet, "/v1/files/"+out+"/content", "", asBob), up, "file_not_found")
+	if r := h.do(http.MethodGet, "/v1/files/"+out+"/content", "", asAlice); r.status != http.StatusOK || !strings.Contains(string(r.body), "custom_id") {
+		t.Fatalf("alice's batch output: %d %s", r.status, r.body)
 	}
 }
