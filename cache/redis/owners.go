@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,4 +81,32 @@ func (r *Store) GetOwner(ctx context.Context, scope, id string) (cache.Owner, er
 	}
 	o.Client = scope
 	return o, nil
+}
+
+// purgeOwners deletes every ownership entry of scope: the keys matching
+// P o:{<escaped scope>:*, on every master in Cluster mode.
+func (r *Store) purgeOwners(ctx context.Context, scope string) (int, error) {
+	var b strings.Builder
+	b.WriteString(globEscape(r.prefix))
+	b.WriteString(redisOwnerNS)
+	b.WriteByte('{')
+	escapePart(&b, scope)
+	b.WriteString(":*")
+	var mu sync.Mutex
+	n := 0
+	err := r.scan(ctx, b.String(), func(ctx context.Context, c redis.Cmdable, keys []string) error {
+		cmds, err := pipelined(ctx, c, keys, func(p redis.Pipeliner, key string) *redis.IntCmd {
+			return p.Unlink(ctx, key)
+		})
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, cmd := range cmds {
+			n += int(cmd.Val())
+		}
+		return nil
+	})
+	return n, err
 }

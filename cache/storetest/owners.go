@@ -14,6 +14,7 @@ import (
 type OwnerStore interface {
 	PutOwner(ctx context.Context, scope, id string, o cache.Owner, ttl time.Duration) error
 	GetOwner(ctx context.Context, scope, id string) (cache.Owner, error)
+	PurgeScope(ctx context.Context, scope string) (cache.Purged, error)
 }
 
 // RunOwners runs the ownership behaviour every store must share, each case
@@ -84,6 +85,27 @@ func RunOwners(t *testing.T, open func(t *testing.T, now func() time.Time) Owner
 		}
 		if got, err := s.GetOwner(ctx, "acme", "vs_1"); err != nil || got.Upstream != "b" {
 			t.Fatalf("GetOwner = %+v, %v; want upstream b", got, err)
+		}
+	})
+
+	t.Run("purged with its scope", func(t *testing.T) {
+		s := open(t, NewClock().Now)
+		for _, e := range []struct{ scope, id string }{{"acme", "resp_1"}, {"acme", "file-1"}, {"acme:x", "resp_2"}, {"globex", "resp_1"}} {
+			if err := s.PutOwner(ctx, e.scope, e.id, a, day); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p, err := s.PurgeScope(ctx, "acme")
+		if err != nil || p != (cache.Purged{Owners: 2}) {
+			t.Fatalf("PurgeScope = %+v, %v; want 2 owners", p, err)
+		}
+		for _, e := range []struct {
+			scope, id string
+			kept      bool
+		}{{"acme", "resp_1", false}, {"acme", "file-1", false}, {"acme:x", "resp_2", true}, {"globex", "resp_1", true}} {
+			if _, err := s.GetOwner(ctx, e.scope, e.id); (err == nil) != e.kept {
+				t.Errorf("after purge, GetOwner(%q, %q) err = %v, kept want %v", e.scope, e.id, err, e.kept)
+			}
 		}
 	})
 
