@@ -287,37 +287,60 @@ func TestPolicy(t *testing.T) {
 	}
 }
 
-// TestPolicyDoc holds POLICY.md to the table above, so that the README's
-// copy of it cannot drift from what the code does.
+// TestPolicyDoc holds POLICY.md, and the README's copy of its table, to
+// the table above, so that neither can drift from what the code does.
 func TestPolicyDoc(t *testing.T) {
-	f, err := os.Open("POLICY.md")
+	for _, file := range []string{"POLICY.md", "../README.md"} {
+		t.Run(file, func(t *testing.T) {
+			rows := policyTable(t, file)
+			if len(rows) != len(policy) {
+				t.Errorf("%s has %d rows, the test table %d", file, len(rows), len(policy))
+			}
+			for i := range min(len(rows), len(policy)) {
+				want := []string{policy[i].what, policy[i].class, policy[i].retried, policy[i].breaker}
+				if strings.Join(rows[i], " | ") != strings.Join(want, " | ") {
+					t.Errorf("%s row %d:\n got  %q\n want %q", file, i+1, rows[i], want)
+				}
+			}
+		})
+	}
+}
+
+// policyTable returns the rows of the first table in file whose header's
+// first cell is "what happened".
+func policyTable(t *testing.T, file string) [][]string {
+	t.Helper()
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	var rows [][]string
+	found := false
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "|---") {
+		switch {
+		case strings.HasPrefix(line, "|---"):
+			continue
+		case !strings.HasPrefix(line, "| "):
+			if found {
+				return rows
+			}
 			continue
 		}
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
-		rows = append(rows, cells)
-	}
-	if len(rows) == 0 || rows[0][0] != "what happened" {
-		t.Fatalf("POLICY.md: no table with a %q header", "what happened")
-	}
-	rows = rows[1:]
-	if len(rows) != len(policy) {
-		t.Errorf("POLICY.md has %d rows, the test table %d", len(rows), len(policy))
-	}
-	for i := range min(len(rows), len(policy)) {
-		want := []string{policy[i].what, policy[i].class, policy[i].retried, policy[i].breaker}
-		if strings.Join(rows[i], " | ") != strings.Join(want, " | ") {
-			t.Errorf("POLICY.md row %d:\n got  %q\n want %q", i+1, rows[i], want)
+		switch {
+		case found:
+			rows = append(rows, cells)
+		case cells[0] == "what happened":
+			found = true
 		}
 	}
+	if !found {
+		t.Fatalf("%s: no table with a %q header", file, "what happened")
+	}
+	return rows
 }
 
 func TestFromErrorNil(t *testing.T) {

@@ -201,3 +201,25 @@ func BenchmarkResponsesObserver(b *testing.B) {
 		b.Fatal(o.Outcome())
 	}
 }
+
+// BenchmarkResponsesObserverStream observes a whole short stream, from
+// response.created to response.completed (with its output and usage).
+func BenchmarkResponsesObserverStream(b *testing.B) {
+	events := make([][]byte, len(responsesEvents))
+	size := 0
+	for i, e := range responsesEvents {
+		events[i] = []byte(e)
+		size += len(e)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(size))
+	for b.Loop() {
+		var o ResponsesObserver
+		for _, e := range events {
+			o.Observe(e)
+		}
+		if !o.Finished() {
+			b.Fatal(o.Outcome())
+		}
+	}
+}

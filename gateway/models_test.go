@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmgate/llmgate/config"
 )
@@ -88,5 +91,18 @@ func TestModelRetrieve(t *testing.T) {
 	}
 	if len(first.seen())+len(second.seen()) != 1 {
 		t.Fatal("an unserved model reached an upstream")
+	}
+}
+
+// TestModelRetrieveSDK: an SDK's models.retrieve (go-openai's GetModel)
+// works through the gateway, for an id with "/" too.
+func TestModelRetrieveSDK(t *testing.T) {
+	up := modelsFake(t, `{"data":[]}`)
+	h := passHarness(t, up, nil)
+	cfg := openai.DefaultConfig("unused")
+	cfg.BaseURL = h.srv.URL + "/v1"
+	m, err := openai.NewClientWithConfig(cfg).GetModel(context.Background(), "Qwen/Qwen2.5-7B")
+	if err != nil || m.ID != "Qwen/Qwen2.5-7B" || m.OwnedBy != "vllm" {
+		t.Fatalf("GetModel: %+v, %v", m, err)
 	}
 }

@@ -182,3 +182,46 @@ func TestPassthroughUploadBoundedMemory(t *testing.T) {
 		t.Fatalf("heap grew by %d bytes for a %d-byte upload: the body is held in memory", growth, size)
 	}
 }
+
+// TestPassthroughKeyedSpooledOutlivesHandler: a keyed upload whose client
+// stops waiting (X-Llmgate-Deadline) while the upstream is still reading
+// the body runs on: the spooled body stays open until the call ends, the
+// upstream receives it whole, and the answer is committed for the
+// client's retry to replay.
+func TestPassthroughKeyedSpooledOutlivesHandler(t *testing.T) {
+	if testing.Short() {
+		t.Skip("32 MiB upload")
+	}
+	release := make(chan struct{})
+	var got atomic.Value
+	up := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		head := make([]byte, 1024)
+		io.ReadFull(r.Body, head)
+		select { // the rest is read only after the client has given up
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		rest, _ := io.ReadAll(r.Body)
+		got.Store(append(head, rest...))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"file-late"}`)
+	}))
+	h := newHarness(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = up + "/v1"
+		c.Upstreams[0].Timeout = config.Duration(requestLimit) // the attempt includes the upload
+		c.Passthrough.SpoolDir = t.TempDir()
+	})
+	file := bytes.Repeat([]byte("0123456789abcdef"), 2<<20) // 32 MiB: more than the socket buffers take
+	ct, body := multipartBody(t, "late", [][2]string{{"purpose", "batch"}}, file)
+	r := h.sendRaw("POST", "/v1/files", ct, body, map[string]string{"Idempotency-Key": "late-upload", DeadlineHeader: "200ms"})
+	wantOpenAIError(t, r, http.StatusGatewayTimeout)
+	close(release)
+	again := h.sendRaw("POST", "/v1/files", ct, body, map[string]string{"Idempotency-Key": "late-upload"})
+	if again.status != 200 || string(again.body) != `{"id":"file-late"}` || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d %s replayed=%q\n%s", again.status, again.body, again.header.Get("Idempotent-Replayed"), h.logs.String())
+	}
+	if b, _ := got.Load().([]byte); !bytes.Equal(b, body) {
+		t.Fatalf("upstream received %d bytes, not the %d the client sent", len(b), len(body))
+	}
+}

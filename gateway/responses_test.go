@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -225,9 +224,9 @@ func TestResponsesKeyedStreamReplayIsByteIdentical(t *testing.T) {
 	}
 }
 
-// blockingStore holds every commit until release is closed, telling the
-// test through entered when one is waiting; with fail set, the commit
-// then fails, as a full disk would.
+// blockingStore holds every commit until release is closed, first
+// telling the test through entered; with fail set, the commit then fails,
+// as a full disk would.
 type blockingStore struct {
 	Store
 	entered chan struct{}
@@ -246,54 +245,67 @@ func (s *blockingStore) Commit(ctx context.Context, k cache.Key, owner string, r
 	return s.Store.Commit(ctx, k, owner, rec, ttl)
 }
 
-// readEvent reads one SSE event (through its blank line) as received.
-func readEvent(rd *bufio.Reader) (string, error) {
-	var ev strings.Builder
-	for {
-		line, err := rd.ReadString('\n')
-		ev.WriteString(line)
-		if err != nil {
-			return ev.String(), err
-		}
-		if line == "\n" {
-			return ev.String(), nil
-		}
-	}
+// tap records what a handler wrote to its client, as it writes it: the
+// gateway writes a keyed stream from the call's goroutine, the one that
+// commits, so at the commit the tap holds everything sent before it.
+type tap struct {
+	mu  sync.Mutex
+	buf strings.Builder
 }
 
-// The terminal event goes out only once the commit is durable: while the
-// commit is held, the client has every event before it and not it.
+func (t *tap) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.buf.String()
+}
+
+func (t *tap) handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(tapWriter{w, t}, r)
+	})
+}
+
+type tapWriter struct {
+	http.ResponseWriter
+	t *tap
+}
+
+func (w tapWriter) Write(b []byte) (int, error) {
+	w.t.mu.Lock()
+	w.t.buf.Write(b)
+	w.t.mu.Unlock()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w tapWriter) Flush()                      { w.ResponseWriter.(http.Flusher).Flush() }
+func (w tapWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// The terminal event goes out only once the commit is durable: when the
+// commit starts, the client has been sent every event before the terminal
+// one and not it; it follows once the commit returns.
 func TestResponsesTerminalEventWaitsForTheCommit(t *testing.T) {
 	bs := &blockingStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	h, _ := respHarness(t, func(s Store) Store { bs.Store = s; return bs }, sseAnswer(respEvents...))
-	res, err := h.send(context.Background(), http.MethodPost, respPath, respStreamBody, key("held"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	rd := bufio.NewReader(res.Body)
-	for i, want := range respEvents[:len(respEvents)-1] {
-		if ev, err := readEvent(rd); ev != want || err != nil {
-			t.Fatalf("event %d = %q (%v), want %q", i, ev, err, want)
-		}
-	}
-	<-bs.entered
-	next := make(chan string, 1)
+	sent := &tap{}
+	srv := httptest.NewServer(sent.handler(h.gw.Handler()))
+	t.Cleanup(srv.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(bs.release) }) }) // before srv.Close, which waits for the request
+	done := make(chan asyncResult, 1)
 	go func() {
-		ev, _ := readEvent(rd)
-		next <- ev
+		h2 := *h
+		h2.srv = srv
+		r, err := h2.try(http.MethodPost, respPath, respStreamBody, key("held"))
+		done <- asyncResult{r, err}
 	}()
-	select {
-	case ev := <-next:
-		t.Fatalf("the client got %q while the commit was not durable", ev)
-	default:
+	<-bs.entered
+	before := strings.Join(respEvents[:len(respEvents)-1], "")
+	if got := sent.String(); got != before {
+		t.Fatalf("sent before the commit was durable:\n%q\nwant\n%q", got, before)
 	}
-	close(bs.release)
-	if ev := <-next; ev != evCompleted {
-		t.Fatalf("after the commit: %q, want the terminal event", ev)
-	}
-	if rest, _ := io.ReadAll(rd); len(rest) != 0 {
-		t.Fatalf("after the terminal event: %q", rest)
+	release.Do(func() { close(bs.release) })
+	if r := h.await(done); string(r.body) != strings.Join(respEvents, "") {
+		t.Fatalf("after the commit: %q", r.body)
 	}
 }
 
@@ -429,6 +441,19 @@ func TestResponsesStreamFailureBeforeFirstByteIsRetried(t *testing.T) {
 	}
 }
 
+// A stream that fails before its first byte on every attempt is a 2xx
+// that is no answer: 502 upstream_bad_response, not committed.
+func TestResponsesStreamFailingBeforeFirstByteEveryTime(t *testing.T) {
+	h, f := respHarness(t, nil, sseAnswer(evCreated, evError("server_error")))
+	r := h.do(http.MethodPost, respPath, respStreamBody, key("k"))
+	if e := wantOpenAIError(t, r, http.StatusBadGateway); e["code"] != "upstream_bad_response" || r.header.Get("X-Should-Retry") != "false" {
+		t.Fatalf("%v %v", e, r.header)
+	}
+	if c := f.calls(); c != 2 {
+		t.Fatalf("server_error tried %d times, want 2 (one retry)", c)
+	}
+}
+
 // After bytes reached the client, response.failed is the upstream's own
 // failure event: relayed as sent, the stream not retried and not
 // committed (the key's retry runs again).
@@ -500,5 +525,36 @@ func TestResponsesUsageIsCounted(t *testing.T) {
 		if want := map[string]float64{in: step.in, out: step.out}; !equalDeltas(got, want) {
 			t.Fatalf("counters moved by %v, want %v", got, want)
 		}
+	}
+}
+
+// A keyed Responses stream past the client's deadline: the client gets one
+// typed error event; the stream is read to its end and committed, and the
+// retry replays it.
+func TestResponsesClientDeadlineMidStream(t *testing.T) {
+	h, f := respHarness(t, nil, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i, ev := range respEvents {
+			io.WriteString(w, ev)
+			w.(http.Flusher).Flush()
+			if i >= 2 { // the stream starts at once, then the model is slow
+				time.Sleep(60 * time.Millisecond) // latency, not synchronisation
+			}
+		}
+	})
+	r := h.do(http.MethodPost, respPath, respStreamBody, map[string]string{"Idempotency-Key": "slow", DeadlineHeader: "100ms"})
+	body := string(r.body)
+	if r.status != 200 || strings.Count(body, "event: error\ndata: ") != 1 || !strings.Contains(body, `"code":"client_deadline_exceeded"`) ||
+		strings.Contains(body, "response.completed") {
+		t.Fatalf("past the client's deadline: %d %q", r.status, body)
+	}
+	var again result
+	for range 50 { // the call may still be running: 409, retry
+		if again = h.do(http.MethodPost, respPath, respStreamBody, key("slow")); again.status != http.StatusConflict {
+			break
+		}
+	}
+	if again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != strings.Join(respEvents, "") || f.calls() != 1 {
+		t.Fatalf("retry: %d replayed=%q calls=%d %q", again.status, again.header.Get("Idempotent-Replayed"), f.calls(), again.body)
 	}
 }

@@ -26,10 +26,13 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 	outer := sha256.New()
 	var values map[string]string
 	inner := sha256.New()
-	for {
+	for parts := 0; ; parts++ {
 		p, err := mr.NextRawPart()
-		if errors.Is(err, io.EOF) {
+		if errors.Is(err, io.EOF) && parts > 0 {
 			break
+		}
+		if errors.Is(err, io.EOF) {
+			return "", nil, errors.New("multipart body: no parts (is the boundary in Content-Type the body's?)")
 		}
 		if err != nil {
 			return "", nil, fmt.Errorf("multipart body: %w", err)

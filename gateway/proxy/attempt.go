@@ -107,13 +107,16 @@ func (a *inAttempt) fail(err error) *Response {
 	return resp
 }
 
-// failWith ends the attempt with o, the failure an answer reported before
-// any of it reached the client: there is no answer to relay.
+// failWith ends a 2xx attempt with o, the failure its stream reported
+// before any of it reached the client: a 2xx that is no answer, as a
+// malformed body is (after the retries, the client gets 502
+// upstream_bad_response, never the 200).
 func (a *inAttempt) failWith(o classify.Outcome) *Response {
 	a.end()
 	resp := a.resp
-	resp.Status, resp.Header, resp.Body = 0, nil, nil
+	resp.Body = nil
 	resp.Outcome = o
+	resp.Outcome.Status = resp.Status
 	return resp
 }
 

@@ -1,0 +1,96 @@
+package idempotency
+
+import (
+	"bytes"
+	"mime/multipart"
+	"net/textproto"
+	"testing"
+)
+
+type part struct{ name, filename, ctype, body string }
+
+func encodeParts(t testing.TB, boundary string, parts []part) []byte {
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	if err := w.SetBoundary(boundary); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		h := textproto.MIMEHeader{}
+		cd := `form-data; name="` + p.name + `"`
+		if p.filename != "" {
+			cd += `; filename="` + p.filename + `"`
+		}
+		h.Set("Content-Disposition", cd)
+		if p.ctype != "" {
+			h.Set("Content-Type", p.ctype)
+		}
+		pw, err := w.CreatePart(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw.Write([]byte(p.body))
+	}
+	w.Close()
+	return b.Bytes()
+}
+
+// TestMultipartFingerprint: the boundary does not count; each part's name,
+// file name, content type, bytes and order do.
+func TestMultipartFingerprint(t *testing.T) {
+	base := []part{{"model", "", "", "whisper-1"}, {"file", "a.wav", "audio/wav", "RIFF0123"}}
+	fp := func(boundary string, parts []part) string {
+		t.Helper()
+		got, fields, err := MultipartFingerprint(bytes.NewReader(encodeParts(t, boundary, parts)), boundary, "model")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fields["model"] != parts[0].body && parts[0].name == "model" {
+			t.Fatalf("model field %q", fields["model"])
+		}
+		return got
+	}
+	want := fp("b1", base)
+	if got := fp("another-boundary-9", base); got != want {
+		t.Fatal("another boundary changed the fingerprint")
+	}
+	variants := map[string][]part{
+		"name":     {{"model", "", "", "whisper-1"}, {"upload", "a.wav", "audio/wav", "RIFF0123"}},
+		"filename": {{"model", "", "", "whisper-1"}, {"file", "b.wav", "audio/wav", "RIFF0123"}},
+		"type":     {{"model", "", "", "whisper-1"}, {"file", "a.wav", "audio/x-wav", "RIFF0123"}},
+		"byte":     {{"model", "", "", "whisper-1"}, {"file", "a.wav", "audio/wav", "RIFF0124"}},
+		"field":    {{"model", "", "", "whisper-2"}, {"file", "a.wav", "audio/wav", "RIFF0123"}},
+		"order":    {{"file", "a.wav", "audio/wav", "RIFF0123"}, {"model", "", "", "whisper-1"}},
+		"split":    {{"model", "", "", "whisper-1RIFF"}, {"file", "a.wav", "audio/wav", "0123"}},
+	}
+	for name, parts := range variants {
+		if fp("b1", parts) == want {
+			t.Errorf("changing the %s did not change the fingerprint", name)
+		}
+	}
+	if _, _, err := MultipartFingerprint(bytes.NewReader([]byte("not multipart")), "b1"); err == nil {
+		t.Error("a body that is not multipart was fingerprinted")
+	}
+}
+
+// FuzzMultipartFingerprint: any input is parsed or refused without panic,
+// and a body that parses fingerprints alike under another boundary.
+func FuzzMultipartFingerprint(f *testing.F) {
+	f.Add("model", "", "whisper-1", "file", "a.wav", "RIFF")
+	f.Fuzz(func(t *testing.T, n1, f1, b1, n2, f2, b2 string) {
+		_, _, _ = MultipartFingerprint(bytes.NewReader([]byte(b1+b2)), "x")
+		for _, s := range []string{n1, f1, n2, f2} {
+			for _, c := range []byte(s) {
+				if c < 0x20 || c == '"' || c == '\\' || c > 0x7e {
+					return
+				}
+			}
+		}
+		parts := []part{{n1, f1, "", b1}, {n2, f2, "text/plain", b2}}
+		a, _, errA := MultipartFingerprint(bytes.NewReader(encodeParts(t, "boundary-a", parts)), "boundary-a")
+		b, _, errB := MultipartFingerprint(bytes.NewReader(encodeParts(t, "zz-boundary-b", parts)), "zz-boundary-b")
+		if (errA == nil) != (errB == nil) || a != b {
+			t.Fatalf("boundaries disagree: %v %v", errA, errB)
+		}
+	})
+}
