@@ -195,12 +195,9 @@ func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Respo
 	var last *Response
 	var lastErr error
 	for i, u := range primary.chain() {
-		if i > 0 && c.NoFallback {
-			break
-		}
 		if i > 0 {
-			if !c.resendable() {
-				break // the body was sent once and is gone
+			if !c.resendable() || c.NoFallback {
+				break // the body was sent once and is gone, or must stay here
 			}
 			if !c.Deadline.IsZero() && !p.now().Before(c.Deadline) {
 				break
