@@ -42,6 +42,8 @@ type objectUpstream struct {
 	mu   sync.Mutex
 	seen []objectSeen
 	n    int
+	// down answers 503 to everything.
+	down bool
 }
 
 type objectSeen struct {
@@ -53,8 +55,12 @@ func (o *objectUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.mu.Lock()
 	o.seen = append(o.seen, objectSeen{r.Method, r.URL.Path, r.Header.Get("Authorization"), string(body)})
 	o.n++
-	n := o.n
+	n, down := o.n, o.down
 	o.mu.Unlock()
+	if down {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	path := strings.TrimPrefix(r.URL.Path, "/v1")
 	w.Header().Set("Content-Type", "application/json")
 	switch {
@@ -436,5 +442,37 @@ func TestFilesAndBatchesOwned(t *testing.T) {
 	wantNotFound(t, h.do(http.MethodGet, "/v1/files/"+out+"/content", "", asBob), up, "file_not_found")
 	if r := h.do(http.MethodGet, "/v1/files/"+out+"/content", "", asAlice); r.status != http.StatusOK || !strings.Contains(string(r.body), "custom_id") {
 		t.Fatalf("alice's batch output: %d %s", r.status, r.body)
+	}
+}
+
+// TestNamedObjectPinsItsUpstream: a request naming an object goes to the
+// upstream that holds it, whatever its model routes to, and never to a
+// fallback.
+func TestNamedObjectPinsItsUpstream(t *testing.T) {
+	other := &objectUpstream{}
+	s := httptest.NewServer(other)
+	t.Cleanup(s.Close)
+	h, up := ownersHarness(t, func(c *config.Config) {
+		c.Upstreams[0].Models = []string{"gpt-4o"}
+		c.Upstreams[0].Fallbacks = []string{"second"}
+		c.Upstreams = append(c.Upstreams, config.Upstream{Name: "second", BaseURL: s.URL + "/v1", Models: []string{"*"},
+			Timeout: config.Duration(5 * time.Second)})
+	})
+	id, _ := create(t, h, up, responseBody, asAlice)
+	cont := `{"model":"other-model","input":"more","previous_response_id":"` + id + `"}`
+	if r := h.do(http.MethodPost, "/v1/responses", cont, asAlice); r.status != http.StatusOK || r.header.Get("X-Llmgate-Upstream") != "primary" {
+		t.Fatalf("continue: %d %v %s", r.status, r.header, r.body)
+	}
+	if len(up.requests()) != 1 || len(other.requests()) != 0 {
+		t.Fatal("the continuation did not go to the response's upstream")
+	}
+	up.mu.Lock()
+	up.down = true
+	up.mu.Unlock()
+	if r := h.do(http.MethodGet, "/v1/responses/"+id, "", asAlice); r.status < 500 {
+		t.Fatalf("holder down: %d %s", r.status, r.body)
+	}
+	if seen := other.requests(); len(seen) != 0 {
+		t.Fatalf("fell back to another upstream: %+v", seen)
 	}
 }
