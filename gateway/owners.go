@@ -76,12 +76,16 @@ func (g *Gateway) checkObjects(r *http.Request, cl *proxy.Call, body []byte, u *
 
 // recordObjects records client as the owner of the objects a successful
 // answer hands out — a JSON body's, or a Responses stream's first event's
-// — before the answer reaches the client; an error means the answer must
+// — before the answer reaches the client (a response created with store
+// false is kept by nobody and not recorded); an error means the answer must
 // not be sent (its ids would be refused to their owner). Only the paths
 // that create objects are scanned.
 func (g *Gateway) recordObjects(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
 	if resp.Status < 200 || resp.Status > 299 || !ownership.Creates(cl.In.URL.Path) || !g.sharedKey(client, resp.Upstream) {
 		return nil
+	}
+	if cl.Suffix == "/responses" && (resp.Upstream.Cfg.ForceStoreFalse || !ownership.Stored(cl.Body)) {
+		return nil // the provider keeps no such response: nothing to name later
 	}
 	var refs []ownership.Ref
 	if resp.Stream != nil {

@@ -400,6 +400,12 @@ func TestForceStoreFalse(t *testing.T) {
 			t.Fatalf("upstream saw %+v, want body %s", seen, tc.want)
 		}
 	}
+	// Nothing stored upstream, nothing recorded: its id names nothing.
+	id, _ := create(t, h, up, responseBody, asAlice)
+	wantNotFound(t, h.do(http.MethodGet, "/v1/responses/"+id, "", asAlice), up, "response_not_found")
+	if _, err := h.store.GetOwner(t.Context(), "alice", id); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("a response not stored upstream was recorded: %v", err)
+	}
 	chat := `{"model":"gpt-4o","store":true,"messages":[]}`
 	h.chat(chat, asAlice)
 	if seen := up.requests(); len(seen) != 1 || seen[0].Body != chat {

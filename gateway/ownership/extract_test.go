@@ -168,3 +168,14 @@ func BenchmarkFromBody(b *testing.B) {
 		FromBody(body)
 	}
 }
+
+func TestStored(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"model":"m"}`: true, `{"store":true}`: true, `{"store":null}`: true,
+		`{"store":false}`: false, `{"model":"m", "store" : false}`: false, `{"metadata":{"store":false}}`: true,
+	} {
+		if got := Stored([]byte(body)); got != want {
+			t.Errorf("Stored(%s) = %v, want %v", body, got, want)
+		}
+	}
+}

@@ -53,3 +53,15 @@ func emptyObject(rest []byte) bool {
 	}
 	return false
 }
+
+// Stored reports whether a Responses request body asks the provider to
+// store the response: unless its top-level "store" is false (OpenAI's
+// default is true). A response not stored cannot be named later, so its
+// owner need not be recorded.
+func Stored(body []byte) bool {
+	s := jsonscan.New(body, 0)
+	for range s.Fields(storeKeys) {
+		return string(s.Value()) != "false"
+	}
+	return true
+}
