@@ -64,6 +64,7 @@ func TestFromBody(t *testing.T) {
 			[]Ref{{File, "file-a", "file_id"}}},
 		{"tools", `{"tools":[{"type":"file_search","vector_store_ids":["vs_1","vs_2"]}],"tool_resources":{"code_interpreter":{"file_ids":["file-b"]}}}`,
 			[]Ref{{VectorStore, "vs_1", "vector_store_ids"}, {VectorStore, "vs_2", "vector_store_ids"}, {File, "file-b", "file_ids"}}},
+		{"escaped key", `{"x":{"file\u005fid":"file-e"}}`, []Ref{{File, "file-e", "file_id"}}},
 		{"batch input", `{"input_file_id":"file-c","endpoint":"/v1/chat/completions","completion_window":"24h"}`,
 			[]Ref{{File, "file-c", "input_file_id"}}},
 		{"chat file part", `{"messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-d"}}]}]}`,
