@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/limits"
@@ -24,13 +24,17 @@ import (
 func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
 		s.endpoint = ep.label
-		slot, err := g.admit(r, s)
+		slot, err := g.admitClient(r, s)
 		if err != nil {
 			return err
 		}
 		defer slot.Release()
+		// The body's bytes count against limits.max_inflight_bytes until
+		// the request ends.
+		var held admission.Reservation
+		defer held.Release()
 		start := g.now()
-		body, rt, u, err := g.parseRequest(r)
+		body, rt, u, err := g.parseRequest(r, &held)
 		s.model = rt.Model
 		if err != nil {
 			return err
@@ -59,9 +63,9 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 	})
 }
 
-// admit applies the client's concurrency and rate limits, before anything
+// admitClient applies the client's concurrency and rate limits, before anything
 // else; an operator's dead-letter replay is paced by its own rate.
-func (g *Gateway) admit(r *http.Request, s *summary) (*limits.Slot, error) {
+func (g *Gateway) admitClient(r *http.Request, s *summary) (*limits.Slot, error) {
 	if _, replay := deadletter.ReplayClient(r.Context()); replay {
 		return nil, nil
 	}
@@ -118,8 +122,8 @@ func (s *summary) note(resp *proxy.Response) {
 }
 
 // parseRequest reads, validates and routes a POST body.
-func (g *Gateway) parseRequest(r *http.Request) ([]byte, routing, *proxy.Upstream, error) {
-	body, err := readBody(r, g.cfg.Limits.MaxBodyBytes)
+func (g *Gateway) parseRequest(r *http.Request, held *admission.Reservation) ([]byte, routing, *proxy.Upstream, error) {
+	body, err := g.readBody(r, held)
 	if err != nil {
 		return nil, routing{}, nil, err
 	}
@@ -152,12 +156,25 @@ func (g *Gateway) routingError(err error) error {
 	return apierror.InvalidCode("invalid_json", "", "We could not parse the JSON body of your request: "+err.Error()+".", err)
 }
 
-// readBody reads the request body up to limit bytes.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
+// readBody reads the request body up to limits.max_body_bytes, holding
+// its bytes in held (see package admission).
+func (g *Gateway) readBody(r *http.Request, held *admission.Reservation) ([]byte, error) {
+	return g.readBodyUpTo(r, held, g.cfg.Limits.MaxBodyBytes)
+}
+
+// readBodyUpTo is readBody with another limit (a passthrough route's).
+func (g *Gateway) readBodyUpTo(r *http.Request, held *admission.Reservation, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, &apierror.TooLarge{Limit: limit}
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	body, err := held.Body(r.Context(), g.admit, r.Body, r.ContentLength, limit)
+	var ae *apierror.Error
+	switch {
+	case errors.As(err, &ae): // no room under limits.max_inflight_bytes
+		return nil, err
+	case errors.Is(err, context.Canceled): // the client left while it waited
+		return nil, apierror.ClientGone
+	}
 	if err != nil {
 		return nil, apierror.InvalidCode("", "", "Could not read the request body.", err)
 	}

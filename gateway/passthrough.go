@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/proxy"
@@ -103,7 +104,7 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 			return err
 		}
 		s.endpoint = rt.label
-		slot, err := g.admit(r, s)
+		slot, err := g.admitClient(r, s)
 		if err != nil {
 			return err
 		}
@@ -113,7 +114,11 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		body, err := g.readPassBody(r, rt, key != "")
+		// A JSON body's bytes count against limits.max_inflight_bytes
+		// until the request ends, as chat's do.
+		var held admission.Reservation
+		defer held.Release()
+		body, err := g.readPassBody(r, rt, key != "", &held)
 		if err != nil {
 			return err
 		}

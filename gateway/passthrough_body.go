@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/proxy"
@@ -34,7 +35,7 @@ type passBody struct {
 // fingerprinted over its parts. A body that declares more than
 // passthrough.spool_max_bytes is not read first at all: it streams to the
 // upstream once (keyed, it is refused: its fingerprint needs it whole).
-func (g *Gateway) readPassBody(r *http.Request, rt passRoute, keyed bool) (passBody, error) {
+func (g *Gateway) readPassBody(r *http.Request, rt passRoute, keyed bool, held *admission.Reservation) (passBody, error) {
 	if r.ContentLength > rt.maxBody {
 		return passBody{}, &apierror.TooLarge{Limit: rt.maxBody}
 	}
@@ -47,7 +48,7 @@ func (g *Gateway) readPassBody(r *http.Request, rt passRoute, keyed bool) (passB
 		return passBody{src: proxy.OnceBody(r.Body, r.ContentLength)}, nil
 	}
 	if mt == "application/json" {
-		return g.readPassJSON(r, rt)
+		return g.readPassJSON(r, rt, held)
 	}
 	sp := &spool{dir: g.spoolDir(), mem: g.memoryBodyBytes()}
 	pb, err := readSpooled(r.Body, sp, rt.maxBody, mt, params["boundary"])
@@ -59,8 +60,8 @@ func (g *Gateway) readPassBody(r *http.Request, rt passRoute, keyed bool) (passB
 }
 
 // readPassJSON reads and parses a JSON passthrough body.
-func (g *Gateway) readPassJSON(r *http.Request, rt passRoute) (passBody, error) {
-	body, err := readBody(r, min(rt.maxBody, g.cfg.Limits.MaxBodyBytes))
+func (g *Gateway) readPassJSON(r *http.Request, rt passRoute, held *admission.Reservation) (passBody, error) {
+	body, err := g.readBodyUpTo(r, held, min(rt.maxBody, g.cfg.Limits.MaxBodyBytes))
 	if err != nil {
 		return passBody{}, err
 	}

@@ -190,7 +190,7 @@ func TestPassthroughUploadBoundedMemory(t *testing.T) {
 // client's retry to replay.
 func TestPassthroughKeyedSpooledOutlivesHandler(t *testing.T) {
 	if testing.Short() {
-		t.Skip("32 MiB upload")
+		t.Skip("16 MiB upload")
 	}
 	release := make(chan struct{})
 	var got atomic.Value
@@ -212,9 +212,9 @@ func TestPassthroughKeyedSpooledOutlivesHandler(t *testing.T) {
 		c.Upstreams[0].Timeout = config.Duration(requestLimit) // the attempt includes the upload
 		c.Passthrough.SpoolDir = t.TempDir()
 	})
-	file := bytes.Repeat([]byte("0123456789abcdef"), 2<<20) // 32 MiB: more than the socket buffers take
+	file := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB: more than the socket buffers take
 	ct, body := multipartBody(t, "late", [][2]string{{"purpose", "batch"}}, file)
-	r := h.sendRaw("POST", "/v1/files", ct, body, map[string]string{"Idempotency-Key": "late-upload", DeadlineHeader: "200ms"})
+	r := h.sendRaw("POST", "/v1/files", ct, body, map[string]string{"Idempotency-Key": "late-upload", DeadlineHeader: "5s"}) // long enough for the body to reach the gateway first
 	wantOpenAIError(t, r, http.StatusGatewayTimeout)
 	close(release)
 	again := h.sendRaw("POST", "/v1/files", ct, body, map[string]string{"Idempotency-Key": "late-upload"})
