@@ -1,9 +1,10 @@
 // Package simupstream is a scriptable, OpenAI-compatible upstream: a real
 // http.Handler that answers /v1/chat/completions, /v1/completions,
-// /v1/embeddings and /v1/models with generated answers, and can be told,
-// request by request, to fail in the ways real providers fail (error
-// statuses, hangs, connection resets, truncated bodies, streams that stop,
-// stall or end in an error event).
+// /v1/embeddings, /v1/responses (and the responses it stored) and
+// /v1/models with generated answers, and can be told, request by request,
+// to fail in the ways real providers fail (error statuses, hangs,
+// connection resets, truncated bodies, streams that stop, stall or end in
+// an error event).
 //
 // It serves three callers: the e2e tests, which start it with
 // httptest.NewServer, script it per test and assert on what it recorded;
@@ -77,6 +78,18 @@ type Options struct {
 	// other requests get 401 with code invalid_api_key and consume no Step.
 	APIKey string
 
+	// BackgroundPolls is how many GETs of a background response (a
+	// Responses request with background: true, answered "queued") answer
+	// in_progress before it is done. If BackgroundPolls <= 0, 1 is used:
+	// the first GET sees in_progress, the second the done response.
+	BackgroundPolls int
+
+	// MaxModelLen, if > 0, makes the models look served by vLLM: GET
+	// /v1/models and /v1/models/{id} give each one vLLM's extra fields,
+	// root, parent (null) and max_model_len (this value), so tests can
+	// check that a gateway relays vendor fields.
+	MaxModelLen int
+
 	// KeepRequests is how many of the most recent requests Requests returns.
 	// If KeepRequests == 0, all are kept (what tests want); if it is
 	// negative, none are (what the demo and the load tool want, so memory
@@ -134,8 +147,14 @@ type Step struct {
 	StallAfter int
 	// ErrorInStream ends a stream, after its content chunks, with an event
 	// carrying an OpenAI error object (from ErrType and ErrCode, default
-	// server_error) instead of the finish chunk and [DONE].
+	// server_error) instead of the finish chunk and [DONE]. A Responses
+	// stream ends with an "error" typed event instead of its done events.
 	ErrorInStream bool
+	// Failed makes a Responses answer a failed response (status "failed",
+	// error.code from ErrCode, default server_error), sent with HTTP 200;
+	// streamed, it ends with response.failed after the text deltas. Other
+	// endpoints ignore it.
+	Failed bool
 }
 
 func (st Step) clone() Step {
@@ -177,6 +196,11 @@ type Server struct {
 	total   int
 	perPath map[string]int
 	demo    demoState
+	// stored holds the Responses kept for GET /v1/responses/{id}, at most
+	// maxStoredResponses; storedOrder is their creation order, for
+	// eviction (it may name ids already deleted).
+	stored      map[string]*storedResponse
+	storedOrder []string
 	// arrived is created by a waiting WaitForCalls and closed (then
 	// forgotten) by the next arrival, so waiters wake without polling and
 	// nobody pays for it when nobody waits.
@@ -201,7 +225,8 @@ func New(o Options) *Server {
 }
 
 // Enqueue appends steps to the script: each scripted POST (chat
-// completions, completions, embeddings) consumes the next one, in order.
+// completions, completions, embeddings, responses) consumes the next one,
+// in order.
 func (s *Server) Enqueue(steps ...Step) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -226,12 +251,14 @@ func (s *Server) ClearQueue() {
 	s.queue = nil
 }
 
-// Reset forgets the recorded requests and counts (the demo models' too),
-// drops the queue and makes the default Step healthy again.
+// Reset forgets the recorded requests and counts (the demo models' too)
+// and the stored Responses, drops the queue and makes the default Step
+// healthy again.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.demo = demoState{}
+	s.stored, s.storedOrder = nil, nil
 	s.queue = nil
 	s.def = Step{}
 	s.reqs = nil

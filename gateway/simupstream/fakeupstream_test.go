@@ -874,7 +874,11 @@ func TestBadRequests(t *testing.T) {
 		{"POST", "/v1/embeddings", `{"model":"m","input":[]}`, 400},
 		{"POST", "/v1/completions", `{"model":"m","prompt":"hi"} trailing`, 400},
 		{"GET", "/v1/chat/completions", "", 404},
-		{"POST", "/v1/responses", "{}", 404},
+		{"POST", "/v1/responses", "{}", 400},
+		{"POST", "/v1/responses", `{"model":"m","input":"hi","previous_response_id":"resp_unknown"}`, 400},
+		{"GET", "/v1/responses/resp_unknown", "", 404},
+		{"GET", "/v1/responses/resp_unknown/nope", "", 404},
+		{"POST", "/v1/assistants", "{}", 404},
 		{"GET", "/healthz", "", 404},
 	}
 	for _, tt := range tests {

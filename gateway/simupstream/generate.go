@@ -24,7 +24,9 @@ type chatRequest struct {
 	Stream        bool           `json:"stream"`
 	StreamOptions *streamOptions `json:"stream_options"`
 	N             int            `json:"n"`
-	Tools         []struct {
+	// ResponseFormat asks for JSON (see structuredContent).
+	ResponseFormat *responseFormat `json:"response_format"`
+	Tools          []struct {
 		Function struct {
 			Name string `json:"name"`
 		} `json:"function"`
@@ -220,6 +222,9 @@ func (x *exchange) chatReply(req chatRequest, n int) chatReply {
 		}
 	}
 	r := chatReply{req: req, n: n, a: x.answer(said), id: x.s.newID("chatcmpl-fake"), created: time.Now().Unix()}
+	if c, ok := structuredContent(req.ResponseFormat, said); ok && !x.step.Empty {
+		r.a.content = c
+	}
 	if r.a.finish == "tool_calls" {
 		name := "lookup"
 		if len(req.Tools) > 0 && req.Tools[0].Function.Name != "" {
@@ -409,11 +414,11 @@ func (x *exchange) embeddings(body []byte) error {
 
 func (x *exchange) models() error {
 	list := struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{Object: "list", Data: []model{}}
+		Object string `json:"object"`
+		Data   []any  `json:"data"`
+	}{Object: "list", Data: []any{}}
 	for _, id := range x.s.models {
-		list.Data = append(list.Data, model{ID: id, Object: "model", Created: modelCreated, OwnedBy: "llmgate"})
+		list.Data = append(list.Data, x.modelCard(id))
 	}
 	return x.writeJSON(list)
 }
@@ -421,7 +426,7 @@ func (x *exchange) models() error {
 func (x *exchange) model(id string) error {
 	for _, m := range x.s.models {
 		if m == id {
-			return x.writeJSON(model{ID: id, Object: "model", Created: modelCreated, OwnedBy: "llmgate"})
+			return x.writeJSON(x.modelCard(id))
 		}
 	}
 	return x.writeError(http.StatusNotFound, apiError{
@@ -430,6 +435,21 @@ func (x *exchange) model(id string) error {
 		Param:   "model",
 		Code:    "model_not_found",
 	})
+}
+
+// modelCard describes the model id as OpenAI does, or as vLLM does when
+// Options.MaxModelLen is set.
+func (x *exchange) modelCard(id string) any {
+	m := model{ID: id, Object: "model", Created: modelCreated, OwnedBy: "llmgate"}
+	if x.s.opts.MaxModelLen <= 0 {
+		return m
+	}
+	return struct {
+		model
+		Root        string  `json:"root"`
+		Parent      *string `json:"parent"`
+		MaxModelLen int     `json:"max_model_len"`
+	}{m, id, nil, x.s.opts.MaxModelLen}
 }
 
 // stream writes events, then tail, then [DONE], as server-sent events, each
@@ -486,6 +506,12 @@ func (x *exchange) stream(events, tail []any) error {
 // event writes the i-th event of a stream, after the chunk delay (none
 // before the first), in one write, so a flush never splits one.
 func (x *exchange) event(i int, data []byte) error {
+	return x.namedEvent(i, "", data)
+}
+
+// namedEvent is event with an "event: name" line before the data when name
+// is not empty, as the Responses API's typed events have.
+func (x *exchange) namedEvent(i int, name string, data []byte) error {
 	if i > 0 {
 		gap := x.step.ChunkDelay
 		if gap <= 0 {
@@ -495,7 +521,12 @@ func (x *exchange) event(i int, data []byte) error {
 			return err
 		}
 	}
-	buf := make([]byte, 0, len(data)+8)
+	buf := make([]byte, 0, len(name)+len(data)+16)
+	if name != "" {
+		buf = append(buf, "event: "...)
+		buf = append(buf, name...)
+		buf = append(buf, '\n')
+	}
 	buf = append(buf, "data: "...)
 	buf = append(buf, data...)
 	buf = append(buf, "\n\n"...)
@@ -531,11 +562,7 @@ func (x *exchange) answer(said string) answer {
 	if x.step.Empty {
 		return a
 	}
-	if said = firstRunes(said, saidRunes); said == "" {
-		a.content = "This is llmgate's simulated upstream. You said nothing."
-	} else {
-		a.content = "This is llmgate's simulated upstream. You said: " + said
-	}
+	a.content = simulatedSentence(said)
 	if size := x.s.opts.ContentBytes; size > len(a.content) {
 		const filler = " The quick brown fox jumps over the lazy dog."
 		var b strings.Builder
@@ -547,6 +574,14 @@ func (x *exchange) answer(said string) answer {
 		a.content = b.String()
 	}
 	return a
+}
+
+// simulatedSentence is the canned answer to a user who said said.
+func simulatedSentence(said string) string {
+	if said = firstRunes(said, saidRunes); said == "" {
+		return "This is llmgate's simulated upstream. You said nothing."
+	}
+	return "This is llmgate's simulated upstream. You said: " + said
 }
 
 // pieces splits content into the stream's content chunks, on rune

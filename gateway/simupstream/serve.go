@@ -28,6 +28,8 @@ const (
 	embeddings
 	listModels
 	getModel
+	createResponse
+	responseByID // GET/DELETE /v1/responses/{id}, .../cancel, .../input_items
 )
 
 func route(method, path string) endpoint {
@@ -42,13 +44,20 @@ func route(method, path string) endpoint {
 		return listModels
 	case method == http.MethodGet && strings.HasPrefix(path, "/v1/models/") && len(path) > len("/v1/models/"):
 		return getModel
+	case method == http.MethodPost && path == "/v1/responses":
+		return createResponse
+	}
+	if rest, ok := strings.CutPrefix(path, "/v1/responses/"); ok {
+		if _, _, ok := storedResponseRoute(method, rest); ok {
+			return responseByID
+		}
 	}
 	return notFound
 }
 
 // scripted reports whether requests to e consume a Step.
 func (e endpoint) scripted() bool {
-	return e == chatCompletions || e == completions || e == embeddings
+	return e == chatCompletions || e == completions || e == embeddings || e == createResponse
 }
 
 // ServeHTTP records the request, then answers it as its Step says.
@@ -152,12 +161,17 @@ func (x *exchange) serve(ep endpoint, body []byte, readErr error, authorized boo
 		return x.models()
 	case ep == getModel:
 		return x.model(strings.TrimPrefix(x.r.URL.Path, "/v1/models/"))
+	case ep == responseByID:
+		op, id, _ := storedResponseRoute(x.r.Method, strings.TrimPrefix(x.r.URL.Path, "/v1/responses/"))
+		return x.storedResponse(op, id)
 	case (st.Status != 0 && st.Status != http.StatusOK) || st.Body != "":
 		return x.scripted(body)
 	case ep == chatCompletions:
 		return x.chat(body)
 	case ep == completions:
 		return x.completion(body)
+	case ep == createResponse:
+		return x.responses(body)
 	default:
 		return x.embeddings(body)
 	}
