@@ -150,10 +150,7 @@ func nestedName(key []byte) int {
 
 func isString(v []byte) bool { return len(v) > 0 && v[0] == '"' }
 
-var (
-	answerKeys = jsonscan.NewKeys("id", "object", "deleted", "file", "output_file_id", "error_file_id")
-	fileKeys   = jsonscan.NewKeys("id", "object")
-)
+var answerKeys = jsonscan.NewKeys("id", "object", "deleted", "file", "output_file_id", "error_file_id")
 
 // objectKinds maps an answer's "object" to the kind recorded.
 var objectKinds = map[string]Kind{
@@ -204,10 +201,7 @@ func unquoteString(v []byte) string {
 	return jsonscan.Unquote(v)
 }
 
-var (
-	eventKeys    = jsonscan.NewKeys("type", "response")
-	responseKeys = jsonscan.NewKeys("id", "object")
-)
+var eventKeys = jsonscan.NewKeys("type", "response")
 
 // FromStreamEvent returns the response a Responses stream hands out, from
 // its first event (ev as the SSE reader returns it): response.created,
