@@ -21,10 +21,10 @@ import "time"
 //	    scope deletes nothing and is no error.
 //
 // Each kind of data a store keeps per client is one namespace that
-// PurgeScope walks and one field of Purged. Records and a future kind whose
-// storage keys start with the scope (the ownership entries of provider
-// objects a client created: Badger 'o' 0 scope 0 id, Redis P o:{scope:id})
-// are deleted by prefix or SCAN pattern; dead letters, keyed by a hash of
+// PurgeScope walks and one field of Purged. Records and the ownership
+// entries of provider objects a client created (cache.Owner: Badger
+// 'o' 0 scope 0 id, Redis P o:{scope:id}), whose storage keys start with
+// the scope, are deleted by prefix or SCAN pattern; dead letters, keyed by a hash of
 // the whole key, are read and matched on their Client.
 
 // RecordOverhead is what StoredSize counts for the parts of a record that
@@ -59,4 +59,8 @@ type Purged struct {
 	// committed or in flight.
 	Records     int `json:"records"`
 	DeadLetters int `json:"dead_letters"`
+	// Owners are ownership entries of provider objects (cache.Owner): the
+	// purged client's objects become unknown to llmgate, refused even to
+	// it under a shared upstream key.
+	Owners int `json:"owners"`
 }

@@ -88,7 +88,8 @@ func Default() Config {
 			WebhookTimeout:  Duration(5 * time.Second),
 			ReplayPerSecond: 5,
 		},
-		Tracing: Tracing{SampleRatio: 1, TrustClientContext: true},
+		Tracing:   Tracing{SampleRatio: 1, TrustClientContext: true},
+		Ownership: DefaultOwnership(),
 	}
 }
 
@@ -141,6 +142,7 @@ type Config struct {
 	Server      Server      `yaml:"server"`
 	DeadLetters DeadLetters `yaml:"dead_letters"`
 	Tracing     Tracing     `yaml:"tracing"`
+	Ownership   Ownership   `yaml:"ownership"`
 	Passthrough Passthrough `yaml:"passthrough"`
 }
 
@@ -182,6 +184,11 @@ type Upstream struct {
 	// so that its own spans join the gateway's trace. If unset, it follows
 	// Internal: a public provider gains nothing from our trace ids.
 	PropagateTrace *bool `yaml:"propagate_trace"`
+	// ForceStoreFalse rewrites "store" to false in every POST /responses
+	// body forwarded to this upstream, so the provider keeps no response
+	// state (previous_response_id then fails upstream). The one exception
+	// to byte fidelity: only that member's value changes. Default false.
+	ForceStoreFalse bool `yaml:"force_store_false"`
 }
 
 // PropagatesTrace reports whether trace context goes to u: PropagateTrace
@@ -207,6 +214,11 @@ type Client struct {
 	// Limits are this client's own limits. A field left at 0 takes
 	// Config.ClientLimits' value; -1 lifts that limit for this client.
 	Limits ClientLimits `yaml:"limits"`
+	// UpstreamAPIKeys maps an upstream's name to this client's own API key
+	// for it (one provider project per tenant), sent instead of the
+	// upstream's api_key: the provider itself then keeps this client's
+	// stored objects apart. A secret: redacted, never logged.
+	UpstreamAPIKeys map[string]string `yaml:"upstream_api_keys"`
 }
 
 // Digest is the SHA-256 of the client's key, from Key or KeySHA256: what

@@ -270,6 +270,7 @@ func TestGoodConfig(t *testing.T) {
 			Endpoint:    "https://trace-user:tracing-secret@otel.internal:4318/v1/traces?token=trace-query-secret",
 			SampleRatio: 0.25,
 		},
+		Ownership: DefaultOwnership(),
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("LoadFile(good.yml) =\n%+v\nwant\n%+v", c, want)
@@ -294,6 +295,7 @@ func TestExampleConfig(t *testing.T) {
 	c, err := LoadFile("example.yaml", env(map[string]string{
 		"OPENAI_API_KEY":        "sk-openai",
 		"ALICE_KEY":             "sk-gw-alice",
+		"ALICE_OPENAI_KEY":      "sk-alice-openai",
 		"LLMGATE_ADMIN_TOKEN":   "admin",
 		"LLMGATE_ALERT_WEBHOOK": "https://hooks.slack.com/services/T/B/x",
 	}))

@@ -9,7 +9,7 @@ import (
 const RedactedValue = "<redacted>"
 
 // Redacted returns a copy of c that is safe to print or serve: upstream API
-// keys, client keys and key hashes and the admin token become "<redacted>"
+// keys (clients' own upstream_api_keys too), client keys and key hashes and the admin token become "<redacted>"
 // (empty ones stay empty, so an unset secret shows as unset); user
 // information and query values in store.redis.url and every base_url are
 // replaced; and dead_letters.webhook_url keeps only its scheme and host,
@@ -35,6 +35,12 @@ func (c *Config) Redacted() Config {
 	for i := range r.Clients {
 		r.Clients[i].Key = redact(r.Clients[i].Key)
 		r.Clients[i].KeySHA256 = redact(r.Clients[i].KeySHA256)
+		if keys := r.Clients[i].UpstreamAPIKeys; keys != nil {
+			r.Clients[i].UpstreamAPIKeys = make(map[string]string, len(keys))
+			for u, k := range keys {
+				r.Clients[i].UpstreamAPIKeys[u] = redact(k)
+			}
+		}
 	}
 	r.Store.Redis.URL = redactURL(r.Store.Redis.URL, false)
 	r.DeadLetters.WebhookURL = redactURL(r.DeadLetters.WebhookURL, true)

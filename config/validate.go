@@ -39,6 +39,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateUpstreams(&p)
 	c.validateClients(&p)
+	c.validateOwnership(&p)
 	c.validateClientLimits(&p)
 	c.validateDurations(&p)
 	c.validateRetryAndBreaker(&p)

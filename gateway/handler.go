@@ -47,6 +47,11 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 		}
 		cl := &proxy.Call{In: r, Suffix: ep.suffix, Kind: ep.kind, Body: body, Model: rt.Model,
 			Stream: rt.Stream, Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
+		cl.APIKeys, cl.StoreFalseBody = g.apiKeys[clientOf(r)], g.storeFalseBody(ep.suffix, body)
+		if u, err = g.checkObjects(r, cl, body, u); err != nil {
+			return err
+		}
+		s.upstream = u.Cfg.Name
 		kr, err := g.keyFor(r, ep, u, body)
 		if err != nil {
 			return err
@@ -93,6 +98,9 @@ func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy
 		return err
 	}
 	s.note(resp)
+	if err := g.recordOrDrop(ctx, clientOf(r), cl, resp); err != nil {
+		return err
+	}
 	if resp.Stream != nil {
 		g.proxy.RelayStream(w, resp, nil, start, "", false)
 	}

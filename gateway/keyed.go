@@ -284,6 +284,11 @@ func (k *keyedCall) run(u *proxy.Upstream) (e workEnd) {
 	}
 	k.resp = resp
 	k.s.note(resp)
+	if err := k.g.recordOrDrop(k.work, k.kr.Key.Scope, k.cl, resp); err != nil {
+		// Not committed: the ids it would hand out are not recorded.
+		k.release(outcome.Verdict{})
+		return workEnd{err: err}
+	}
 	if resp.Stream != nil {
 		k.stream(resp)
 		return workEnd{}

@@ -134,6 +134,15 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 		cl := &proxy.Call{In: r, Suffix: strings.TrimPrefix(r.URL.Path, "/v1"), Query: r.URL.RawQuery,
 			Source: body.src, Model: body.model, Passthrough: true, RecordLimit: rt.maxRecord,
 			Unbuffered: key == "", Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
+		cl.APIKeys = g.apiKeys[clientOf(r)]
+		if err := g.listAllowed(r, u); err != nil {
+			return err
+		}
+		if u, err = g.checkObjects(r, cl, body.json, u); err != nil {
+			return err
+		}
+		s.upstream = u.Cfg.Name
+		cl.Unbuffered = cl.Unbuffered && !g.buffersObjects(r, u)
 		if key == "" {
 			return g.serveUnkeyed(flushWriter{w}, r, cl, u, dl, s)
 		}

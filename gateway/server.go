@@ -41,6 +41,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/limits"
 	"github.com/llmgate/llmgate/gateway/metrics"
+	"github.com/llmgate/llmgate/gateway/ownership"
 	"github.com/llmgate/llmgate/gateway/proxy"
 	"github.com/llmgate/llmgate/gateway/readdeadline"
 	"github.com/llmgate/llmgate/gateway/retry"
@@ -55,6 +56,7 @@ type Store interface {
 	idempotency.Store
 	admin.Store
 	limits.Store
+	ownership.Store
 	// PurgeScope deletes every record and dead letter of a client (see
 	// package cache).
 	PurgeScope(ctx context.Context, scope string) (cache.Purged, error)
@@ -113,6 +115,10 @@ type Gateway struct {
 	work     *workSet
 	timeline *timeline.Timeline // the operator's page's charts
 	tracer   *tracing.Tracer
+	// owners records and checks who created which provider object;
+	// apiKeys are the clients' own upstream keys (see owners.go).
+	owners  *ownership.Owners
+	apiKeys map[string]map[string]string
 	// forwardSecret keys the Idempotency-Key forwarded upstream.
 	forwardSecret []byte
 	ready         atomic.Bool
@@ -153,6 +159,8 @@ func New(o Options) (*Gateway, error) {
 		}
 		g.clients = append(g.clients, clientKey{name: c.Name, hash: digest})
 	}
+	g.owners = ownership.New(ownership.Options{Store: o.Store, TTL: o.Config.Ownership.TTL})
+	g.apiKeys = clientAPIKeys(o.Config.Clients)
 	g.metrics = metrics.New(g.registry, exactModels(r))
 	g.metrics.SetClients(clientNames(g.clients))
 	g.breakers = g.newBreakers(r)

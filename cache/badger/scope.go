@@ -135,6 +135,9 @@ func (s *Store) PurgeScope(ctx context.Context, scope string) (cache.Purged, err
 	if p.DeadLetters, err = s.purgeDeadLetters(ctx, scope); err != nil {
 		return p, fmt.Errorf("purge %q: dead letters: %w", scope, mapClosed(err))
 	}
+	if p.Owners, err = s.purgeOwners(scope); err != nil {
+		return p, fmt.Errorf("purge %q: owners: %w", scope, mapClosed(err))
+	}
 	return p, nil
 }
 

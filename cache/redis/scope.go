@@ -209,5 +209,8 @@ func (r *Store) PurgeScope(ctx context.Context, scope string) (cache.Purged, err
 	if err != nil {
 		return p, fmt.Errorf("purge %q: dead letters: %w", scope, r.mapErr(err))
 	}
+	if p.Owners, err = r.purgeOwners(ctx, scope); err != nil {
+		return p, fmt.Errorf("purge %q: owners: %w", scope, r.mapErr(err))
+	}
 	return p, nil
 }

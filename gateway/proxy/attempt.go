@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -28,9 +29,16 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
 	if err != nil {
 		return a.fail(err)
 	}
+	if c.StoreFalseBody != nil && u.Cfg.ForceStoreFalse {
+		body, n = bytes.NewReader(c.StoreFalseBody), int64(len(c.StoreFalseBody))
+	}
 	req, err := u.newUpstreamRequest(actx, c.In, c.Suffix, c.Query, body, n, c.IdemKey)
 	if err != nil {
 		return a.fail(err)
+	}
+	if k, ok := c.APIKeys[u.Cfg.Name]; ok {
+		// The client's own key for this upstream, instead of the shared one.
+		req.Header.Set("Authorization", "Bearer "+k)
 	}
 	res, err := u.client.Do(req)
 	if err != nil {

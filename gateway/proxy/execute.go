@@ -104,6 +104,16 @@ type Call struct {
 	Stream bool
 	// IdemKey is forwarded to the upstream when set.
 	IdemKey string
+	// APIKeys maps an upstream's name to the client's own key for it
+	// (config clients[].upstream_api_keys), sent instead of the upstream's
+	// api_key. Nil: every upstream's own.
+	APIKeys map[string]string
+	// StoreFalseBody, when set, is Body with "store" forced to false: what
+	// an upstream with force_store_false gets instead of Body.
+	StoreFalseBody []byte
+	// NoFallback: only the routed upstream is tried (a request naming an
+	// object goes to the upstream that holds it).
+	NoFallback bool
 	// Deadline: no attempt or fallback starts after it. ClientDeadline
 	// says it is the client's own (X-Llmgate-Deadline), not the
 	// operator's: a retry it stops says nothing about the upstream.
@@ -186,8 +196,8 @@ func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Respo
 	var lastErr error
 	for i, u := range primary.chain() {
 		if i > 0 {
-			if !c.resendable() {
-				break // the body was sent once and is gone
+			if !c.resendable() || c.NoFallback {
+				break // the body was sent once and is gone, or must stay here
 			}
 			if !c.Deadline.IsZero() && !p.now().Before(c.Deadline) {
 				break

@@ -32,6 +32,12 @@ type LiveStream struct {
 	span tracing.Attempt
 }
 
+// First is the events that have arrived and not yet been relayed: the
+// first, or a Responses stream's up to its first that is more than an
+// announcement (response.created, which carries the id, is among them).
+// Valid until the stream is relayed.
+func (s *LiveStream) First() [][]byte { return s.first }
+
 func (s *LiveStream) close() {
 	s.span.End(0, classify.Outcome{}, nil) // a stream not relayed; a relayed one's span has ended
 	s.timer.Stop()

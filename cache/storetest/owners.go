@@ -1,0 +1,126 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+)
+
+// OwnerStore is what RunOwners exercises: the ownership entries of
+// provider objects (see cache.Owner).
+type OwnerStore interface {
+	PutOwner(ctx context.Context, scope, id string, o cache.Owner, ttl time.Duration) error
+	GetOwner(ctx context.Context, scope, id string) (cache.Owner, error)
+	PurgeScope(ctx context.Context, scope string) (cache.Purged, error)
+}
+
+// RunOwners runs the ownership behaviour every store must share, each case
+// on a fresh, empty store that open returns on the given clock.
+func RunOwners(t *testing.T, open func(t *testing.T, now func() time.Time) OwnerStore) {
+	const day = 24 * time.Hour
+	a := cache.Owner{Upstream: "openai", Kind: "response"}
+
+	t.Run("put then get", func(t *testing.T) {
+		clock := NewClock()
+		s := open(t, clock.Now)
+		if err := s.PutOwner(ctx, "acme", "resp_1", a, 30*day); err != nil {
+			t.Fatalf("PutOwner: %v", err)
+		}
+		got, err := s.GetOwner(ctx, "acme", "resp_1")
+		if err != nil {
+			t.Fatalf("GetOwner: %v", err)
+		}
+		want := cache.Owner{Client: "acme", Upstream: "openai", Kind: "response",
+			CreatedAt: clock.Now(), ExpiresAt: clock.Now().Add(30 * day)}
+		if !got.CreatedAt.Equal(want.CreatedAt) || !got.ExpiresAt.Equal(want.ExpiresAt) {
+			t.Fatalf("times = %v, %v; want %v, %v", got.CreatedAt, got.ExpiresAt, want.CreatedAt, want.ExpiresAt)
+		}
+		got.CreatedAt, got.ExpiresAt, want.CreatedAt, want.ExpiresAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		if got != want {
+			t.Fatalf("GetOwner = %+v, want %+v", got, want)
+		}
+	})
+
+	t.Run("another scope does not see it", func(t *testing.T) {
+		s := open(t, NewClock().Now)
+		if err := s.PutOwner(ctx, "acme", "file-1", cache.Owner{Upstream: "openai", Kind: "file"}, day); err != nil {
+			t.Fatal(err)
+		}
+		for _, scope := range []string{"globex", "", "acm", "acme:"} {
+			if _, err := s.GetOwner(ctx, scope, "file-1"); !errors.Is(err, cache.ErrNotFound) {
+				t.Errorf("GetOwner(%q) err = %v, want ErrNotFound", scope, err)
+			}
+		}
+		if _, err := s.GetOwner(ctx, "acme", "file-2"); !errors.Is(err, cache.ErrNotFound) {
+			t.Errorf("unknown id: err = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("expires by the store's clock", func(t *testing.T) {
+		clock := NewClock()
+		s := open(t, clock.Now)
+		if err := s.PutOwner(ctx, "acme", "batch_1", cache.Owner{Upstream: "openai", Kind: "batch"}, day); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(day - time.Second)
+		if _, err := s.GetOwner(ctx, "acme", "batch_1"); err != nil {
+			t.Fatalf("before its ttl: %v", err)
+		}
+		clock.Advance(time.Second)
+		if _, err := s.GetOwner(ctx, "acme", "batch_1"); !errors.Is(err, cache.ErrNotFound) {
+			t.Fatalf("at its ttl: err = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("put replaces", func(t *testing.T) {
+		s := open(t, NewClock().Now)
+		if err := s.PutOwner(ctx, "acme", "vs_1", cache.Owner{Upstream: "a", Kind: "vector_store"}, day); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutOwner(ctx, "acme", "vs_1", cache.Owner{Upstream: "b", Kind: "vector_store"}, day); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.GetOwner(ctx, "acme", "vs_1"); err != nil || got.Upstream != "b" {
+			t.Fatalf("GetOwner = %+v, %v; want upstream b", got, err)
+		}
+	})
+
+	t.Run("purged with its scope", func(t *testing.T) {
+		s := open(t, NewClock().Now)
+		for _, e := range []struct{ scope, id string }{{"acme", "resp_1"}, {"acme", "file-1"}, {"acme:x", "resp_2"}, {"globex", "resp_1"}} {
+			if err := s.PutOwner(ctx, e.scope, e.id, a, day); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p, err := s.PurgeScope(ctx, "acme")
+		if err != nil || p != (cache.Purged{Owners: 2}) {
+			t.Fatalf("PurgeScope = %+v, %v; want 2 owners", p, err)
+		}
+		for _, e := range []struct {
+			scope, id string
+			kept      bool
+		}{{"acme", "resp_1", false}, {"acme", "file-1", false}, {"acme:x", "resp_2", true}, {"globex", "resp_1", true}} {
+			if _, err := s.GetOwner(ctx, e.scope, e.id); (err == nil) != e.kept {
+				t.Errorf("after purge, GetOwner(%q, %q) err = %v, kept want %v", e.scope, e.id, err, e.kept)
+			}
+		}
+	})
+
+	t.Run("invalid arguments", func(t *testing.T) {
+		s := open(t, NewClock().Now)
+		for _, tc := range []struct {
+			scope, id string
+			ttl       time.Duration
+		}{{"acme", "", day}, {"ac\x00me", "x", day}, {"acme", "id\n", day}, {"acme", "x", 0}} {
+			if err := s.PutOwner(ctx, tc.scope, tc.id, a, tc.ttl); err == nil {
+				t.Errorf("PutOwner(%q, %q, %v): no error", tc.scope, tc.id, tc.ttl)
+			}
+		}
+		if _, err := s.GetOwner(ctx, "acme", ""); !errors.Is(err, cache.ErrNotFound) {
+			t.Errorf("GetOwner of an empty id: err = %v, want ErrNotFound", err)
+		}
+	})
+}

@@ -1,0 +1,235 @@
+package ownership
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/llmgate/llmgate/classify/jsonscan"
+	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/sse"
+)
+
+// pathKinds maps the first segment of a path under /v1 to the kind of the
+// object its second segment names: /v1/responses/{id}[/input_items|/cancel],
+// /v1/files/{id}[/content], /v1/vector_stores/{id}/files/..., and so on.
+var pathKinds = map[string]Kind{
+	"responses":     Response,
+	"conversations": Conversation,
+	"files":         File,
+	"batches":       Batch,
+	"vector_stores": VectorStore,
+	"uploads":       Upload,
+}
+
+// FromPath returns the object a request path names, if any. path is the
+// URL path, with or without its /v1 prefix.
+func FromPath(path string) (Ref, bool) {
+	rest := strings.TrimPrefix(strings.TrimPrefix(path, "/v1"), "/")
+	first, rest, ok := strings.Cut(rest, "/")
+	kind, known := pathKinds[first]
+	if !ok || !known {
+		return Ref{}, false
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	if id == "" {
+		return Ref{}, false
+	}
+	return Ref{Kind: kind, ID: id}, true
+}
+
+// tenantLists are the list endpoints that show every object the provider
+// holds under the upstream's key: with a shared key, every tenant's.
+var tenantLists = map[string]bool{
+	"/files": true, "/batches": true, "/vector_stores": true, "/chat/completions": true,
+}
+
+// TenantList reports whether method and path list objects across tenants:
+// GET /v1/files, /v1/batches, /v1/vector_stores and /v1/chat/completions
+// (stored chat completions). The gateway refuses them under a shared key.
+func TenantList(method, path string) bool {
+	return method == http.MethodGet && tenantLists[strings.TrimSuffix(strings.TrimPrefix(path, "/v1"), "/")]
+}
+
+// ListRefused is the answer to a TenantList request under a shared key: a
+// 403, since retrying cannot help, that says what to do instead.
+func ListRefused(path string) *apierror.Error {
+	return &apierror.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "list_not_allowed",
+		Message: fmt.Sprintf("Listing %s is refused: clients of this gateway share the upstream's API key, so the list "+
+			"would show every client's objects. Retrieve your objects by the ids you were given, or ask the "+
+			"operator for your own upstream key (clients[].upstream_api_keys).", path)}
+}
+
+// The members of a request body that name objects: topKeys at the top
+// level only, nestedNames anywhere.
+var (
+	topKeys          = jsonscan.NewKeys("previous_response_id", "conversation")
+	conversationKeys = jsonscan.NewKeys("id")
+	nestedNames      = [...]struct {
+		name string
+		kind Kind
+	}{{"file_id", File}, {"file_ids", File}, {"input_file_id", File}, {"vector_store_ids", VectorStore}}
+)
+
+// FromBody returns the objects a JSON request body names:
+// previous_response_id and conversation (a string, or an object's "id") at
+// the top level, and file_id, file_ids, input_file_id and vector_store_ids
+// at any depth (input_file content parts, tool resources, file_search's
+// vector stores, a batch's input file). A value of another type is not an
+// id and is left to the upstream to refuse. A body that is not valid JSON
+// names nothing (it is refused before it could be forwarded).
+func FromBody(body []byte) []Ref {
+	var refs []Ref
+	s := jsonscan.New(body, 0)
+	for key := range s.Fields(topKeys) {
+		v := s.Value()
+		switch {
+		case key == "previous_response_id" && isString(v):
+			refs = append(refs, Ref{Kind: Response, ID: jsonscan.Unquote(v), Param: key})
+		case key == "conversation" && isString(v):
+			refs = append(refs, Ref{Kind: Conversation, ID: jsonscan.Unquote(v), Param: key})
+		case key == "conversation" && len(v) > 0 && v[0] == '{':
+			sub := jsonscan.New(v, 0)
+			for range sub.Fields(conversationKeys) {
+				if id := sub.Value(); isString(id) {
+					refs = append(refs, Ref{Kind: Conversation, ID: jsonscan.Unquote(id), Param: key})
+				}
+			}
+		}
+	}
+	return nested(jsonscan.New(body, 0), refs)
+}
+
+// nested appends the ids under nestedNames in the value at s, at any
+// depth. Keys are compared with jsonscan.Equal, which allocates nothing:
+// it runs over every member of every guarded request body.
+func nested(s *jsonscan.Scanner, refs []Ref) []Ref {
+	switch s.Peek() {
+	case '{':
+		for key := range s.Members() {
+			i := nestedName(key)
+			if i < 0 {
+				refs = nested(s, refs)
+				continue
+			}
+			n := nestedNames[i]
+			v := s.Value()
+			if isString(v) {
+				refs = append(refs, Ref{Kind: n.kind, ID: jsonscan.Unquote(v), Param: n.name})
+				continue
+			}
+			arr := jsonscan.New(v, 0)
+			for range arr.Elements() {
+				if e := arr.Value(); isString(e) {
+					refs = append(refs, Ref{Kind: n.kind, ID: jsonscan.Unquote(e), Param: n.name})
+				}
+			}
+		}
+	case '[':
+		for range s.Elements() {
+			refs = nested(s, refs)
+		}
+	default:
+		s.Skip()
+	}
+	return refs
+}
+
+// nestedName is the index in nestedNames of the name key decodes to, or -1.
+func nestedName(key []byte) int {
+	escaped := bytes.IndexByte(key, '\\') >= 0
+	for i, n := range nestedNames {
+		// Most keys have no escape: compared as written, which is cheaper.
+		if escaped && jsonscan.Equal(key, n.name) || !escaped && string(key[1:len(key)-1]) == n.name {
+			return i
+		}
+	}
+	return -1
+}
+
+func isString(v []byte) bool { return len(v) > 0 && v[0] == '"' }
+
+var answerKeys = jsonscan.NewKeys("id", "object", "deleted", "file", "output_file_id", "error_file_id")
+
+// objectKinds maps an answer's "object" to the kind recorded.
+var objectKinds = map[string]Kind{
+	"response": Response, "conversation": Conversation, "file": File,
+	"batch": Batch, "vector_store": VectorStore, "upload": Upload,
+}
+
+// FromAnswer returns the objects a JSON answer hands out: the object it is
+// (its "id" and "object", unless "deleted" is true), the file a completed
+// upload became ("file"), and the files a batch wrote (output_file_id,
+// error_file_id), which its owner reads through /v1/files.
+func FromAnswer(body []byte) []Ref {
+	var (
+		refs       []Ref
+		id, object string
+		deleted    bool
+	)
+	s := jsonscan.New(body, 0)
+	for key := range s.Fields(answerKeys) {
+		v := s.Value()
+		switch key {
+		case "id":
+			id = unquoteString(v)
+		case "object":
+			object = unquoteString(v)
+		case "deleted":
+			deleted = string(v) == "true"
+		case "file":
+			if f := FromAnswer(v); len(f) == 1 && f[0].Kind == File {
+				refs = append(refs, f[0])
+			}
+		case "output_file_id", "error_file_id":
+			if fid := unquoteString(v); fid != "" {
+				refs = append(refs, Ref{Kind: File, ID: fid})
+			}
+		}
+	}
+	if kind, ok := objectKinds[object]; ok && id != "" && !deleted {
+		refs = append([]Ref{{Kind: kind, ID: id}}, refs...)
+	}
+	return refs
+}
+
+func unquoteString(v []byte) string {
+	if !isString(v) {
+		return ""
+	}
+	return jsonscan.Unquote(v)
+}
+
+var eventKeys = jsonscan.NewKeys("type", "response")
+
+// FromStreamEvent returns the response a Responses stream hands out, from
+// its first event (ev as the SSE reader returns it): response.created,
+// whose "response" member is the response with its id.
+func FromStreamEvent(ev []byte) []Ref {
+	var typ string
+	var resp []byte
+	s := jsonscan.New(sse.Data(ev), 0)
+	for key := range s.Fields(eventKeys) {
+		v := s.Value()
+		if key == "type" {
+			typ = unquoteString(v)
+		} else {
+			resp = v
+		}
+	}
+	if typ != "response.created" || resp == nil {
+		return nil
+	}
+	return FromAnswer(resp)
+}
+
+// Creates reports whether answers on path may hand out objects whose owner
+// is recorded: paths under /v1/responses, /v1/conversations, /v1/files,
+// /v1/batches, /v1/vector_stores and /v1/uploads. Other answers (chat,
+// embeddings) are not scanned.
+func Creates(path string) bool {
+	first, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(path, "/v1"), "/"), "/")
+	_, ok := pathKinds[first]
+	return ok
+}

@@ -1,0 +1,182 @@
+package ownership
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"testing"
+)
+
+func TestFromPath(t *testing.T) {
+	for path, want := range map[string]Ref{
+		"/v1/responses/resp_1":                  {Kind: Response, ID: "resp_1"},
+		"/v1/responses/resp_1/input_items":      {Kind: Response, ID: "resp_1"},
+		"/v1/responses/resp_1/cancel":           {Kind: Response, ID: "resp_1"},
+		"/v1/conversations/conv_1/items/msg_2":  {Kind: Conversation, ID: "conv_1"},
+		"/v1/files/file-abc/content":            {Kind: File, ID: "file-abc"},
+		"/v1/batches/batch_1/cancel":            {Kind: Batch, ID: "batch_1"},
+		"/v1/vector_stores/vs_1/files/file-abc": {Kind: VectorStore, ID: "vs_1"},
+		"/v1/uploads/upload_1/complete":         {Kind: Upload, ID: "upload_1"},
+		"/responses/resp_2":                     {Kind: Response, ID: "resp_2"},
+	} {
+		got, ok := FromPath(path)
+		if !ok || got != want {
+			t.Errorf("FromPath(%q) = %+v, %v; want %+v", path, got, ok, want)
+		}
+	}
+	for _, path := range []string{"/v1/responses", "/v1/responses/", "/v1/files", "/v1/chat/completions", "/v1/models/gpt-4o", "/v1/embeddings"} {
+		if got, ok := FromPath(path); ok {
+			t.Errorf("FromPath(%q) = %+v, want nothing", path, got)
+		}
+	}
+}
+
+func TestTenantList(t *testing.T) {
+	for _, tc := range []struct {
+		method, path string
+		want         bool
+	}{
+		{"GET", "/v1/files", true}, {"GET", "/v1/batches", true}, {"GET", "/v1/vector_stores", true},
+		{"GET", "/v1/chat/completions", true}, {"GET", "/v1/files/", true},
+		{"POST", "/v1/files", false}, {"POST", "/v1/chat/completions", false},
+		{"GET", "/v1/files/file-1", false}, {"GET", "/v1/models", false}, {"GET", "/v1/responses/resp_1/input_items", false},
+	} {
+		if got := TenantList(tc.method, tc.path); got != tc.want {
+			t.Errorf("TenantList(%s %s) = %v, want %v", tc.method, tc.path, got, tc.want)
+		}
+	}
+	e := ListRefused("/v1/files")
+	if e.Status != http.StatusForbidden || e.Type != "invalid_request_error" {
+		t.Errorf("ListRefused = %+v", e)
+	}
+}
+
+func TestFromBody(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       []Ref
+	}{
+		{"previous response", `{"model":"m","previous_response_id":"resp_1","input":"hi"}`,
+			[]Ref{{Response, "resp_1", "previous_response_id"}}},
+		{"conversation string", `{"conversation":"conv_1"}`, []Ref{{Conversation, "conv_1", "conversation"}}},
+		{"conversation object", `{"conversation":{"id":"conv_\u0031"}}`, []Ref{{Conversation, "conv_1", "conversation"}}},
+		{"nested file parts", `{"input":[{"role":"user","content":[{"type":"input_file","file_id":"file-a"},{"type":"input_text","text":"file_id"}]}]}`,
+			[]Ref{{File, "file-a", "file_id"}}},
+		{"tools", `{"tools":[{"type":"file_search","vector_store_ids":["vs_1","vs_2"]}],"tool_resources":{"code_interpreter":{"file_ids":["file-b"]}}}`,
+			[]Ref{{VectorStore, "vs_1", "vector_store_ids"}, {VectorStore, "vs_2", "vector_store_ids"}, {File, "file-b", "file_ids"}}},
+		{"escaped key", `{"x":{"file\u005fid":"file-e"}}`, []Ref{{File, "file-e", "file_id"}}},
+		{"batch input", `{"input_file_id":"file-c","endpoint":"/v1/chat/completions","completion_window":"24h"}`,
+			[]Ref{{File, "file-c", "input_file_id"}}},
+		{"chat file part", `{"messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-d"}}]}]}`,
+			[]Ref{{File, "file-d", "file_id"}}},
+		// Only at the top level: a nested previous_response_id is data.
+		{"nested top-level names", `{"metadata":{"previous_response_id":"resp_9","conversation":"conv_9"}}`, nil},
+		// A schema that merely describes a file_id names none.
+		{"schema", `{"tools":[{"type":"function","parameters":{"properties":{"file_id":{"type":"string"}}}}]}`, nil},
+		{"not ids", `{"previous_response_id":null,"conversation":7,"file_ids":[1,null]}`, nil},
+		{"none", `{"model":"m","input":"hello"}`, nil},
+		{"not json", `{"model":`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FromBody([]byte(tc.body)); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("FromBody = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFromAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       []Ref
+	}{
+		{"response", `{"id":"resp_1","object":"response","status":"completed","output":[{"id":"msg_1","type":"message"}]}`,
+			[]Ref{{Kind: Response, ID: "resp_1"}}},
+		{"conversation", `{"id":"conv_1","object":"conversation","created_at":1}`, []Ref{{Kind: Conversation, ID: "conv_1"}}},
+		{"file", `{"id":"file-1","object":"file","bytes":3,"purpose":"batch"}`, []Ref{{Kind: File, ID: "file-1"}}},
+		{"vector store", `{"id":"vs_1","object":"vector_store"}`, []Ref{{Kind: VectorStore, ID: "vs_1"}}},
+		{"completed upload", `{"id":"upload_1","object":"upload","status":"completed","file":{"id":"file-2","object":"file"}}`,
+			[]Ref{{Kind: Upload, ID: "upload_1"}, {Kind: File, ID: "file-2"}}},
+		{"batch with output", `{"id":"batch_1","object":"batch","input_file_id":"file-in","output_file_id":"file-out","error_file_id":null}`,
+			[]Ref{{Kind: Batch, ID: "batch_1"}, {Kind: File, ID: "file-out"}}},
+		{"deleted", `{"id":"file-1","object":"file","deleted":true}`, nil},
+		{"chat completion", `{"id":"chatcmpl-1","object":"chat.completion"}`, nil},
+		{"list", `{"object":"list","data":[{"id":"file-1","object":"file"}]}`, nil},
+		{"not json", `<html>`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FromAnswer([]byte(tc.body)); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("FromAnswer = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFromStreamEvent(t *testing.T) {
+	ev := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_s\",\"object\":\"response\",\"status\":\"in_progress\"}}\n\n"
+	if got, want := FromStreamEvent([]byte(ev)), []Ref{{Kind: Response, ID: "resp_s"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("response.created: %+v, want %+v", got, want)
+	}
+	other := "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n"
+	if got := FromStreamEvent([]byte(other)); got != nil {
+		t.Errorf("a delta hands out %+v", got)
+	}
+}
+
+func TestStoreFalse(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"model":"m","store":true,"input":"hi"}`, `{"model":"m","store":false,"input":"hi"}`},
+		{`{"model":"m", "store" : true ,"input":"hi"}`, `{"model":"m", "store" : false ,"input":"hi"}`},
+		{`{"st\u006fre":null,"input":"x"}`, `{"st\u006fre":false,"input":"x"}`},
+		{`{"model":"m","store":false}`, `{"model":"m","store":false}`},
+		{`{"model":"m","input":"hi"}`, `{"store":false,"model":"m","input":"hi"}`},
+		{` { "model":"m"}`, ` {"store":false, "model":"m"}`},
+		{`{}`, `{"store":false}`},
+		{`{ }`, `{"store":false }`},
+		{`{"metadata":{"store":"true"},"model":"m"}`, `{"store":false,"metadata":{"store":"true"},"model":"m"}`},
+		{`[1]`, `[1]`},
+	} {
+		got := string(StoreFalse([]byte(tc.in)))
+		if got != tc.want {
+			t.Errorf("StoreFalse(%s) = %s, want %s", tc.in, got, tc.want)
+		}
+		if tc.in[0] != '[' && !json.Valid([]byte(got)) {
+			t.Errorf("StoreFalse(%s) = %s, not JSON", tc.in, got)
+		}
+	}
+}
+
+func TestCreates(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/v1/responses": true, "/v1/responses/resp_1/cancel": true, "/v1/files": true, "/v1/uploads/u/complete": true,
+		"/v1/batches": true, "/v1/vector_stores": true, "/v1/conversations": true,
+		"/v1/chat/completions": false, "/v1/embeddings": false, "/v1/models": false, "/v1/responsesx": false,
+	} {
+		if got := Creates(path); got != want {
+			t.Errorf("Creates(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func BenchmarkFromBody(b *testing.B) {
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"system","content":"You are terse."},` +
+		`{"role":"user","content":[{"type":"text","text":"Summarize the attached file in three bullet points."},` +
+		`{"type":"file","file":{"file_id":"file-abc123"}}]}],"temperature":0.2,"max_tokens":400,` +
+		`"tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}]}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		FromBody(body)
+	}
+}
+
+func TestStored(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"model":"m"}`: true, `{"store":true}`: true, `{"store":null}`: true,
+		`{"store":false}`: false, `{"model":"m", "store" : false}`: false, `{"metadata":{"store":false}}`: true,
+	} {
+		if got := Stored([]byte(body)); got != want {
+			t.Errorf("Stored(%s) = %v, want %v", body, got, want)
+		}
+	}
+}

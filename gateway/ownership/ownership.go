@@ -1,0 +1,158 @@
+// Package ownership keeps tenants apart on the objects a provider stores
+// (responses, conversations, files, batches, vector stores, uploads) when
+// several clients share one upstream API key, so that one client cannot
+// read, delete, cancel or build on another's object by its id.
+//
+// The gateway calls Record with the ids an answer hands out, before the
+// answer (or a stream's first event) reaches the client, and Check with the
+// ids a request names (its path, previous_response_id, conversation,
+// file_id and the like anywhere in its body) before anything is forwarded.
+// Check fails closed: an id that is another client's and an id llmgate has
+// no record of both get the same 404, and the upstream is never called. A
+// named id also fixes the upstream: the one that created it, with no
+// fallback.
+//
+// A client with its own API key for an upstream (config
+// clients[].upstream_api_keys) is kept apart by the provider itself; the
+// gateway skips Check for it, and lets it list (see TenantList).
+//
+// The records are cache.Owner entries in the idempotency store, under the
+// client's scope, with a TTL per kind (config ownership.ttl): on Redis every
+// replica sees them, on Badger they survive a restart.
+package ownership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/apierror"
+)
+
+// Kind is a kind of provider object, as its JSON "object" field names it.
+type Kind string
+
+// The kinds of object whose owner is recorded.
+const (
+	Response     Kind = "response"
+	Conversation Kind = "conversation"
+	File         Kind = "file"
+	Batch        Kind = "batch"
+	VectorStore  Kind = "vector_store"
+	Upload       Kind = "upload"
+)
+
+// Ref is one object id, and its kind, that an answer hands out or a request
+// names. Param is where a request named it ("previous_response_id",
+// "file_id", "" for the path), for the error.
+type Ref struct {
+	Kind  Kind
+	ID    string
+	Param string
+}
+
+// Store is what ownership needs of the idempotency store (cache.Owner
+// documents the contract).
+type Store interface {
+	PutOwner(ctx context.Context, scope, id string, o cache.Owner, ttl time.Duration) error
+	GetOwner(ctx context.Context, scope, id string) (cache.Owner, error)
+}
+
+// Options configure New. Store is required.
+type Options struct {
+	Store Store
+	// TTL is how long each kind's owner is remembered. A zero field takes
+	// config.DefaultOwnership's value.
+	TTL config.OwnershipTTL
+}
+
+// Owners records and checks who created which object.
+type Owners struct {
+	store Store
+	ttl   map[Kind]time.Duration
+}
+
+// New returns Owners over o.Store.
+func New(o Options) *Owners {
+	def := config.DefaultOwnership().TTL
+	pick := func(v, d config.Duration) time.Duration {
+		if v > 0 {
+			return v.D()
+		}
+		return d.D()
+	}
+	t := o.TTL
+	return &Owners{store: o.Store, ttl: map[Kind]time.Duration{
+		Response:     pick(t.Responses, def.Responses),
+		Conversation: pick(t.Conversations, def.Conversations),
+		File:         pick(t.Files, def.Files),
+		Batch:        pick(t.Batches, def.Batches),
+		VectorStore:  pick(t.VectorStores, def.VectorStores),
+		Upload:       pick(t.Uploads, def.Uploads),
+	}}
+}
+
+// Record stores client as the owner of every object in created, held by
+// upstream. The caller hands the ids to the client only if it succeeds: an
+// id handed out without its record would be refused to its own owner.
+func (o *Owners) Record(ctx context.Context, client, upstream string, created []Ref) error {
+	for _, r := range created {
+		ttl, ok := o.ttl[r.Kind]
+		if !ok {
+			return fmt.Errorf("record owner of %s: unknown kind %q", r.ID, r.Kind)
+		}
+		err := o.store.PutOwner(ctx, client, r.ID, cache.Owner{Upstream: upstream, Kind: string(r.Kind)}, ttl)
+		if err != nil {
+			return &apierror.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "ownership_store_unavailable",
+				Message:    "The object was created upstream, but the gateway could not record that it is yours, so its id is not handed out. Retry later.",
+				RetryAfter: time.Second, Err: fmt.Errorf("record owner of %s %s: %w", r.Kind, r.ID, err)}
+		}
+	}
+	return nil
+}
+
+// Check returns the upstream that holds the objects refs names, all of
+// which must be client's and on one upstream; "" when refs is empty. An
+// object that is not client's — another client's, or one llmgate has no
+// record of, or of another kind — is a 404 naming it, the same in every
+// case, so that nothing tells one tenant about another's ids.
+func (o *Owners) Check(ctx context.Context, client string, refs []Ref) (upstream string, err error) {
+	for _, r := range refs {
+		ow, err := o.store.GetOwner(ctx, client, r.ID)
+		switch {
+		case errors.Is(err, cache.ErrNotFound):
+			return "", NotFound(r)
+		case err != nil:
+			return "", &apierror.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "ownership_store_unavailable",
+				Message:    "The gateway could not check that the objects this request names are yours, so it was not sent. Retry later.",
+				RetryAfter: time.Second, Err: fmt.Errorf("check owner of %s %s: %w", r.Kind, r.ID, err)}
+		case Kind(ow.Kind) != r.Kind:
+			return "", NotFound(r)
+		case upstream != "" && ow.Upstream != upstream:
+			return "", apierror.Invalid(r.Param, fmt.Sprintf(
+				"The objects this request names are held by different upstreams (%s is not where the others are), so no one upstream can serve it.", r.ID))
+		}
+		upstream = ow.Upstream
+	}
+	return upstream, nil
+}
+
+// NotFound is the 404 for an object the client may not see, shaped as
+// OpenAI's for a missing object of that kind.
+func NotFound(r Ref) *apierror.Error {
+	if r.Param == "previous_response_id" {
+		return apierror.NotFound("previous_response_not_found", r.Param,
+			fmt.Sprintf("Previous response with id '%s' not found.", r.ID))
+	}
+	return apierror.NotFound(string(r.Kind)+"_not_found", r.Param,
+		fmt.Sprintf("No %s found with id '%s'.", kindNames[r.Kind], r.ID))
+}
+
+var kindNames = map[Kind]string{
+	Response: "response", Conversation: "conversation", File: "file",
+	Batch: "batch", VectorStore: "vector store", Upload: "upload",
+}
