@@ -220,6 +220,7 @@ func TestGoodConfig(t *testing.T) {
 			SyncWrites: true,
 			GCInterval: Duration(5 * time.Minute), OpTimeout: Duration(5 * time.Second),
 			UsageRescan: Duration(2 * time.Minute),
+			MaxBytes:    768 << 20,
 			Redis: Redis{
 				URL:      "rediss://default:redis-secret-pw@cache.internal:6380/2",
 				PoolSize: 20,

@@ -203,10 +203,12 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		})
 	}
 	return badgerstore.Open(badgerstore.Options{
-		Dir:        cfg.DataDir,
-		SyncWrites: cfg.Store.SyncWrites,
-		GCInterval: cfg.Store.GCInterval.D(),
-		Logger:     log,
+		Dir:          cfg.DataDir,
+		SyncWrites:   cfg.Store.SyncWrites,
+		GCInterval:   cfg.Store.GCInterval.D(),
+		Logger:       log,
+		MaxBytes:     cfg.Store.MaxBytes,
+		MinFreeBytes: cfg.Store.MinFreeBytes,
 	})
 }
 
