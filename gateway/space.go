@@ -77,23 +77,23 @@ func (g *Gateway) registerSpace() {
 	if _, ok := g.space(); !ok {
 		return
 	}
-	gauge := func(name, help string, f func(cache.Space) float64) {
-		g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+	gauge := func(opts prometheus.GaugeOpts, f func(cache.Space) float64) {
+		g.registry.MustRegister(prometheus.NewGaugeFunc(opts, func() float64 {
 			sp, _ := g.space()
 			return f(sp)
 		}))
 	}
-	gauge("llmgate_store_full", "1 while the store has no room for new records (below its disk's free-space floor, over store.max_bytes, or read-only): new keyed requests get 503.",
+	gauge(prometheus.GaugeOpts{Name: "llmgate_store_full", Help: "1 while the store has no room for new records (below its disk's free-space floor, over store.max_bytes, or read-only): new keyed requests get 503."},
 		func(sp cache.Space) float64 { return b2f(sp.Full) })
-	gauge("llmgate_store_read_only", "1 while the store is open read-only (it started below its free-space floor).",
+	gauge(prometheus.GaugeOpts{Name: "llmgate_store_read_only", Help: "1 while the store is open read-only (it started below its free-space floor)."},
 		func(sp cache.Space) float64 { return b2f(sp.ReadOnly) })
-	gauge("llmgate_store_free_bytes", "Free bytes on the store's filesystem (-1: unknown).",
+	gauge(prometheus.GaugeOpts{Name: "llmgate_store_free_bytes", Help: "Free bytes on the store's filesystem (-1: unknown)."},
 		func(sp cache.Space) float64 { return float64(sp.FreeBytes) })
-	gauge("llmgate_store_min_free_bytes", "The store's free-space floor (store.min_free_bytes).",
+	gauge(prometheus.GaugeOpts{Name: "llmgate_store_min_free_bytes", Help: "The store's free-space floor (store.min_free_bytes)."},
 		func(sp cache.Space) float64 { return float64(sp.MinFreeBytes) })
-	gauge("llmgate_store_used_bytes", "Bytes in the store's files (.sst and .vlog), as store.max_bytes counts them.",
+	gauge(prometheus.GaugeOpts{Name: "llmgate_store_used_bytes", Help: "Bytes in the store's files (.sst and .vlog), as store.max_bytes counts them."},
 		func(sp cache.Space) float64 { return float64(sp.UsedBytes) })
-	gauge("llmgate_store_max_bytes", "The store's size cap, store.max_bytes (0: none).",
+	gauge(prometheus.GaugeOpts{Name: "llmgate_store_max_bytes", Help: "The store's size cap, store.max_bytes (0: none)."},
 		func(sp cache.Space) float64 { return float64(sp.MaxBytes) })
 }
 
