@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/llmgate/llmgate/cache"
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/cache/storetest"
+	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
@@ -87,6 +89,26 @@ func expectSpaceMetric(t *testing.T, h *harness, lines ...string) {
 	for _, l := range lines {
 		if !strings.Contains(string(m.body), "\n"+l+"\n") {
 			t.Fatalf("metrics lack %q", l)
+		}
+	}
+}
+
+// TestStoreFullWire: the gateway's refusal and a store's own "full" error
+// (cache.ErrFull: a commit below the Badger reserve, Redis at maxmemory)
+// reach the client as the same 503; any other store failure stays
+// idempotency_store_unavailable.
+func TestStoreFullWire(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code string
+	}{
+		{&apierror.StoreFull{Reason: cache.FullDiskLow, RetryAfter: storeFullRetryAfter}, "idempotency_store_full"},
+		{&apierror.StoreUnavailable{Err: fmt.Errorf("commit k: %w", cache.ErrFull)}, "idempotency_store_full"},
+		{&apierror.StoreUnavailable{Err: errors.New("connection refused")}, "idempotency_store_unavailable"},
+	} {
+		e := apierror.Wire(tc.err)
+		if e.Status != http.StatusServiceUnavailable || e.Type != "server_error" || e.Code != tc.code || e.RetryAfter <= 0 || e.ShouldRetry {
+			t.Errorf("%v: %d %s/%s Retry-After %v x-should-retry %v, want 503 %s", tc.err, e.Status, e.Type, e.Code, e.RetryAfter, e.ShouldRetry, tc.code)
 		}
 	}
 }
