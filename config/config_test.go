@@ -61,6 +61,9 @@ var expectedErrors = map[string][]string{
 	"log_format.bad.yml":         {`log.format: "xml" is not json or text`},
 	"log_level.bad.yml":          {`log.level: "verbose" is not debug, info, warn or error`},
 	"limits.bad.yml":             {"limits.max_body_bytes: must be > 0"},
+	"store_space_negative.bad.yml": {
+		"store.min_free_bytes: -5 must be >= 0 (0: derived from the store's options, 128 MiB)",
+	},
 	"trusted_proxy_invalid.bad.yml": {
 		`server.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or a CIDR range (e.g. 10.0.0.5 or 172.18.0.0/16)`,
 	},

@@ -81,7 +81,7 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 	// its claim, unless it replays a committed answer; a content-cached one
 	// is looked up and otherwise served without being stored.
 	// The same holds while the store is full (space.go).
-	if err := g.spaceCheck(kr, s); err != nil {
+	if err := g.spaceCheck(kr); err != nil {
 		if ev, ok := g.keeper.Lookup(w, r, kr); ok {
 			s.replay(ev, kr)
 			return nil

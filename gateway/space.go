@@ -42,7 +42,8 @@ func (g *Gateway) space() (cache.Space, bool) {
 // spaceCheck refuses a keyed request that would store while the store is
 // full. A content-cached request is served without being stored instead
 // (caching saves calls; it is no guarantee a client asked for).
-func (g *Gateway) spaceCheck(kr *idempotency.Request, s *summary) error {
+// The request's log class is gateway_error, as for a store that fails.
+func (g *Gateway) spaceCheck(kr *idempotency.Request) error {
 	if kr.NoStore {
 		return nil
 	}
@@ -54,7 +55,6 @@ func (g *Gateway) spaceCheck(kr *idempotency.Request, s *summary) error {
 		kr.NoStore = true
 		return nil
 	}
-	s.class = "store_full"
 	return &apierror.StoreFull{Reason: sp.Reason, RetryAfter: storeFullRetryAfter,
 		Err: fmt.Errorf("%s: %d bytes free (floor %d), %d bytes used (cap %d)", sp.Reason, sp.FreeBytes, sp.MinFreeBytes, sp.UsedBytes, sp.MaxBytes)}
 }
