@@ -291,3 +291,32 @@ func TestRealDiskFillsNoFault(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRoomToWrite is the check every write now pays: one statfs.
+func BenchmarkRoomToWrite(b *testing.B) {
+	s, err := Open(Options{Dir: b.TempDir(), SpaceInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.roomToWrite(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSpace is what the gateway asks on every keyed request (cached
+// figures, measured again every 250 ms).
+func BenchmarkSpace(b *testing.B) {
+	s, err := Open(Options{Dir: b.TempDir(), SpaceInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = s.Space()
+	}
+}
