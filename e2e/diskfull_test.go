@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -276,6 +277,15 @@ func (l *diskLoad) expectFullState(t *testing.T, committed []string) {
 	}
 	if st, _, b, err := tryPost(l.url, diskBody("unkeyed"), nil); err != nil || st != 200 {
 		t.Fatalf("unkeyed while full: %d %.200s %v", st, b, err)
+	}
+	res, err := httpClient.Get(strings.TrimSuffix(l.url, "/v1/chat/completions") + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(ready), "store full (disk_low") {
+		t.Fatalf("/readyz while full: %d %s", res.StatusCode, ready)
 	}
 }
 
