@@ -105,6 +105,18 @@ type Outcome struct {
 	// walk that classified it: set by FromCompletion and by a
 	// StreamObserver's Outcome, zero (not Reported) from everything else.
 	Usage Tokens
+	// Note qualifies a Success that is not plain: "max_output_tokens" for a
+	// Responses answer cut at the client's limit. Empty otherwise.
+	Note string
+}
+
+// Header is the X-Llmgate-Outcome value for o: its class when it is not
+// plain success, its Note for a qualified success, else "".
+func (o Outcome) Header() string {
+	if o.Class != Success && o.Class != "" {
+		return string(o.Class)
+	}
+	return o.Note
 }
 
 // FromError classifies a transport error: what http.Client.Do (or reading
@@ -313,7 +325,7 @@ var (
 		rules(ServerError, "server_error", "api_error", "internal_error", "internal_server_error"),
 		rules(Unauthorized, "authentication_error", "invalid_api_key", "invalid_authentication"),
 		rules(Auth, "permission_error"),
-		rules(ClientError, "invalid_request_error", "not_found_error", "context_length_exceeded", "request_too_large"),
+		rules(ClientError, "invalid_request_error", "not_found_error", "context_length_exceeded", "request_too_large", "invalid_prompt"),
 	)
 )
 

@@ -41,6 +41,20 @@ func stream(events ...string) func(*testing.T) Outcome {
 	}
 }
 
+func responses(body string) func(*testing.T) Outcome {
+	return func(*testing.T) Outcome { return FromResponses([]byte(body), nil, now) }
+}
+
+func responsesStream(events ...string) func(*testing.T) Outcome {
+	return func(*testing.T) Outcome {
+		var o ResponsesObserver
+		for _, e := range events {
+			o.Observe([]byte(e))
+		}
+		return o.Outcome()
+	}
+}
+
 // policy is POLICY.md's table: the first four fields of each row are its
 // cells, word for word (TestPolicyDoc holds the file to that), and the
 // cases are how the row happens.
@@ -91,6 +105,9 @@ var policy = []struct {
 			{"empty body", completion(``), "malformed completion body", false},
 			{"not an object", completion(`[{"choices":[]}]`), "malformed completion body", false},
 			{"stream event not json", stream(`{"choices":[{"delta":{"content":"Hi"}}]}`, `{"choices":[{"del`), "malformed stream event", false},
+			{"responses truncated", responses(`{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hel`), "malformed response body", false},
+			{"responses html", responses(`<html>bad gateway</html>`), "malformed response body", false},
+			{"responses stream event not json", responsesStream(`{"type":"response.created","response":{"status":"in_progress"}}`, `{"type":"response.output_text.del`), "malformed stream event", false},
 		},
 	},
 	{
@@ -102,6 +119,8 @@ var policy = []struct {
 			{"429 anthropic", response(429, `{"type":"error","error":{"type":"rate_limit_error","message":"quota-like words do not matter"}}`), "status 429", false},
 			{"429 message mentions quota", response(429, `{"error":{"message":"insufficient_quota? no: you exceeded your quota of requests per minute","type":"requests","code":"rate_limit_exceeded"}}`), "status 429", false},
 			{"stream rate_limit_exceeded", stream(`{"error":{"type":"tokens","code":"rate_limit_exceeded"}}`), "error.code rate_limit_exceeded", false},
+			{"responses failed rate_limit_exceeded", responses(`{"id":"resp_1","object":"response","status":"failed","error":{"code":"rate_limit_exceeded","message":"Rate limit reached"},"output":[]}`), "error.code rate_limit_exceeded", false},
+			{"responses error event rate_limit_exceeded", responsesStream(`{"type":"error","code":"rate_limit_exceeded","message":"Rate limit reached","param":null,"sequence_number":1}`), "error.code rate_limit_exceeded", false},
 		},
 	},
 	{
@@ -117,6 +136,7 @@ var policy = []struct {
 			{"escaped code", response(429, `{"error":{"code":"insufficient\u005fquota"}}`), "error.code insufficient_quota", false},
 			{"array-wrapped", response(429, `[{"error":{"code":"quota_exceeded","status":"RESOURCE_EXHAUSTED"}}]`), "error.code quota_exceeded", false},
 			{"stream", stream(`{"choices":[{"delta":{"content":"Hi"}}]}`, `{"error":{"type":"insufficient_quota","code":"insufficient_quota"}}`), "error.code insufficient_quota", false},
+			{"responses failed insufficient_quota", responses(`{"status":"failed","error":{"code":"insufficient_quota","message":"x"}}`), "error.code insufficient_quota", false},
 		},
 	},
 	{
@@ -128,6 +148,11 @@ var policy = []struct {
 			{"stream server_error", stream(`{"error":{"message":"The server had an error","type":"server_error"}}`), "error.type server_error", false},
 			{"stream unknown error", stream(`{"error":{"message":"?"}}`), "error object", false},
 			{"200 with an unknown error object", completion(`{"error":{"message":"?","type":"weird"}}`), "error object", false},
+			{"responses failed server_error", responses(`{"id":"resp_1","object":"response","status":"failed","error":{"code":"server_error","message":"The server had an error"},"incomplete_details":null,"output":[]}`), "error.code server_error", false},
+			{"responses failed without an error", responses(`{"id":"resp_1","object":"response","status":"failed","error":null,"output":[]}`), "status failed", false},
+			{"responses 200 error object", responses(`{"error":{"message":"?","type":"weird"}}`), "error object", false},
+			{"responses stream response.failed", responsesStream(`{"type":"response.created","response":{"status":"in_progress"}}`, `{"type":"response.output_text.delta","delta":"Hel"}`, `{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"x"}}}`), "error.code server_error", false},
+			{"responses stream error event", responsesStream(`{"type":"error","code":"server_error","message":"x","param":null}`), "error.code server_error", false},
 		},
 	},
 	{
@@ -154,6 +179,7 @@ var policy = []struct {
 			{"400 numeric code", response(400, `{"error":{"code":400,"message":"x"}}`), "status 400", false},
 			{"400 error is a string", response(400, `{"error":"bad request"}`), "status 400", false},
 			{"stream invalid_request_error", stream(`{"error":{"type":"invalid_request_error","code":null}}`), "error.type invalid_request_error", false},
+			{"responses error event invalid_request_error", responsesStream(`{"type":"error","error":{"type":"invalid_request_error","code":null,"message":"x"}}`), "error.type invalid_request_error", false},
 		},
 	},
 	{
@@ -196,6 +222,33 @@ var policy = []struct {
 		},
 	},
 	{
+		"Responses: status incomplete, incomplete_details.reason content_filter",
+		"content filtered", "no", "no", ContentFilter,
+		[]policyCase{
+			{"json", responses(`{"id":"resp_1","object":"response","status":"incomplete","incomplete_details":{"reason":"content_filter"},"output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"I"}]}]}`), "incomplete_details.reason content_filter", false},
+			{"json, details first", responses(`{"incomplete_details":{"reason":"content_filter"},"output":[],"status":"incomplete"}`), "incomplete_details.reason content_filter", false},
+			{"stream", responsesStream(`{"type":"response.output_text.delta","delta":"I"}`, `{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"content_filter"},"output":[]}}`), "incomplete_details.reason content_filter", false},
+		},
+	},
+	{
+		"Responses: completed with no output items, or no output text, refusal or tool call (`*_call` item)",
+		"empty output", "no", "no", Empty,
+		[]policyCase{
+			{"no output items", responses(`{"id":"resp_1","object":"response","status":"completed","output":[]}`), "empty output", false},
+			{"empty text", responses(`{"status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"","annotations":[]}]}]}`), "empty output", false},
+			{"reasoning only", responses(`{"status":"completed","output":[{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"thinking"}]}]}`), "empty output", false},
+			{"stream of no output", responsesStream(`{"type":"response.created","response":{"status":"in_progress","output":[]}}`, `{"type":"response.output_text.delta","delta":""}`, `{"type":"response.completed","response":{"status":"completed","output":[]}}`), "empty output", false},
+		},
+	},
+	{
+		"Responses: status incomplete, incomplete_details.reason max_output_tokens",
+		"success (`X-Llmgate-Outcome: max_output_tokens`)", "no", "no", Success,
+		[]policyCase{
+			{"json", responses(`{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[{"type":"message","content":[{"type":"output_text","text":"The quick"}]}]}`), "incomplete_details.reason max_output_tokens", false},
+			{"stream", responsesStream(`{"type":"response.output_text.delta","delta":"The"}`, `{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}}`), "incomplete_details.reason max_output_tokens", false},
+		},
+	},
+	{
 		"client went away / request context cancelled",
 		"canceled", "no", "excluded", Canceled,
 		[]policyCase{
@@ -234,37 +287,60 @@ func TestPolicy(t *testing.T) {
 	}
 }
 
-// TestPolicyDoc holds POLICY.md to the table above, so that the README's
-// copy of it cannot drift from what the code does.
+// TestPolicyDoc holds POLICY.md, and the README's copy of its table, to
+// the table above, so that neither can drift from what the code does.
 func TestPolicyDoc(t *testing.T) {
-	f, err := os.Open("POLICY.md")
+	for _, file := range []string{"POLICY.md", "../README.md"} {
+		t.Run(file, func(t *testing.T) {
+			rows := policyTable(t, file)
+			if len(rows) != len(policy) {
+				t.Errorf("%s has %d rows, the test table %d", file, len(rows), len(policy))
+			}
+			for i := range min(len(rows), len(policy)) {
+				want := []string{policy[i].what, policy[i].class, policy[i].retried, policy[i].breaker}
+				if strings.Join(rows[i], " | ") != strings.Join(want, " | ") {
+					t.Errorf("%s row %d:\n got  %q\n want %q", file, i+1, rows[i], want)
+				}
+			}
+		})
+	}
+}
+
+// policyTable returns the rows of the first table in file whose header's
+// first cell is "what happened".
+func policyTable(t *testing.T, file string) [][]string {
+	t.Helper()
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	var rows [][]string
+	found := false
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "|---") {
+		switch {
+		case strings.HasPrefix(line, "|---"):
+			continue
+		case !strings.HasPrefix(line, "| "):
+			if found {
+				return rows
+			}
 			continue
 		}
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
-		rows = append(rows, cells)
-	}
-	if len(rows) == 0 || rows[0][0] != "what happened" {
-		t.Fatalf("POLICY.md: no table with a %q header", "what happened")
-	}
-	rows = rows[1:]
-	if len(rows) != len(policy) {
-		t.Errorf("POLICY.md has %d rows, the test table %d", len(rows), len(policy))
-	}
-	for i := range min(len(rows), len(policy)) {
-		want := []string{policy[i].what, policy[i].class, policy[i].retried, policy[i].breaker}
-		if strings.Join(rows[i], " | ") != strings.Join(want, " | ") {
-			t.Errorf("POLICY.md row %d:\n got  %q\n want %q", i+1, rows[i], want)
+		switch {
+		case found:
+			rows = append(rows, cells)
+		case cells[0] == "what happened":
+			found = true
 		}
 	}
+	if !found {
+		t.Fatalf("%s: no table with a %q header", file, "what happened")
+	}
+	return rows
 }
 
 func TestFromErrorNil(t *testing.T) {

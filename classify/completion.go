@@ -128,6 +128,10 @@ func (o *StreamObserver) SawError() bool { return o.errSeen }
 // (who knows whether the upstream is one that sends [DONE]) does.
 func (o *StreamObserver) SawDone() bool { return o.done }
 
+// Ended reports whether the stream's last event, [DONE], arrived: nothing
+// after it belongs to the stream. (ResponsesObserver has the same method.)
+func (o *StreamObserver) Ended() bool { return o.done }
+
 // Outcome says what the stream came to once it has ended:
 //
 //   - an error object sent inside the stream: classified like FromResponse

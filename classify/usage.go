@@ -47,27 +47,27 @@ func Usage(body []byte) Tokens {
 
 var (
 	answerKeys = jsonscan.NewKeys("usage")
-	usageKeys  = jsonscan.NewKeys("prompt_tokens", "completion_tokens")
+	usageKeys  = jsonscan.NewKeys("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
 )
 
 // readUsage reads the usage value the scanner is at, consuming it. What it
 // returns is only meaningful if the whole text turns out valid.
+// The Responses API names the counts input_tokens and output_tokens; they
+// are read as prompt_tokens and completion_tokens are.
 func readUsage(s *jsonscan.Scanner) Tokens {
 	if s.Peek() != '{' {
 		return Tokens{} // null, or not an object; the caller's loop skips it
 	}
 	var t Tokens
-	in, out := false, true // out: completion_tokens absent is 0
+	in, out := false, true // out: an absent output count is 0
 	for key := range s.Fields(usageKeys) {
 		v := s.Value()
-		switch key {
-		case "prompt_tokens":
+		switch {
+		case key == "prompt_tokens" || key == "input_tokens":
 			t.In, in = count(v)
-		case "completion_tokens":
-			if string(v) == "null" {
-				t.Out, out = 0, true
-				continue
-			}
+		case string(v) == "null":
+			t.Out, out = 0, true
+		default:
 			t.Out, out = count(v)
 		}
 	}

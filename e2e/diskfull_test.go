@@ -20,7 +20,7 @@ import (
 )
 
 // diskfullTmpfs is the size of the tmpfs the test puts the data dir on: the
-// default free-space floor (128 MiB, see cache/badger's space.go) and room
+// default free-space floor (85 MiB, see cache/badger's space.go) and room
 // for the records and the files Badger creates at open (a 16 MiB memtable
 // WAL and a 32 MiB value-log map, both sparse).
 const diskfullTmpfs = 224 << 20

@@ -185,7 +185,7 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 			default:
 			}
 			goesOn := g.detach(it, s)
-			abort := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn) })
+			abort := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn, cl.Kind) })
 			k.cut.Store(true)
 			s.class = "client_deadline"
 			s.idemEvent = "detached" // the call runs on, to be committed
@@ -218,7 +218,7 @@ func (g *Gateway) detach(it *workItem, s *summary) bool {
 // headers are out (one too large to buffer, being copied) is aborted: the
 // client must not see it end as if whole. goesOn says whether the call runs
 // on to be committed.
-func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool) (abort bool) {
+func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool, kind proxy.Kind) (abort bool) {
 	err := &apierror.ClientDeadline{Keyed: goesOn}
 	if !wrote {
 		apierror.Write(w, err)
@@ -228,7 +228,7 @@ func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool) (abort bool)
 		return true
 	}
 	e := apierror.Wire(err)
-	_, _ = w.Write(apierror.StreamEvent(e.Message, e.Code))
+	_, _ = w.Write(kind.StreamEvent(e.Message, e.Code))
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -392,7 +392,7 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 		return
 	}
 	if err != nil {
-		tail.Fail(storeFailedEvent)
+		tail.Fail(storeFailedEvent(k.cl.Kind))
 		return
 	}
 	tail.Release()
@@ -400,9 +400,10 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 
 // storeFailedEvent ends a keyed stream whose commit failed, in place of its
 // held-back tail: the client's SDK raises, and its retry runs again.
-var storeFailedEvent = apierror.StreamEvent(
-	"The answer could not be stored, so this stream did not complete. Retry with the same Idempotency-Key.",
-	"idempotency_store_unavailable")
+func storeFailedEvent(kind proxy.Kind) []byte {
+	return kind.StreamEvent("The answer could not be stored, so this stream did not complete. Retry with the same Idempotency-Key.",
+		"idempotency_store_unavailable")
+}
 
 // opCtx bounds a store operation after the call: detached from the work's
 // end (its deadline may have passed), bounded by store.op_timeout.

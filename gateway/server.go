@@ -34,6 +34,7 @@ import (
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/admin"
+	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/forwarded"
@@ -86,6 +87,9 @@ type Options struct {
 	// Tracer makes a span per /v1 request and per upstream attempt. If
 	// nil, tracing is off.
 	Tracer *tracing.Tracer
+	// AdmissionAfter is the timer of a request's wait for room under
+	// limits.max_inflight_bytes. If nil, time.After.
+	AdmissionAfter func(time.Duration) <-chan time.Time
 }
 
 // Gateway serves the OpenAI-compatible API. Create it with New.
@@ -105,6 +109,7 @@ type Gateway struct {
 	dlq      *deadletter.Queue
 	admin    *admin.Admin
 	limits   *limits.Limiter
+	admit    *admission.Bound // request bytes in memory, across requests
 	work     *workSet
 	timeline *timeline.Timeline // the operator's page's charts
 	tracer   *tracing.Tracer
@@ -177,6 +182,8 @@ func New(o Options) (*Gateway, error) {
 	}))
 	g.registerSpace()
 	g.limits = limits.New(limits.Options{Config: o.Config, Store: o.Store, Metrics: g.metrics, Logger: g.log, Now: o.LimitsNow})
+	g.admit = admission.New(admission.Options{Limit: o.Config.Limits.MaxInflightBytes, Wait: o.Config.Limits.AdmissionWait.D(),
+		After: o.AdmissionAfter, Registerer: g.registry})
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now,
 		OnRecord: g.timeline.DeadLetter})
 	eps := make([]string, len(postEndpoints))
@@ -267,15 +274,15 @@ type endpoint struct {
 	path   string // "/v1/chat/completions"
 	suffix string // "/chat/completions", appended to an upstream's base_url
 	label  string // metrics label
-	// completion is true where a 200 body is a completion that classify
-	// inspects (content_filter, empty output).
-	completion bool
+	// kind is what its answers are, for classification and streams.
+	kind proxy.Kind
 }
 
 var postEndpoints = []endpoint{
-	{path: "/v1/chat/completions", suffix: "/chat/completions", label: "chat_completions", completion: true},
-	{path: "/v1/completions", suffix: "/completions", label: "completions", completion: true},
+	{path: "/v1/chat/completions", suffix: "/chat/completions", label: "chat_completions", kind: proxy.Completion},
+	{path: "/v1/completions", suffix: "/completions", label: "completions", kind: proxy.Completion},
 	{path: "/v1/embeddings", suffix: "/embeddings", label: "embeddings"},
+	{path: "/v1/responses", suffix: "/responses", label: "responses", kind: proxy.Responses},
 }
 
 func (g *Gateway) routes() *echo.Echo {

@@ -22,7 +22,7 @@ func (g *Gateway) countUsage(endpoint string, cl *proxy.Call, resp *proxy.Respon
 		return
 	}
 	t := resp.Outcome.Usage
-	if !resp.Streamed() && !cl.Completion && resp.Rest == nil {
+	if !resp.Streamed() && cl.Kind == proxy.Plain && resp.Rest == nil {
 		t = classify.Usage(resp.Body)
 	}
 	g.metrics.Usage(resp.Upstream.Cfg.Name, endpoint, cl.Model, clientOf(cl.In), t)

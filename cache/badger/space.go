@@ -57,8 +57,9 @@ import (
 //	and one compaction below it          (LevelSizeMultiplier + 1) × BaseTableSize
 //
 // A compaction writes its new tables before it deletes the old ones, so it
-// needs room for its output. With the store's options that is 16 + 16 + 32
-// + 26 + 22 = 112 MiB.
+// needs room for its output. With the default memory budget (4 MiB
+// memtables, 1 MiB tables, see sizing) that is 8 + 8 + 32 + 18 + 11 = 77
+// MiB; the value-log map dominates, and grows with ValueLogFileSize.
 func reserveFor(bo badger.Options) int64 {
 	return 2*bo.MemTableSize +
 		int64(bo.NumMemtables)*bo.MemTableSize +
@@ -69,7 +70,7 @@ func reserveFor(bo badger.Options) int64 {
 
 // FloorFor is the default free-space floor for the options bo: the reserve
 // plus two memtables' worth for the commits of calls that were running
-// when the store became full (128 MiB with the store's options).
+// when the store became full (85 MiB at the default memory budget).
 func floorFor(bo badger.Options) int64 { return reserveFor(bo) + 2*bo.MemTableSize }
 
 // DefaultMinFreeBytes is the floor with the store's own options: what
@@ -264,9 +265,10 @@ func (s *Store) openReadOnly(bo badger.Options) *badger.DB {
 		}
 		s.log.Error("opening the store read-only; no replays until it reopens read-write", slog.Any("err", err))
 	}
-	db, err := badger.Open(bo.WithDir("").WithValueDir("").WithInMemory(true).WithValueThreshold(1 << 20))
+	db, err := badger.Open(badgerOptions(Options{InMemory: true}))
 	if err != nil {
-		// Badger opens an empty in-memory database with these options.
+		// The options the in-memory store opens with (its tests prove
+		// them), so this does not happen.
 		panic(fmt.Sprintf("open an empty in-memory badger: %v", err))
 	}
 	return db

@@ -52,10 +52,10 @@ func TestFloorFromOptions(t *testing.T) {
 	bo := badgerOptions(Options{Dir: "."})
 	// The arithmetic of reserveFor's comment, with the store's options: if
 	// the options change, the README's capacity planning changes too.
-	if got, want := reserveFor(bo), int64(112<<20); got != want {
+	if got, want := reserveFor(bo), int64(77<<20); got != want {
 		t.Errorf("reserve = %d MiB, want %d MiB", got>>20, want>>20)
 	}
-	if got, want := DefaultMinFreeBytes(), int64(128<<20); got != want {
+	if got, want := DefaultMinFreeBytes(), int64(85<<20); got != want {
 		t.Errorf("floor = %d MiB, want %d MiB", got>>20, want>>20)
 	}
 	sp := newSpace(Options{MinFreeBytes: 16 << 20}, bo)

@@ -390,6 +390,27 @@ func StreamEvent(msg, code string) []byte {
 	return append(out, "\n\n"...)
 }
 
+// TypedStreamEvent is StreamEvent for a stream of typed events (the
+// Responses API): an "error" event, `event: error` with OpenAI's
+// {"type":"error","code","message","param"} as its data. The data also
+// carries the error object under "error", because that is what the
+// official SDKs (openai-python, openai-go, openai-node) raise on; without
+// it they would yield the event and take the stream as cleanly ended.
+func TypedStreamEvent(msg, code string) []byte {
+	e := wireBody{Message: msg, Type: "server_error", Code: nullable(code)}
+	b, _ := json.Marshal(struct {
+		Type    string   `json:"type"`
+		Code    *string  `json:"code"`
+		Message string   `json:"message"`
+		Param   *string  `json:"param"`
+		Error   wireBody `json:"error"`
+	}{"error", e.Code, msg, nil, e})
+	out := make([]byte, 0, len(b)+22)
+	out = append(out, "event: error\ndata: "...)
+	out = append(out, b...)
+	return append(out, "\n\n"...)
+}
+
 // RetryAfterSeconds renders d as whole seconds, rounded up, at least 1.
 func RetryAfterSeconds(d time.Duration) string {
 	s := int64((d + time.Second - 1) / time.Second)

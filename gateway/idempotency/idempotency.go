@@ -254,6 +254,11 @@ func recordUsage(rec *cache.Record) classify.Tokens {
 		if t := o.Usage(); t.Reported || o.Finished() {
 			return t
 		}
+		// A Responses stream's usage is in its terminal event.
+		var r classify.ResponsesObserver
+		if r.Observe(sse.Data(rec.Events[i])); r.Ended() {
+			return r.Usage()
+		}
 	}
 	return classify.Tokens{}
 }
@@ -398,8 +403,8 @@ func RecordHeader(h http.Header, o classify.Outcome) map[string][]string {
 	for k, v := range h {
 		out[k] = v
 	}
-	if o.Class != classify.Success && o.Class != "" {
-		out["X-Llmgate-Outcome"] = []string{string(o.Class)}
+	if v := o.Header(); v != "" {
+		out["X-Llmgate-Outcome"] = []string{v}
 	}
 	return out
 }

@@ -46,7 +46,7 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
 		return resp
 	}
 	if c.Stream && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
-		return p.startStream(a, res.Body)
+		return p.startStream(a, c.Kind, res.Body)
 	}
 	return p.readBody(a, c, res.Body)
 }
@@ -95,24 +95,66 @@ func (a *inAttempt) fail(err error) *Response {
 	return resp
 }
 
+// failWith ends a 2xx attempt with o, the failure its stream reported
+// before any of it reached the client: a 2xx that is no answer, as a
+// malformed body is (after the retries, the client gets 502
+// upstream_bad_response, never the 200).
+func (a *inAttempt) failWith(o classify.Outcome) *Response {
+	a.end()
+	resp := a.resp
+	resp.Body = nil
+	resp.Outcome = o
+	resp.Outcome.Status = resp.Status
+	return resp
+}
+
 // startStream waits for a stream's first event: until then the attempt can
-// still be retried.
-func (p *Proxy) startStream(a *inAttempt, body io.ReadCloser) *Response {
+// still be retried. A Responses stream's first events that only announce
+// the response (response.created, response.in_progress) are held back with
+// the event after them: when that one is a transient failure (an error
+// event, response.failed with server_error), the client has seen nothing
+// and the attempt is retried.
+func (p *Proxy) startStream(a *inAttempt, kind Kind, body io.ReadCloser) *Response {
 	rd := sse.NewReader(body, p.maxEventBytes())
-	first, err := rd.Next()
-	if err != nil {
-		body.Close()
-		rd.Release()
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	var first [][]byte
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			body.Close()
+			rd.Release()
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return a.fail(err)
 		}
-		return a.fail(err)
+		first = append(first, append([]byte(nil), ev...))
+		if kind != Responses || len(first) == maxPreamble || !classify.ResponsesPreamble(sse.Data(ev)) {
+			break
+		}
+	}
+	if kind == Responses {
+		if o, failed := failedStart(first); failed {
+			body.Close()
+			rd.Release()
+			return a.failWith(o)
+		}
 	}
 	resp := a.resp
-	resp.Stream = &LiveStream{body: body, rd: rd, first: append([]byte(nil), first...),
+	resp.Stream = &LiveStream{body: body, rd: rd, first: first, kind: kind,
 		timer: a.timer, cancel: a.cancel, ctx: a.actx, idle: p.cfg.Limits.StreamIdleTimeout.D()}
 	resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
 	return resp
+}
+
+// failedStart reports whether a Responses stream's held-back start ends in
+// a failure worth another attempt, and what it came to.
+func failedStart(first [][]byte) (classify.Outcome, bool) {
+	var obs classify.ResponsesObserver
+	for _, ev := range first {
+		obs.Observe(sse.Data(ev))
+	}
+	o := obs.Outcome()
+	return o, obs.SawError() && o.Class.Retryable()
 }
 
 // readBody buffers a 2xx body up to the record limit and classifies it.
@@ -135,12 +177,15 @@ func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
 	body.Close()
 	a.end()
 	resp.Body = b
-	if c.Completion {
+	switch c.Kind {
+	case Completion:
 		resp.Outcome = classify.FromCompletion(b)
-		resp.Outcome.Status = resp.Status
-	} else {
-		resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
+	case Responses:
+		resp.Outcome = classify.FromResponses(b, resp.Header, p.now())
+	default:
+		resp.Outcome = classify.Outcome{Class: classify.Success}
 	}
+	resp.Outcome.Status = resp.Status
 	return resp
 }
 

@@ -78,10 +78,10 @@ type Call struct {
 	In *http.Request
 	// Suffix is appended to an upstream's base_url ("/chat/completions").
 	Suffix string
-	// Completion: a 200 body is a completion that classify inspects
-	// (content_filter, empty output).
-	Completion bool
-	Body       []byte
+	// Kind is what the endpoint's answers are: how a 2xx body is
+	// classified, how a stream ends.
+	Kind Kind
+	Body []byte
 	// Model is the body's model, for logs and dead letters.
 	Model  string
 	Stream bool

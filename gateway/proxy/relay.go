@@ -18,9 +18,12 @@ import (
 
 // LiveStream is an upstream SSE response being relayed.
 type LiveStream struct {
-	body   io.ReadCloser
-	rd     *sse.Reader
-	first  []byte
+	body io.ReadCloser
+	rd   *sse.Reader
+	// first is the first event, or for a Responses stream the events up
+	// to and including its first that is more than an announcement.
+	first  [][]byte
+	kind   Kind
 	timer  *time.Timer
 	cancel context.CancelCauseFunc
 	ctx    context.Context
@@ -55,8 +58,8 @@ func (s *LiveStream) next() ([]byte, error) {
 // answer.
 func SetGatewayHeaders(h http.Header, upstream string, o classify.Outcome) {
 	h.Set("X-Llmgate-Upstream", upstream)
-	if o.Class != classify.Success && o.Class != "" {
-		h.Set("X-Llmgate-Outcome", string(o.Class))
+	if v := o.Header(); v != "" {
+		h.Set("X-Llmgate-Outcome", v)
 	}
 }
 
@@ -140,10 +143,12 @@ func copyRest(w http.ResponseWriter, rest io.Reader) (int64, error) {
 // context is detached from the client, so the result can still be
 // committed). trailer, when non-empty, is announced as a trailer.
 //
-// With hold, everything from the first chunk that carries a finish_reason
-// on (the usage chunk and [DONE] included) is held back in the returned
-// Tail: SDKs take a stream that stops after a finish_reason as complete, so
-// a keyed stream's ending must wait for its commit. It sets resp.Outcome to
+// With hold, the stream's ending is held back in the returned Tail: SDKs
+// take a stream that stops after it as complete, so a keyed stream's
+// ending must wait for its commit. For a chat stream that is everything
+// from the first chunk that carries a finish_reason on (the usage chunk
+// and [DONE] included); for a Responses stream, its terminal
+// response.completed or response.incomplete event. It sets resp.Outcome to
 // how the stream ended and closes the stream.
 func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Recorder, start time.Time, trailer string, hold bool) *Tail {
 	s := resp.Stream
@@ -161,14 +166,15 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Reco
 		h.Set("Trailer", trailer)
 	}
 	w.WriteHeader(resp.Status)
-	r := &relay{out: &clientOut{w: w}, rec: rec, hold: hold, span: &s.span}
-	r.tail.out = r.out
-	r.event(s.first)
+	r := newRelay(&clientOut{w: w}, rec, hold, &s.span, s.kind)
+	for _, ev := range s.first {
+		r.event(ev)
+	}
 	p.metrics.StreamTTFB(resp.Upstream.Cfg.Name, p.now().Sub(start))
 
 	var o classify.Outcome
-	if r.obs.SawDone() {
-		o = r.done() // a stream whose first event is [DONE]
+	if r.obs.Ended() {
+		o = r.done() // a stream whose first event is its end
 	} else {
 		o = r.rest(s, resp.Status)
 	}
@@ -185,10 +191,25 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Reco
 type relay struct {
 	out  *clientOut
 	rec  *sse.Recorder
-	obs  classify.StreamObserver
+	obs  observer
+	kind Kind
 	hold bool
 	tail Tail
 	span *tracing.Attempt
+	// The observers, one of which obs points at (kept here, so that
+	// choosing one allocates nothing).
+	chat      chatObserver
+	responses responsesObserver
+}
+
+func newRelay(out *clientOut, rec *sse.Recorder, hold bool, span *tracing.Attempt, kind Kind) *relay {
+	r := &relay{out: out, rec: rec, hold: hold, span: span, kind: kind}
+	r.obs = &r.chat
+	if kind == Responses {
+		r.obs = &r.responses
+	}
+	r.tail.out, r.tail.kind = out, kind
+	return r
 }
 
 // event observes, records and sends (or holds back) one event.
@@ -197,7 +218,7 @@ func (r *relay) event(ev []byte) {
 	r.obs.Observe(data)
 	r.span.Observe(data)
 	r.rec.Add(ev)
-	if r.hold && (r.obs.Finished() || r.obs.SawDone()) {
+	if r.hold && r.obs.tailStarted() {
 		r.tail.events = append(r.tail.events, append([]byte(nil), ev...))
 		return
 	}
@@ -211,9 +232,10 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 		ev, err := s.next()
 		if err == nil {
 			r.event(ev)
-			if r.obs.SawDone() {
-				// [DONE] is the end: what follows (a connection held open,
-				// a reset) is not the stream's and must not fail it.
+			if r.obs.Ended() {
+				// [DONE] (a terminal event) is the end: what follows (a
+				// connection held open, a reset) is not the stream's and
+				// must not fail it.
 				return r.done()
 			}
 			continue
@@ -224,8 +246,9 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 			// The upstream said why it ended: its error event decides.
 			o = r.obs.Outcome()
 		case errors.Is(err, io.EOF):
-			// A stream that ends without [DONE] was cut short.
-			o = classify.Outcome{Class: classify.Transient, Reason: "stream ended without [DONE]", Status: status}
+			// A stream that ends without [DONE] (a terminal event) was
+			// cut short.
+			o = classify.Outcome{Class: classify.Transient, Reason: r.kind.cutReason(), Status: status}
 		case errors.Is(err, sse.ErrEventTooLarge):
 			o = classify.Outcome{Class: classify.Transient, Reason: "stream event too large", Status: status}
 		default:
@@ -236,7 +259,7 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 			if o.Timeout {
 				msg = "The upstream stream stalled and was ended by the gateway."
 			}
-			r.failed(apierror.StreamEvent(msg, "upstream_stream_error"))
+			r.failed(r.kind.StreamEvent(msg, "upstream_stream_error"))
 		}
 		return o
 	}
@@ -248,7 +271,7 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 func (r *relay) done() classify.Outcome {
 	o := r.obs.Outcome()
 	if !outcome.Committable(o) && len(r.tail.events) > 0 {
-		r.tail.failure = apierror.StreamEvent("The upstream stream failed before it finished: "+o.Reason+".", "upstream_stream_error")
+		r.tail.failure = r.kind.StreamEvent("The upstream stream failed before it finished: "+o.Reason+".", "upstream_stream_error")
 	}
 	return o
 }
@@ -269,6 +292,7 @@ func (r *relay) failed(ev []byte) {
 // or replaced by one error event when the stream failed or its commit did.
 type Tail struct {
 	out     *clientOut
+	kind    Kind
 	events  [][]byte
 	failure []byte
 }
@@ -292,7 +316,7 @@ func (t *Tail) Fail(ev []byte) {
 	}
 	if ev == nil {
 		// Never drop a held tail silently: the client would see a clean end.
-		ev = apierror.StreamEvent("The upstream stream did not end with an answer.", "upstream_stream_error")
+		ev = t.kind.StreamEvent("The upstream stream did not end with an answer.", "upstream_stream_error")
 	}
 	if t.events != nil {
 		t.out.send(ev)
