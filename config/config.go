@@ -61,6 +61,7 @@ func Default() Config {
 			GCInterval:  Duration(10 * time.Minute),
 			OpTimeout:   Duration(5 * time.Second),
 			UsageRescan: Duration(10 * time.Minute),
+			MaxBytes:    768 << 20,
 			Redis:       Redis{Prefix: "llmgate:", WaitTimeout: Duration(time.Second)},
 		},
 		Limits: Limits{
@@ -411,7 +412,21 @@ type Store struct {
 	// other replicas' commits and records deleted by an operator. 0 counts
 	// only at start (and retries a failed count every 30s). Default 10m.
 	UsageRescan Duration `yaml:"usage_rescan"`
-	Redis       Redis    `yaml:"redis"`
+	// MaxBytes caps the Badger store's files (.sst and .vlog, as Badger
+	// counts them): over it, new keyed requests get 503
+	// idempotency_store_full until records expire and are compacted away;
+	// replays and unkeyed requests are served. 0: no cap. Default 768 MiB,
+	// which with the default floor fits a 1 GiB volume (README, capacity
+	// planning).
+	MaxBytes int64 `yaml:"max_bytes"`
+	// MinFreeBytes is the free-space floor of data_dir's filesystem: below
+	// it the store is full in the same way, and a gateway started below it
+	// opens the store read-only. 0 derives it from Badger's options (85
+	// MiB at the default memory budget: its memtable WAL, value-log map,
+	// flush and compaction room). A
+	// lower value risks a crash (SIGBUS) on a disk that fills.
+	MinFreeBytes int64 `yaml:"min_free_bytes"`
+	Redis        Redis `yaml:"redis"`
 }
 
 // Redis configures the shared store for several replicas.

@@ -71,6 +71,9 @@ var expectedErrors = map[string][]string{
 	"passthrough_upstream.bad.yml":     {`passthrough.routes[0].upstream: unknown upstream "nope" (name one under upstreams, or leave it empty for the first)`},
 	"passthrough_duplicate.bad.yml":    {`passthrough.routes[1].prefix: "/v1/audio" is listed twice`},
 	"passthrough_spool_max.bad.yml":    {"passthrough.spool_max_bytes: must be >= 0"},
+	"store_space_negative.bad.yml": {
+		"store.min_free_bytes: -5 must be >= 0 (0: derived from the store's options)",
+	},
 	"trusted_proxy_invalid.bad.yml": {
 		`server.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or a CIDR range (e.g. 10.0.0.5 or 172.18.0.0/16)`,
 	},
@@ -230,6 +233,7 @@ func TestGoodConfig(t *testing.T) {
 			SyncWrites: true,
 			GCInterval: Duration(5 * time.Minute), OpTimeout: Duration(5 * time.Second),
 			UsageRescan: Duration(2 * time.Minute),
+			MaxBytes:    768 << 20,
 			Redis: Redis{
 				URL:      "rediss://default:redis-secret-pw@cache.internal:6380/2",
 				PoolSize: 20,

@@ -101,6 +101,12 @@ func (c *Config) validateStore(p *problems) {
 	default:
 		p.add("store.kind", "%q is not %s or %s", s.Kind, StoreBadger, StoreRedis)
 	}
+	if s.MaxBytes < 0 {
+		p.add("store.max_bytes", "%d must be >= 0 (0: no cap)", s.MaxBytes)
+	}
+	if s.MinFreeBytes < 0 {
+		p.add("store.min_free_bytes", "%d must be >= 0 (0: derived from the store's options)", s.MinFreeBytes)
+	}
 	if s.Redis.URL == "" && s.Kind == StoreRedis {
 		p.add("store.redis.url", "required when store.kind is redis (e.g. redis://localhost:6379/0; env GATEWAY_REDIS_URL)")
 	}

@@ -833,6 +833,8 @@ func TestAlertRules(t *testing.T) {
 		"llmgate_deadletters":                   false,
 		"llmgate_deadletter_alert":              false,
 		"llmgate_idempotency_events_total":      false,
+		"llmgate_store_full":                    false,
+		"llmgate_store_used_bytes":              false,
 	}
 	seen := map[string]bool{}
 	for _, r := range rules {

@@ -80,6 +80,14 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 	// Over its storage quota a client's keyed request is refused before
 	// its claim, unless it replays a committed answer; a content-cached one
 	// is looked up and otherwise served without being stored.
+	// The same holds while the store is full (space.go).
+	if err := g.spaceCheck(kr); err != nil {
+		if ev, ok := g.keeper.Lookup(w, r, kr); ok {
+			s.replay(ev, kr)
+			return nil
+		}
+		return err
+	}
 	if err := g.storageCheck(kr); err != nil {
 		if ev, ok := g.keeper.Lookup(w, r, kr); ok {
 			s.replay(ev, kr)

@@ -188,6 +188,7 @@ func New(o Options) (*Gateway, error) {
 		g.timeline.StoreSize(st) // a sample for the page's chart, taken where Stats is read anyway
 		return float64(st.Records)
 	}))
+	g.registerSpace()
 	g.limits = limits.New(limits.Options{Config: o.Config, Store: o.Store, Metrics: g.metrics, Logger: g.log, Now: o.LimitsNow})
 	g.admit = admission.New(admission.Options{Limit: o.Config.Limits.MaxInflightBytes, Wait: o.Config.Limits.AdmissionWait.D(),
 		After: o.AdmissionAfter, Registerer: g.registry})
@@ -410,6 +411,13 @@ func (g *Gateway) readyz(c echo.Context) error {
 	if err := g.store.Ping(ctx); err != nil {
 		g.log.Warn("readiness: store unavailable", "err", err)
 		return c.String(http.StatusServiceUnavailable, "store unavailable\n")
+	}
+	// A full store stays ready: the gateway still serves unkeyed requests
+	// and replays, and taking it out of the load balancer would turn that
+	// partial service into none (with Badger there is no other replica to
+	// go to, and a full Redis is full for every replica).
+	if msg := g.spaceReady(); msg != "" {
+		return c.String(http.StatusOK, msg)
 	}
 	return c.String(http.StatusOK, "ready\n")
 }

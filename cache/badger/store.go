@@ -56,6 +56,22 @@ type Options struct {
 	// Logger receives Badger's own warnings and errors and the GC's. If nil,
 	// they are discarded.
 	Logger *slog.Logger
+
+	// MaxBytes caps the store's size (its .sst and .vlog files): over it,
+	// Space reports Full and the gateway refuses new keyed requests. If
+	// <= 0, there is no cap.
+	MaxBytes int64
+	// MinFreeBytes is the free-space floor of the filesystem holding Dir
+	// (see space.go): below it, Space reports Full, and Open opens Badger
+	// read-only. If <= 0, it is derived from Badger's options
+	// (DefaultMinFreeBytes: 85 MiB at the default memory budget).
+	MinFreeBytes int64
+	// Statfs reports the free bytes of the filesystem holding a directory.
+	// If nil, statfs(2).
+	Statfs func(dir string) (uint64, error)
+	// SpaceInterval is how often the store measures its room and, when
+	// read-only, tries to reopen read-write. If <= 0, 1s.
+	SpaceInterval time.Duration
 }
 
 // Store is the embedded idempotency store, one Badger database in one
@@ -98,6 +114,9 @@ type Store struct {
 
 	statsMu sync.Mutex
 	stats   cache.Stats
+
+	// space is the store's room on disk (space.go); nil in memory.
+	space *space
 }
 
 // Sizing for a sidecar, not a database (Badger's defaults take hundreds of
@@ -192,9 +211,10 @@ func Open(o Options) (*Store, error) {
 	bo := badgerOptions(o)
 	if !o.InMemory {
 		s.dir = o.Dir
+		s.space = newSpace(o, bo)
 	}
 
-	db, err := badger.Open(bo)
+	db, err := s.openDB(bo)
 	if err != nil {
 		// Badger flattens the lock error into text, so ask the kernel instead.
 		if !o.InMemory && dirLocked(o.Dir) {
@@ -222,6 +242,8 @@ func Open(o Options) (*Store, error) {
 		}
 		s.bg.Add(1)
 		go s.runGC(interval)
+		s.bg.Add(1)
+		go s.runSpace()
 	}
 	return s, nil
 }
@@ -640,9 +662,11 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		s.waiters.Close()
 		close(s.done)
+		// The background goroutines stop before the lock is taken: the
+		// space check takes it to reopen the database read-write.
+		s.bg.Wait()
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.bg.Wait()
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("close badger store: %w", err)
 		}
@@ -669,6 +693,9 @@ func (s *Store) begin(ctx context.Context) (unlock func(), err error) {
 // this store's own writes; the retry is a safety net). fn must set its
 // results afresh on every run. The caller holds begin's admission.
 func (s *Store) update(fn func(txn *badger.Txn) error) error {
+	if err := s.roomToWrite(); err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
 		err := s.db.Update(fn)
 		if !errors.Is(err, badger.ErrConflict) || attempt == maxConflictRetries {
@@ -767,7 +794,7 @@ func (s *Store) runGC(interval time.Duration) {
 		// Each successful run rewrites one value-log file; go on until there
 		// is nothing worth rewriting.
 		for !s.closed.Load() {
-			err := s.db.RunValueLogGC(gcDiscardRatio)
+			err := s.valueLogGC()
 			if err == nil {
 				continue
 			}

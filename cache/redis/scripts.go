@@ -43,7 +43,13 @@ end
 // absent (Redis's own PX runs on real time). An in-flight record whose owner
 // is this very call's token is a go-redis retry of a call whose reply was
 // lost: it is ours, so {0}.
-var claimScript = redis.NewScript(luaBefore + `
+//
+// The #!lua shebang (Redis 7) makes Redis refuse the script with an OOM
+// error while it is over maxmemory: without it, a script whose first write
+// is DEL (which Redis allows when out of memory) may go on writing, so a
+// full Redis took new claims. Commits of calls already running keep the
+// old rule and still land.
+var claimScript = redis.NewScript("#!lua\n" + luaBefore + `
 local cur = redis.call('HMGET', KEYS[1], 'state', 'fp', 'owner', 'lease', 'exp', 'data')
 local st = cur[1]
 if st == '2' and cur[5] and not before(ARGV[2], cur[5]) then

@@ -789,6 +789,12 @@ func (r *Store) mapErr(err error) error {
 	if errors.Is(err, redis.ErrClosed) && r.closed.Load() {
 		return cache.ErrClosed
 	}
+	// Redis at maxmemory (noeviction) refuses writes with an OOM error
+	// reply: the store is full, as a Badger store below its floor is, and
+	// the gateway answers 503 idempotency_store_full (reads still work).
+	if redis.IsOOMError(err) {
+		return fmt.Errorf("%w: %w", cache.ErrFull, err)
+	}
 	return err
 }
 

@@ -969,3 +969,37 @@ func waitBlocked(t *testing.T, o *storetest.Observed, res <-chan error) {
 		t.Fatal("Wait did not block within 10s")
 	}
 }
+
+// TestRedisOOMIsFull: a Redis at maxmemory (noeviction) refuses writes
+// with an OOM reply; the store reports it as cache.ErrFull, which the
+// gateway answers with 503 idempotency_store_full, as a full Badger disk.
+// Committed records still read.
+func TestRedisOOMIsFull(t *testing.T) {
+	srv := startRedisServer(t, freePort(t))
+	r := openTestRedis(t, Options{URL: "redis://" + srv.addr(), PollInterval: time.Hour})
+	c, err := r.Claim(ctx, key1, "fp", lease)
+	if err != nil || c.Status != cache.Claimed {
+		t.Fatalf("Claim: %+v, %v", c, err)
+	}
+	if err := r.Commit(ctx, key1, c.Owner, storetest.JSONRecord(), ttl); err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	defer admin.Close()
+	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.ConfigSet(ctx, "maxmemory", "0")
+	key2 := cache.Key{Scope: key1.Scope, Endpoint: key1.Endpoint, ID: "oom"}
+	_, err = r.Claim(ctx, key2, "fp", lease)
+	if !errors.Is(err, cache.ErrFull) {
+		t.Fatalf("Claim at maxmemory: %v, want cache.ErrFull", err)
+	}
+	var f interface{ StoreFull() bool }
+	if !errors.As(err, &f) || !f.StoreFull() {
+		t.Fatalf("the OOM error does not report StoreFull: %v", err)
+	}
+	if _, err := r.Get(ctx, key1); err != nil {
+		t.Fatalf("Get at maxmemory: %v", err)
+	}
+}

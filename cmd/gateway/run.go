@@ -209,6 +209,8 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		GCInterval:   cfg.Store.GCInterval.D(),
 		MemoryBudget: cfg.Memory.BudgetBytes,
 		Logger:       log,
+		MaxBytes:     cfg.Store.MaxBytes,
+		MinFreeBytes: cfg.Store.MinFreeBytes,
 	})
 }
 

@@ -89,6 +89,24 @@ func (e *StoreUnavailable) Error() string {
 }
 func (e *StoreUnavailable) Unwrap() error { return e.Err }
 
+// StoreFull: the idempotency store has no room for new records (its disk
+// is below the free-space floor, it is over store.max_bytes, or Redis is at
+// maxmemory), so a new keyed request was not run. Replays still work.
+type StoreFull struct {
+	Reason     string // cache.FullDiskLow, ...; for the log
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *StoreFull) Error() string {
+	return "idempotency store full (" + e.Reason + "): " + errString(e.Err)
+}
+func (e *StoreFull) Unwrap() error { return e.Err }
+
+// storeFuller is what a store's own "full" error (cache.ErrFull) reports,
+// so that it maps here without apierror importing the store.
+type storeFuller interface{ StoreFull() bool }
+
 // Transport: no upstream answered; Reason is classify's, Timeout whether it
 // was a timeout.
 type Transport struct {
@@ -215,6 +233,8 @@ func Wire(err error) *Error {
 	case errors.As(err, new(*DeadlineSpent)):
 		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "deadline_exceeded",
 			Message: "The request's deadline passed before an upstream could be tried."}
+	case errors.As(err, new(*StoreFull)) || isStoreFull(err):
+		return storeFull(err)
 	case errors.As(err, &su):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "idempotency_store_unavailable",
 			Message:    "The idempotency store is unavailable, so this keyed request was not run (it would not be protected against duplicates). Retry later.",
@@ -274,6 +294,26 @@ func Wire(err error) *Error {
 	}
 	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
 		Message: "The gateway failed to handle the request; see its log for details.", Err: err}
+}
+
+func isStoreFull(err error) bool {
+	var f storeFuller
+	return errors.As(err, &f) && f.StoreFull()
+}
+
+// storeFull is a 503 that says the store is full, not broken: replays of
+// committed keys and requests without a key still work, so the client can
+// tell "retry later" from "the gateway is down".
+func storeFull(err error) *Error {
+	retry := 30 * time.Second
+	var sf *StoreFull
+	if errors.As(err, &sf) && sf.RetryAfter > 0 {
+		retry = sf.RetryAfter
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "idempotency_store_full",
+		Message: "The gateway's idempotency store is full, so this keyed request was not run (its answer could not be stored). " +
+			"Retry after the Retry-After interval. Replays of committed keys, and requests without an Idempotency-Key, still work.",
+		RetryAfter: retry, Err: err}
 }
 
 // clientLimited is a 429 in OpenAI's rate-limit shape: error.type names

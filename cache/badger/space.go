@@ -1,0 +1,312 @@
+package badgerstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/llmgate/llmgate/cache"
+)
+
+// A full disk is a state, not a crash.
+//
+// Badger memory-maps its write-ahead log (each memtable's .mem file, mapped
+// at twice MemTableSize), its value-log files (mapped at twice
+// ValueLogFileSize) and every table it writes, and creates them sparse: the
+// filesystem gives a page its block only when the page is first written.
+// When the filesystem has none left, that write faults with SIGBUS, which
+// no Go code can recover (it happens on Badger's own goroutines), so the
+// process dies — and after a restart on the still-full disk, the WAL replay
+// and the flush that follows it fault again. So the store keeps a reserve
+// on its filesystem and stays clear of it:
+//
+//   - below the floor (MinFreeBytes), or over MaxBytes, Space reports Full
+//     and the gateway refuses new keyed requests before their claim; the
+//     floor is the reserve plus room for the commits of calls already
+//     running when the state began;
+//   - below the reserve itself every write (commits, dead letters, deletes)
+//     fails with cache.ErrFull instead of reaching Badger: once the store
+//     stops writing, Badger's own work (the active WAL's unwritten pages,
+//     flushing the memtables, compacting L0 and one level below, a
+//     value-log GC rewrite) fits in the reserve, so nothing faults;
+//   - opened below the floor, Badger is opened read-only (no new WAL, no
+//     flush, no compaction; the WALs of an unclean stop are replayed into
+//     memory only), so a start on a full disk serves replays, and the store
+//     reopens read-write once the filesystem is above the floor again.
+//
+// Space returns by itself when TTLs expire and compaction or the value-log
+// GC drop the records (both need the reserve), or when an operator frees
+// the disk or grows the volume; a background check every SpaceInterval
+// notices it, and keyed work resumes without a restart.
+
+// reserveFor is the free space Badger's own work may still take after the
+// store stops writing, for the options bo:
+//
+//	the active WAL's unwritten part      2 × MemTableSize
+//	flushing the memtables to L0         NumMemtables × MemTableSize
+//	the active value-log file's map      2 × ValueLogFileSize (a GC rewrite writes there)
+//	compacting L0 into the base level    NumLevelZeroTables × MemTableSize + BaseLevelSize
+//	and one compaction below it          (LevelSizeMultiplier + 1) × BaseTableSize
+//
+// A compaction writes its new tables before it deletes the old ones, so it
+// needs room for its output. With the default memory budget (4 MiB
+// memtables, 1 MiB tables, see sizing) that is 8 + 8 + 32 + 18 + 11 = 77
+// MiB; the value-log map dominates, and grows with ValueLogFileSize.
+func reserveFor(bo badger.Options) int64 {
+	return 2*bo.MemTableSize +
+		int64(bo.NumMemtables)*bo.MemTableSize +
+		2*bo.ValueLogFileSize +
+		int64(bo.NumLevelZeroTables)*bo.MemTableSize + bo.BaseLevelSize +
+		int64(bo.LevelSizeMultiplier+1)*bo.BaseTableSize
+}
+
+// FloorFor is the default free-space floor for the options bo: the reserve
+// plus two memtables' worth for the commits of calls that were running
+// when the store became full (85 MiB at the default memory budget).
+func floorFor(bo badger.Options) int64 { return reserveFor(bo) + 2*bo.MemTableSize }
+
+// DefaultMinFreeBytes is the floor with the store's own options: what
+// MinFreeBytes <= 0 means.
+func DefaultMinFreeBytes() int64 { return floorFor(badgerOptions(Options{Dir: "."})) }
+
+const (
+	defaultSpaceInterval = time.Second
+	// spaceMaxAge is how long Space reuses its last figures: the gateway
+	// asks on every keyed request.
+	spaceMaxAge = 250 * time.Millisecond
+)
+
+// space is the store's view of its room on disk.
+type space struct {
+	statfs   func(dir string) (free uint64, err error)
+	floor    int64 // MinFreeBytes
+	reserve  int64 // below it, writes fail with cache.ErrFull
+	maxBytes int64
+	interval time.Duration
+	bo       badger.Options // to reopen read-write
+	readOnly atomic.Bool
+
+	mu     sync.Mutex
+	last   cache.Space
+	usedAt time.Time
+	used   int64
+}
+
+func newSpace(o Options, bo badger.Options) *space {
+	sp := &space{statfs: o.Statfs, floor: o.MinFreeBytes, maxBytes: max(o.MaxBytes, 0), interval: o.SpaceInterval, bo: bo}
+	if sp.statfs == nil {
+		sp.statfs = statfsFree
+	}
+	if sp.floor <= 0 {
+		sp.floor = floorFor(bo)
+	}
+	// An operator's lower floor lowers the reserve with it (at their risk,
+	// documented); a higher one keeps the derived reserve.
+	sp.reserve = min(reserveFor(bo), sp.floor*7/8)
+	if sp.interval <= 0 {
+		sp.interval = defaultSpaceInterval
+	}
+	return sp
+}
+
+// free is the filesystem's free space for dir, or -1 when unknown (statfs
+// failed: the store is then never full for lack of disk). dir may not
+// exist yet: its nearest existing ancestor is asked.
+func (sp *space) free(dir string) int64 {
+	for {
+		n, err := sp.statfs(dir)
+		if err == nil {
+			return int64(min(n, 1<<62))
+		}
+		parent := filepath.Dir(dir)
+		if !errors.Is(err, os.ErrNotExist) || parent == dir {
+			return -1
+		}
+		dir = parent
+	}
+}
+
+// Space reports the store's room for new records (see cache.Space). In
+// memory it is never full. The figures are at most 250 ms old.
+func (s *Store) Space() cache.Space {
+	if s.space == nil {
+		return cache.Space{At: s.now()}
+	}
+	s.space.mu.Lock()
+	last := s.space.last
+	s.space.mu.Unlock()
+	if age := s.now().Sub(last.At); !last.At.IsZero() && age >= 0 && age < spaceMaxAge {
+		return last
+	}
+	return s.measureSpace()
+}
+
+// measureSpace takes new figures and logs a change of state.
+func (s *Store) measureSpace() cache.Space {
+	sp := s.space
+	now := s.now()
+	free := sp.free(s.dir)
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if age := now.Sub(sp.usedAt); sp.usedAt.IsZero() || age < 0 || age >= statsMaxAge {
+		lsm, vlog := dirSizes(s.dir)
+		sp.used, sp.usedAt = lsm+vlog, now
+	}
+	st := cache.Space{At: now, ReadOnly: sp.readOnly.Load(), FreeBytes: free, MinFreeBytes: sp.floor,
+		UsedBytes: sp.used, MaxBytes: sp.maxBytes}
+	switch {
+	case free >= 0 && free < sp.floor:
+		st.Full, st.Reason = true, cache.FullDiskLow
+	case sp.maxBytes > 0 && sp.used >= sp.maxBytes:
+		st.Full, st.Reason = true, cache.FullOverCap
+	case st.ReadOnly:
+		st.Full, st.Reason = true, cache.FullReadOnly
+	}
+	if st.Full != sp.last.Full || st.Reason != sp.last.Reason {
+		s.logSpace(st)
+	}
+	sp.last = st
+	return st
+}
+
+func (s *Store) logSpace(st cache.Space) {
+	attrs := []any{"free_bytes", st.FreeBytes, "min_free_bytes", st.MinFreeBytes, "used_bytes", st.UsedBytes,
+		"max_bytes", st.MaxBytes, "read_only", st.ReadOnly}
+	if st.Full {
+		s.log.Warn("store full: new keyed requests get 503 until there is room again", append(attrs, "reason", st.Reason)...)
+		return
+	}
+	s.log.Info("store has room again: keyed requests resume", attrs...)
+}
+
+// roomToWrite is the check before every write: below the reserve, or
+// read-only, the write fails with cache.ErrFull instead of reaching Badger.
+// The next Space call measures afresh.
+func (s *Store) roomToWrite() error {
+	sp := s.space
+	if sp == nil {
+		return nil
+	}
+	if sp.readOnly.Load() {
+		return fmt.Errorf("store opened read-only on a full disk: %w", cache.ErrFull)
+	}
+	if free := sp.free(s.dir); free >= 0 && free < sp.reserve {
+		sp.mu.Lock()
+		sp.last.At = time.Time{}
+		sp.mu.Unlock()
+		return fmt.Errorf("%d bytes free, below the %d-byte reserve Badger needs: %w", free, sp.reserve, cache.ErrFull)
+	}
+	return nil
+}
+
+// runSpace measures the store's room every interval and reopens a
+// read-only store read-write once the filesystem is above the floor.
+func (s *Store) runSpace() {
+	defer s.bg.Done()
+	t := time.NewTicker(s.space.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		s.checkSpace()
+	}
+}
+
+// checkSpace is one round of runSpace.
+func (s *Store) checkSpace() {
+	st := s.measureSpace()
+	if st.ReadOnly && st.FreeBytes >= st.MinFreeBytes {
+		s.reopenReadWrite(s.space.bo)
+		s.measureSpace()
+	}
+}
+
+// openDB opens Badger read-write, or read-only when the filesystem is
+// below the floor (see the top of this file).
+func (s *Store) openDB(bo badger.Options) (*badger.DB, error) {
+	if s.space == nil {
+		return badger.Open(bo)
+	}
+	free := s.space.free(bo.Dir)
+	if free < 0 || free >= s.space.floor {
+		return badger.Open(bo)
+	}
+	s.log.Warn("opening the store read-only: the disk is below its free-space floor",
+		"free_bytes", free, "min_free_bytes", s.space.floor)
+	s.space.readOnly.Store(true)
+	return s.openReadOnly(bo), nil
+}
+
+// openReadOnly opens Badger read-only. A directory with no database yet
+// (no MANIFEST: a first start on a full disk) has nothing to replay, and
+// Badger will not open it read-only; nor will it open one whose WAL needs
+// repair beyond trimWALs. Then an empty in-memory database stands in, so that the gateway
+// starts (unkeyed traffic passes, keyed requests get 503) instead of
+// crash-looping, until the store reopens on disk.
+func (s *Store) openReadOnly(bo badger.Options) *badger.DB {
+	if _, err := os.Stat(filepath.Join(bo.Dir, badger.ManifestFilename)); err == nil {
+		if err := trimWALs(bo.Dir); err != nil {
+			s.log.Warn("trimming the store's WALs for a read-only open", slog.Any("err", err))
+		}
+		db, err := badger.Open(bo.WithReadOnly(true))
+		if err == nil {
+			return db
+		}
+		s.log.Error("opening the store read-only; no replays until it reopens read-write", slog.Any("err", err))
+	}
+	db, err := badger.Open(badgerOptions(Options{InMemory: true}))
+	if err != nil {
+		// The options the in-memory store opens with (its tests prove
+		// them), so this does not happen.
+		panic(fmt.Sprintf("open an empty in-memory badger: %v", err))
+	}
+	return db
+}
+
+// reopenReadWrite swaps the read-only database for a read-write one, with
+// every operation held off (s.mu). If Badger will not open read-write, the
+// store goes back to read-only.
+func (s *Store) reopenReadWrite(bo badger.Options) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() || !s.space.readOnly.Load() {
+		return
+	}
+	if err := s.db.Close(); err != nil {
+		s.log.Warn("closing the read-only store", slog.Any("err", err))
+	}
+	db, err := badger.Open(bo)
+	if err == nil {
+		s.db = db
+		s.space.readOnly.Store(false)
+		s.log.Info("store reopened read-write: the disk is above its free-space floor")
+		return
+	}
+	s.log.Error("reopening the store read-write; staying read-only", slog.Any("err", err))
+	s.db = s.openReadOnly(bo)
+}
+
+// valueLogGC runs one value-log GC round unless the store is read-only or
+// below its reserve (a rewrite needs room too).
+func (s *Store) valueLogGC() error {
+	unlock, err := s.begin(context.Background())
+	if err != nil {
+		return badger.ErrRejected
+	}
+	defer unlock()
+	if s.roomToWrite() != nil {
+		return badger.ErrNoRewrite
+	}
+	return s.db.RunValueLogGC(gcDiscardRatio)
+}

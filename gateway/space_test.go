@@ -1,0 +1,114 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+	badgerstore "github.com/llmgate/llmgate/cache/badger"
+	"github.com/llmgate/llmgate/cache/storetest"
+	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/simupstream"
+)
+
+// TestStoreFullState walks a gateway on a real Badger store, whose statfs
+// and clock the test controls, through a full disk and back: new keyed
+// requests get 503 idempotency_store_full before any claim or upstream
+// call, committed keys replay, unkeyed requests pass, /readyz stays 200 and
+// says why, the metric says it, and keyed work resumes once there is room.
+func TestStoreFullState(t *testing.T) {
+	clock := storetest.NewClock()
+	var free atomic.Int64
+	free.Store(1 << 30)
+	bs, err := badgerstore.Open(badgerstore.Options{Dir: t.TempDir(), Now: clock.Now, After: clock.After,
+		MinFreeBytes: 100 << 20, SpaceInterval: time.Hour,
+		Statfs: func(string) (uint64, error) { return uint64(free.Load()), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bs.Close() })
+	h := newHarnessStore(t, nil, func(Store) Store { return bs }, simupstream.Options{})
+	key := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
+
+	first := h.chat(chatBody, key("before"))
+	if first.status != 200 {
+		t.Fatalf("keyed with room: %d %s", first.status, first.body)
+	}
+	expectSpaceMetric(t, h, "llmgate_store_full 0")
+
+	free.Store(10 << 20)
+	clock.Advance(time.Second)
+	calls := h.fake.Calls("")
+	r := h.chat(chatBody, key("while-full"))
+	e := wantOpenAIError(t, r, http.StatusServiceUnavailable)
+	if e["code"] != "idempotency_store_full" || e["type"] != "server_error" || r.header.Get("Retry-After") != "30" ||
+		r.header.Get("X-Should-Retry") != "false" {
+		t.Fatalf("new key while full: %v Retry-After=%q x-should-retry=%q", e, r.header.Get("Retry-After"), r.header.Get("X-Should-Retry"))
+	}
+	if n := h.fake.Calls(""); n != calls {
+		t.Fatalf("a refused keyed request called the upstream (%d calls, was %d)", n, calls)
+	}
+	if _, err := bs.Get(context.Background(), cache.Key{Endpoint: "/v1/chat/completions", ID: "while-full"}); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("a refused keyed request left a record (claimed before the check?): %v", err)
+	}
+	if r := h.chat(chatBody, key("before")); r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" || string(r.body) != string(first.body) {
+		t.Fatalf("replay while full: %d replayed=%q", r.status, r.header.Get("Idempotent-Replayed"))
+	}
+	if r := h.chat(chatBody, nil); r.status != 200 {
+		t.Fatalf("unkeyed while full: %d %s", r.status, r.body)
+	}
+	if r := h.chat(chatBody, map[string]string{"X-Llmgate-Cache": "on"}); r.status != 200 {
+		t.Fatalf("content-cached while full (served without storing): %d %s", r.status, r.body)
+	}
+	ready := h.do(http.MethodGet, "/readyz", "", nil)
+	if ready.status != 200 || !strings.Contains(string(ready.body), "store full (disk_low") {
+		t.Fatalf("/readyz while full: %d %s", ready.status, ready.body)
+	}
+	expectSpaceMetric(t, h, "llmgate_store_full 1", "llmgate_store_free_bytes 1.048576e+07", "llmgate_store_min_free_bytes 1.048576e+08")
+
+	free.Store(1 << 30)
+	clock.Advance(time.Second)
+	if r := h.chat(chatBody, key("while-full")); r.status != 200 || r.header.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("keyed after space returned: %d %s", r.status, r.body)
+	}
+	if ready := h.do(http.MethodGet, "/readyz", "", nil); ready.status != 200 || string(ready.body) != "ready\n" {
+		t.Fatalf("/readyz after space returned: %d %s", ready.status, ready.body)
+	}
+	expectSpaceMetric(t, h, "llmgate_store_full 0")
+}
+
+func expectSpaceMetric(t *testing.T, h *harness, lines ...string) {
+	t.Helper()
+	m := h.admin(http.MethodGet, "/metrics")
+	for _, l := range lines {
+		if !strings.Contains(string(m.body), "\n"+l+"\n") {
+			t.Fatalf("metrics lack %q", l)
+		}
+	}
+}
+
+// TestStoreFullWire: the gateway's refusal and a store's own "full" error
+// (cache.ErrFull: a commit below the Badger reserve, Redis at maxmemory)
+// reach the client as the same 503; any other store failure stays
+// idempotency_store_unavailable.
+func TestStoreFullWire(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code string
+	}{
+		{&apierror.StoreFull{Reason: cache.FullDiskLow, RetryAfter: storeFullRetryAfter}, "idempotency_store_full"},
+		{&apierror.StoreUnavailable{Err: fmt.Errorf("commit k: %w", cache.ErrFull)}, "idempotency_store_full"},
+		{&apierror.StoreUnavailable{Err: errors.New("connection refused")}, "idempotency_store_unavailable"},
+	} {
+		e := apierror.Wire(tc.err)
+		if e.Status != http.StatusServiceUnavailable || e.Type != "server_error" || e.Code != tc.code || e.RetryAfter <= 0 || e.ShouldRetry {
+			t.Errorf("%v: %d %s/%s Retry-After %v x-should-retry %v, want 503 %s", tc.err, e.Status, e.Type, e.Code, e.RetryAfter, e.ShouldRetry, tc.code)
+		}
+	}
+}
