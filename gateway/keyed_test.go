@@ -331,7 +331,10 @@ func TestAdminIdempotencyRecord(t *testing.T) {
 // claim (renewed every lease/3), so a duplicate waits instead of taking the
 // key over and calling the upstream a second time.
 func TestLeaseRenewedDuringLongCall(t *testing.T) {
-	h := newHarness(t, func(c *config.Config) { c.Idempotency.Lease = config.Duration(150 * time.Millisecond) })
+	// 300 ms: renewed every 100 ms, so a goroutine stalled ~200 ms by a
+	// loaded machine (CI under -race) does not lose it; the call lasts
+	// over three leases.
+	h := newHarness(t, func(c *config.Config) { c.Idempotency.Lease = config.Duration(300 * time.Millisecond) })
 	h.fake.Enqueue(simupstream.Step{Delay: time.Second})
 	done := h.chatAsync(chatBody, key("long"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -342,7 +345,7 @@ func TestLeaseRenewedDuringLongCall(t *testing.T) {
 	dup := h.chat(chatBody, key("long"))
 	first := h.await(done)
 	if first.status != 200 || dup.status != 200 || string(dup.body) != string(first.body) {
-		t.Fatalf("first %d, duplicate %d", first.status, dup.status)
+		t.Fatalf("first %d %s, duplicate %d", first.status, first.body, dup.status)
 	}
 	if n := h.fake.Calls(""); n != 1 {
 		t.Fatalf("the lease lapsed during the call: %d upstream calls", n)
