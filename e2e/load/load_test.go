@@ -18,7 +18,7 @@ import (
 // os.Executable() with -serve-fake or -serve-floor, which here is this
 // binary.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && isChildMode(os.Args[1]) {
+	if len(os.Args) > 1 && (isChildMode(os.Args[1]) || os.Args[1] == inCgroup) {
 		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 			os.Stderr.WriteString("load child: " + err.Error() + "\n")
 			os.Exit(1)
@@ -161,7 +161,7 @@ func TestDist(t *testing.T) {
 }
 
 func TestGatewayConfigIsLoopback(t *testing.T) {
-	cfg := gatewayConfig("/tmp/x", "http://127.0.0.1:1", "http://127.0.0.1:2", "")
+	cfg := gatewayConfig("/tmp/x", "http://127.0.0.1:1", "http://127.0.0.1:2", "", storeChoice{Kind: "badger"}, "tok")
 	if !strings.Contains(cfg, "listen: 127.0.0.1:0") || strings.Contains(cfg, "big-gpt") {
 		t.Errorf("config:\n%s", cfg)
 	}
