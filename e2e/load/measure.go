@@ -242,6 +242,12 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 		store.RedisPrefix = "llmgate-load-" + runID + ":"
 	}
 	rep.Store = store
+	if store.Kind == "redis" {
+		defer func() {
+			n, err := dropRedisPrefix(context.WithoutCancel(ctx), store.RedisURL, store.RedisPrefix)
+			logf("deleted %d Redis keys under %s (err: %v)", n, store.RedisPrefix, err)
+		}()
+	}
 	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(dataDir, p.fake.URL, p.slow.URL, bigURL, store, token)), 0o600); err != nil {
 		return err
 	}
@@ -259,6 +265,15 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 			}
 			if err := cg.Remove(); err != nil {
 				logf("removing cgroup %s: %v", cg.Dir, err)
+			}
+		}()
+	}
+	if cg != nil {
+		// However the run ends (a killed gateway ends it early), say what
+		// the kernel counted.
+		defer func() {
+			if st, err := cg.Stats(); err == nil && st.OOMKills > 0 {
+				logf("the gateway's cgroup counted %d OOM kills", st.OOMKills)
 			}
 		}()
 	}
@@ -322,12 +337,15 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 				}
 				var w *watch
 				var fg *foreign
+				var pf *profile
 				o := closedLoop(ctx, c, sh, conc, s.Warmup, s.Duration, func() {
 					fg = startForeign(p.pids())
 					if proxy != nil {
 						w = startWatch(proxy)
 					}
+					pf = startProfile(s, proxy, l.Name, s.Duration)
 				})
+				pf.wait()
 				l.ForeignCPUSeconds = fg.stop()
 				if w != nil {
 					l.Proxy = w.stop()
@@ -429,12 +447,12 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 		rep.Gateway.ThreadsAtEnd = end.Threads
 		rep.Gateway.CPUTotalSeconds = (end.CPU - cpu0.CPU).Seconds()
 	}
-	return settleEnd(ctx, s, p, rep, dataDir, cg, tl, logf)
+	return settleEnd(ctx, s, p, rep, dataDir, cg, tl)
 }
 
 // settleEnd waits -idle-after with the gateway idle, then reads its RSS,
 // its data dir's size, its cgroup's figures, and stops the timeline.
-func settleEnd(ctx context.Context, s settings, p *paths, rep *report, dataDir string, cg *cgroup.Group, tl *timeline, logf func(string, ...any)) error {
+func settleEnd(ctx context.Context, s settings, p *paths, rep *report, dataDir string, cg *cgroup.Group, tl *timeline) error {
 	select {
 	case <-time.After(s.IdleAfter):
 	case <-ctx.Done():
@@ -454,9 +472,6 @@ func settleEnd(ctx context.Context, s settings, p *paths, rep *report, dataDir s
 		rep.Cgroup.End, _ = cg.Stats()
 		for _, tp := range rep.Timeline {
 			rep.Cgroup.PeakSampledMiB = max(rep.Cgroup.PeakSampledMiB, tp.CgroupMiB)
-		}
-		if n := rep.Cgroup.End.OOMKills; n > 0 {
-			logf("the gateway's cgroup counted %d OOM kills", n)
 		}
 	}
 	if err := p.gw.alive(); err != nil {

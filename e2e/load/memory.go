@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -234,4 +236,47 @@ func (tl *timeline) stop() []TimePoint {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	return tl.points
+}
+
+// profile fetches one of the gateway's Go profiles over a leg, from
+// /admin/debug/pprof/ with the admin token, into a file.
+type profile struct{ done chan struct{} }
+
+// startProfile asks for -pprof's kind (profile: CPU; trace: execution
+// trace) for d, written to out/<leg>.<kind>; nil when -pprof is off or c
+// is not the gateway.
+func startProfile(s settings, c *child, leg string, d time.Duration) *profile {
+	if s.Pprof == "" || c == nil || c.metricsURL == "" {
+		return nil
+	}
+	p := &profile{done: make(chan struct{})}
+	secs := max(1, int(d.Seconds()))
+	url := fmt.Sprintf("%s/admin/debug/pprof/%s?seconds=%d", c.URL, s.Pprof, secs)
+	name := filepath.Join(s.Out, strings.NewReplacer(" ", "_", "=", "", "/", "_").Replace(leg)+"."+s.Pprof)
+	go func() {
+		defer close(p.done)
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+c.adminToken)
+		hc := &http.Client{Timeout: d + time.Minute}
+		res, err := hc.Do(req)
+		if err != nil {
+			return
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err == nil && res.StatusCode == http.StatusOK {
+			_ = os.MkdirAll(s.Out, 0o755)
+			_ = os.WriteFile(name, b, 0o644)
+		}
+	}()
+	return p
+}
+
+func (p *profile) wait() {
+	if p != nil {
+		<-p.done
+	}
 }

@@ -37,6 +37,7 @@ type settings struct {
 	IdleAfter     time.Duration `json:"idle_after_ns"`
 	Store         storeChoice   `json:"store"`
 	Cgroup        string        `json:"cgroup,omitempty"`
+	Pprof         string        `json:"pprof,omitempty"`
 	CgroupLimit   int64         `json:"cgroup_limit_bytes,omitempty"`
 	Out           string        `json:"-"`
 
@@ -130,6 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	redisURL := fs.String("redis-url", "redis://127.0.0.1:6379/0", "with -store redis: the server (a fresh key prefix is used per run)")
 	cg := fs.String("cgroup", "", "run the gateway inside this existing cgroup `dir` (its memory figures and OOM kills are reported)")
 	cgLimit := fs.String("cgroup-limit", "", "run the gateway in a new memory cgroup with this limit (e.g. 256MiB) and swap off, made inside the tool's own cgroup and removed at the end")
+	pprofKind := fs.String("pprof", "", "profile the gateway over each of its legs: `kind` profile (CPU) or trace (execution trace), written to -out as <leg>.<kind>")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
 	}
@@ -165,7 +167,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		Slow: *slow, Rate: *rate, OpenDuration: *openDur, Big: *big,
 		BigBytes: *bigBytes, BigChunkBytes: *bigChunk, Settle: *settle,
 		Gateway: *gw, Out: *out, Only: *only, Sustain: *sustain, SustainC: *sustainC, IdleAfter: *idleAfter,
-		Store: storeChoice{Kind: *store}, Cgroup: *cg,
+		Store: storeChoice{Kind: *store}, Cgroup: *cg, Pprof: *pprofKind,
 	}
 	var errs []error
 	switch *store {
@@ -184,6 +186,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		if *cg != "" {
 			errs = append(errs, errors.New("-cgroup and -cgroup-limit: give one"))
 		}
+	}
+	if s.Pprof != "" && (s.Out == "" || (s.Pprof != "profile" && s.Pprof != "trace")) {
+		errs = append(errs, fmt.Errorf("-pprof: %q wants profile or trace, and -out", s.Pprof))
 	}
 	if s.Sustain < 0 || s.Sustain > time.Hour {
 		errs = append(errs, fmt.Errorf("-sustain: %v is not in [0, 1h]", s.Sustain))

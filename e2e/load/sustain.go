@@ -70,10 +70,13 @@ func sustainLegs(ctx context.Context, s settings, p *paths, runID string, cg *cg
 		c := newClient(s.SustainC)
 		var w *watch
 		var fg *foreign
+		var pf *profile
 		o := closedLoop(ctx, c, sh, s.SustainC, 0, s.Sustain, func() {
 			fg = startForeign(p.pids())
 			w = startWatch(proxy)
+			pf = startProfile(s, proxy, l.Name, s.Sustain)
 		})
+		pf.wait()
 		l.ForeignCPUSeconds = fg.stop()
 		l.Proxy = w.stop()
 		c.CloseIdleConnections()
