@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,7 +132,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	redisURL := fs.String("redis-url", "redis://127.0.0.1:6379/0", "with -store redis: the server (a fresh key prefix is used per run)")
 	cg := fs.String("cgroup", "", "run the gateway inside this existing cgroup `dir` (its memory figures and OOM kills are reported)")
 	cgLimit := fs.String("cgroup-limit", "", "run the gateway in a new memory cgroup with this limit (e.g. 256MiB) and swap off, made inside the tool's own cgroup and removed at the end")
-	pprofKind := fs.String("pprof", "", "profile the gateway over each of its legs: `kind` profile (CPU) or trace (execution trace), written to -out as <leg>.<kind>")
+	pprofKind := fs.String("pprof", "", "profile the gateway over each of its legs: `kind` profile (CPU), trace (execution trace), or heap, allocs, block, mutex (the change over the leg), written to -out as <leg>.<kind>")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
 	}
@@ -187,8 +188,8 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 			errs = append(errs, errors.New("-cgroup and -cgroup-limit: give one"))
 		}
 	}
-	if s.Pprof != "" && (s.Out == "" || (s.Pprof != "profile" && s.Pprof != "trace")) {
-		errs = append(errs, fmt.Errorf("-pprof: %q wants profile or trace, and -out", s.Pprof))
+	if s.Pprof != "" && (s.Out == "" || !slices.Contains([]string{"profile", "trace", "heap", "allocs", "block", "mutex"}, s.Pprof)) {
+		errs = append(errs, fmt.Errorf("-pprof: %q wants profile, trace, heap, allocs, block or mutex, and -out", s.Pprof))
 	}
 	if s.Sustain < 0 || s.Sustain > time.Hour {
 		errs = append(errs, fmt.Errorf("-sustain: %v is not in [0, 1h]", s.Sustain))
