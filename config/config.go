@@ -68,7 +68,9 @@ func Default() Config {
 			MaxHeaderBytes:    64 << 10,
 			MaxJSONDepth:      64,
 			StreamIdleTimeout: Duration(60 * time.Second),
+			AdmissionWait:     Duration(2 * time.Second),
 		},
+		Memory:   Memory{LimitRatio: 0.8},
 		Log:      Log{Format: "json", Level: "info"},
 		Replicas: 1,
 		Server: Server{
@@ -134,6 +136,7 @@ type Config struct {
 	Idempotency Idempotency `yaml:"idempotency"`
 	Store       Store       `yaml:"store"`
 	Limits      Limits      `yaml:"limits"`
+	Memory      Memory      `yaml:"memory"`
 	Log         Log         `yaml:"log"`
 	Server      Server      `yaml:"server"`
 	DeadLetters DeadLetters `yaml:"dead_letters"`
@@ -432,6 +435,32 @@ type Limits struct {
 	// StreamIdleTimeout ends an upstream stream that sends nothing for this
 	// long. Default 60s.
 	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
+	// MaxInflightBytes bounds the request body bytes held in memory across
+	// all requests at once; a request whose body does not fit waits up to
+	// AdmissionWait, then gets 503 gateway_overloaded with Retry-After.
+	// Must be at least MaxBodyBytes. If 0, the larger of the memory budget
+	// (memory.budget_bytes) and 2 × MaxBodyBytes: 64 MiB in a 256 MiB
+	// container.
+	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
+	// AdmissionWait is how long a request waits for room under
+	// MaxInflightBytes. Default 2s.
+	AdmissionWait Duration `yaml:"admission_wait"`
+}
+
+// Memory sizes the gateway to the memory it has.
+type Memory struct {
+	// LimitRatio is the share of the cgroup's memory limit (a container's,
+	// a pod's limits.memory) set as the Go runtime's soft limit, at start,
+	// unless GOMEMLIMIT is set. The rest is for memory the runtime does
+	// not count (dirty pages of Badger's mapped files, stacks, the binary).
+	// Default 0.8. Env GATEWAY_MEMORY_LIMIT_RATIO.
+	LimitRatio float64 `yaml:"limit_ratio"`
+	// BudgetBytes is the Go heap the Badger store's memtables, table
+	// builders and index cache are sized to, and the default of
+	// limits.max_inflight_bytes. If 0: a quarter of the cgroup's limit (or
+	// of GOMEMLIMIT), 64 MiB in a 256 MiB container; 64 MiB when there is
+	// no limit.
+	BudgetBytes int64 `yaml:"budget_bytes"`
 }
 
 // Log configures structured logging.

@@ -21,6 +21,11 @@ func env(kv map[string]string) func(string) string {
 // expectedErrors maps each testdata/*.bad.yml file to substrings its error
 // must contain. TestBadConfigs fails if a .bad.yml file is missing here.
 var expectedErrors = map[string][]string{
+	"memory_limit_ratio.bad.yml":      {"memory.limit_ratio: 1.2 is outside (0, 1]"},
+	"memory_budget_small.bad.yml":     {"memory.budget_bytes: 1000 is under 8 MiB"},
+	"max_inflight_below_body.bad.yml": {"limits.max_inflight_bytes: 1024 is less than limits.max_body_bytes (2048)"},
+	"admission_wait_negative.bad.yml": {"limits.admission_wait: -1s is negative"},
+
 	"unknown_key.bad.yml":          {"line 4: field retri not found in type config.Config"},
 	"unknown_upstream_key.bad.yml": {"line 4: field api-key not found in type config.Upstream"},
 	"wrong_type.bad.yml":           {"line 5: cannot unmarshal !!str `three` into int"},
@@ -234,8 +239,10 @@ func TestGoodConfig(t *testing.T) {
 			MaxHeaderBytes:    32 << 10,
 			MaxJSONDepth:      32,
 			StreamIdleTimeout: Duration(45 * time.Second),
+			AdmissionWait:     Duration(2 * time.Second),
 		},
-		Log: Log{Format: "text", Level: "debug"},
+		Memory: Memory{LimitRatio: 0.8},
+		Log:    Log{Format: "text", Level: "debug"},
 		Server: Server{
 			ReadHeaderTimeout:              Duration(5 * time.Second),
 			ReadBodyTimeout:                Duration(2 * time.Minute),
@@ -417,6 +424,10 @@ func TestDefaults(t *testing.T) {
 		{"idempotency.max_record_bytes", d.Idempotency.MaxRecordBytes, int64(8 << 20)},
 		{"idempotency.max_record_events", d.Idempotency.MaxRecordEvents, 100000},
 		{"store.kind", d.Store.Kind, "badger"},
+		{"memory.limit_ratio", d.Memory.LimitRatio, 0.8},
+		{"memory.budget_bytes", d.Memory.BudgetBytes, int64(0)},
+		{"limits.max_inflight_bytes", d.Limits.MaxInflightBytes, int64(0)},
+		{"limits.admission_wait", d.Limits.AdmissionWait.D(), 2 * time.Second},
 		{"store.gc_interval", d.Store.GCInterval.D(), 10 * time.Minute},
 		{"store.redis.prefix", d.Store.Redis.Prefix, "llmgate:"},
 		{"limits.max_body_bytes", d.Limits.MaxBodyBytes, int64(32 << 20)},
@@ -487,6 +498,15 @@ log:
 	}
 	if !c.ListenIsLoopback() {
 		t.Errorf("[::1]:2222 is loopback")
+	}
+
+	c, err = Load(file, env(map[string]string{"GATEWAY_MEMORY_LIMIT_RATIO": "0.65"}))
+	if err != nil || c.Memory.LimitRatio != 0.65 {
+		t.Errorf("GATEWAY_MEMORY_LIMIT_RATIO=0.65: LimitRatio %v, %v", c.Memory.LimitRatio, err)
+	}
+	if _, err = Load(file, env(map[string]string{"GATEWAY_MEMORY_LIMIT_RATIO": "most"})); err == nil ||
+		!strings.Contains(err.Error(), `GATEWAY_MEMORY_LIMIT_RATIO="most": not a number`) {
+		t.Errorf("GATEWAY_MEMORY_LIMIT_RATIO=most: %v", err)
 	}
 
 	// An empty variable is unset: the file's value stays.

@@ -68,6 +68,9 @@ func Load(data []byte, getenv func(string) string) (Config, error) {
 		problems = append(problems, te.errs...)
 	}
 	applyEnv(&cfg, getenv)
+	if err := applyEnvFloat(&cfg.Memory.LimitRatio, "GATEWAY_MEMORY_LIMIT_RATIO", getenv); err != nil {
+		problems = append(problems, err)
+	}
 	cfg.applyDefaults()
 	if err := cfg.Validate(); err != nil {
 		problems = append(problems, err)
@@ -250,6 +253,20 @@ func applyEnv(c *Config, getenv func(string) string) {
 		}
 		c.Upstreams = []Upstream{{Name: "openai", BaseURL: base, APIKey: key, Models: []string{"*"}}}
 	}
+}
+
+// applyEnvFloat sets *dst from the variable name when it is set.
+func applyEnvFloat(dst *float64, name string, getenv func(string) string) error {
+	v := getenv(name)
+	if v == "" {
+		return nil
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil {
+		return fmt.Errorf("%s=%q: not a number (e.g. 0.8)", name, v)
+	}
+	*dst = f
+	return nil
 }
 
 // applyOTelEnv applies OpenTelemetry's standard variables: the traces

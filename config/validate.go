@@ -49,6 +49,7 @@ func (c *Config) Validate() error {
 	positive(&p, "limits.max_body_bytes", c.Limits.MaxBodyBytes)
 	positive(&p, "limits.max_header_bytes", c.Limits.MaxHeaderBytes)
 	positive(&p, "limits.max_json_depth", c.Limits.MaxJSONDepth)
+	c.validateMemory(&p)
 	c.validateServer(&p)
 	switch c.Log.Format {
 	case "json", "text":
@@ -339,6 +340,7 @@ func (c *Config) validateDurations(p *problems) {
 		{"store.usage_rescan", c.Store.UsageRescan, false},
 		{"store.redis.wait_timeout", c.Store.Redis.WaitTimeout, true},
 		{"limits.stream_idle_timeout", c.Limits.StreamIdleTimeout, true},
+		{"limits.admission_wait", c.Limits.AdmissionWait, true},
 		{"server.read_header_timeout", c.Server.ReadHeaderTimeout, true},
 		{"server.read_body_timeout", c.Server.ReadBodyTimeout, true},
 		{"server.unauthenticated_read_body_timeout", c.Server.UnauthenticatedReadBodyTimeout, true},
@@ -357,6 +359,24 @@ func (c *Config) validateDurations(p *problems) {
 		case d.d == 0 && d.positive:
 			p.add(d.field, "must be > 0")
 		}
+	}
+}
+
+// validateMemory checks the memory section and the in-flight bound.
+func (c *Config) validateMemory(p *problems) {
+	if r := c.Memory.LimitRatio; !(r > 0 && r <= 1) { // also catches NaN
+		p.add("memory.limit_ratio", "%v is outside (0, 1]: the share of the cgroup's memory limit given to the Go runtime, e.g. 0.8", r)
+	}
+	if c.Memory.BudgetBytes < 0 {
+		p.add("memory.budget_bytes", "is negative (0 derives it from the memory limit)")
+	} else if b := c.Memory.BudgetBytes; b > 0 && b < 8<<20 {
+		p.add("memory.budget_bytes", "%d is under 8 MiB (8388608): Badger cannot work in less", b)
+	}
+	switch m := c.Limits.MaxInflightBytes; {
+	case m < 0:
+		p.add("limits.max_inflight_bytes", "is negative (0 derives it from memory.budget_bytes)")
+	case m > 0 && m < c.Limits.MaxBodyBytes:
+		p.add("limits.max_inflight_bytes", "%d is less than limits.max_body_bytes (%d): a body of the largest allowed size could never be read; raise it or lower max_body_bytes", m, c.Limits.MaxBodyBytes)
 	}
 }
 

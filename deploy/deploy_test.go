@@ -47,8 +47,10 @@ var binaryEnv = map[string]bool{
 	"GATEWAY_LOG_LEVEL":   true,
 	"OPENAI_API_KEY":      true,
 	"OPENAI_BASE_URL":     true,
-	// Read by the Go runtime rather than by llmgate's code.
-	"GOMEMLIMIT": true,
+	// GOMEMLIMIT is left out on purpose: the gateway sets the Go memory
+	// limit from the container's cgroup limit (memory.limit_ratio), so a
+	// manifest that hard-codes it fails TestEnvNames.
+	"GATEWAY_MEMORY_LIMIT_RATIO": true,
 }
 
 // pendingMetrics are announced (used by alerts.yaml or the dashboard) but

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -16,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/limits"
@@ -39,8 +39,12 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 			}
 		}
 		defer slot.Release()
+		// The body's bytes count against limits.max_inflight_bytes until
+		// the request ends.
+		var held admission.Reservation
+		defer held.Release()
 		start := g.now()
-		body, rt, u, err := g.parseRequest(r)
+		body, rt, u, err := g.parseRequest(r, &held)
 		s.model = rt.Model
 		if err != nil {
 			return err
@@ -106,8 +110,8 @@ func (s *summary) note(resp *proxy.Response) {
 }
 
 // parseRequest reads, validates and routes a POST body.
-func (g *Gateway) parseRequest(r *http.Request) ([]byte, routing, *proxy.Upstream, error) {
-	body, err := readBody(r, g.cfg.Limits.MaxBodyBytes)
+func (g *Gateway) parseRequest(r *http.Request, held *admission.Reservation) ([]byte, routing, *proxy.Upstream, error) {
+	body, err := g.readBody(r, held)
 	if err != nil {
 		return nil, routing{}, nil, err
 	}
@@ -135,12 +139,18 @@ func (g *Gateway) parseRequest(r *http.Request) ([]byte, routing, *proxy.Upstrea
 	return body, rt, u, nil
 }
 
-// readBody reads the request body up to limit bytes.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
+// readBody reads the request body up to limits.max_body_bytes, holding
+// its bytes in held (see package admission).
+func (g *Gateway) readBody(r *http.Request, held *admission.Reservation) ([]byte, error) {
+	limit := g.cfg.Limits.MaxBodyBytes
 	if r.ContentLength > limit {
 		return nil, &apierror.TooLarge{Limit: limit}
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	body, err := held.Body(r.Context(), g.admit, r.Body, r.ContentLength, limit)
+	var ae *apierror.Error
+	if errors.As(err, &ae) || errors.Is(err, context.Canceled) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, apierror.InvalidCode("", "", "Could not read the request body.", err)
 	}

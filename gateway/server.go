@@ -36,6 +36,7 @@ import (
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/admin"
+	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/forwarded"
@@ -88,6 +89,9 @@ type Options struct {
 	// Tracer makes a span per /v1 request and per upstream attempt. If
 	// nil, tracing is off.
 	Tracer *tracing.Tracer
+	// AdmissionAfter is the timer of a request's wait for room under
+	// limits.max_inflight_bytes. If nil, time.After.
+	AdmissionAfter func(time.Duration) <-chan time.Time
 }
 
 // Gateway serves the OpenAI-compatible API. Create it with New.
@@ -107,6 +111,7 @@ type Gateway struct {
 	dlq      *deadletter.Queue
 	admin    *admin.Admin
 	limits   *limits.Limiter
+	admit    *admission.Bound // request bytes in memory, across requests
 	work     *workSet
 	timeline *timeline.Timeline // the operator's page's charts
 	tracer   *tracing.Tracer
@@ -186,6 +191,8 @@ func New(o Options) (*Gateway, error) {
 		return float64(st.Records)
 	}))
 	g.limits = limits.New(limits.Options{Config: o.Config, Store: o.Store, Metrics: g.metrics, Logger: g.log, Now: o.LimitsNow})
+	g.admit = admission.New(admission.Options{Limit: o.Config.Limits.MaxInflightBytes, Wait: o.Config.Limits.AdmissionWait.D(),
+		After: o.AdmissionAfter, Registerer: g.registry})
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now,
 		OnRecord: g.timeline.DeadLetter})
 	eps := make([]string, len(postEndpoints))

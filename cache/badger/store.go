@@ -49,6 +49,10 @@ type Options struct {
 	// After is the timer Wait uses to wake when a lease runs out. If nil,
 	// time.After.
 	After func(time.Duration) <-chan time.Time
+	// MemoryBudget is the Go heap Badger's memtables, table builders and
+	// index cache are sized to (see sizing). If <= 0,
+	// DefaultMemoryBudget (64 MiB).
+	MemoryBudget int64
 	// Logger receives Badger's own warnings and errors and the GC's. If nil,
 	// they are discarded.
 	Logger *slog.Logger
@@ -123,10 +127,12 @@ type Store struct {
 //
 // Each value:
 //
-//   - MemTableSize 8 MiB, NumMemtables 2: the memtables and their flush
-//     buffers are the bulk of the heap (the default is 5 × 64 MiB). Badger caps
-//     one write batch at 15% of it (1.2 MiB), fine because a body above
-//     ValueThreshold goes to the value log and counts only as a pointer.
+//   - MemTableSize, NumMemtables, BaseTableSize, TableSizeMultiplier,
+//     IndexCacheSize, NumCompactors: sized from Options.MemoryBudget, see
+//     sizing (budget.go). Badger caps one write batch at 15% of
+//     MemTableSize (600 KiB at the default budget), fine because a body
+//     above ValueThreshold goes to the value log and counts only as a
+//     pointer.
 //   - ValueThreshold 64 KiB: typical completions (1–50 KiB) stay in the LSM
 //     tree, where compaction drops them once expired; big stream records go to
 //     the value log, which the GC goroutine reclaims. With 1 MiB, compacting
@@ -141,19 +147,12 @@ type Store struct {
 //     encryption Badger reads blocks straight from the mmap and needs no
 //     cache; the page cache does the job. Compression is off because records
 //     are short-lived and CPU on the request path is worth more than disk.
-//   - IndexCacheSize 8 MiB: bounds what table indexes and bloom filters may
-//     hold (0 would keep them all in memory).
-//   - NumCompactors 2: the fewest Badger accepts (compactor 0 serves L0).
 //   - MetricsEnabled false: Stats measures the directory itself.
 const (
-	memTableSize       = 8 << 20
-	numMemtables       = 2
 	valueThreshold     = 64 << 10
 	numLevelZero       = 2
 	numLevelZeroStall  = 8
-	indexCacheSize     = 8 << 20
 	valueLogFileSize   = 16 << 20
-	numCompactors      = 2
 	defaultGCInterval  = 10 * time.Minute
 	gcDiscardRatio     = 0.5
 	statsMaxAge        = 5 * time.Second
@@ -237,20 +236,17 @@ func (s *Store) lockKey(ctx context.Context, key []byte) (sh *flightShard, unloc
 	return sh, func() { sh.mu.Unlock(); done() }, nil
 }
 
-// badgerOptions sizes Badger for a sidecar (see the constants above).
+// badgerOptions sizes Badger for a sidecar (see the constants above and
+// sizing).
 func badgerOptions(o Options) badger.Options {
-	bo := badger.DefaultOptions(o.Dir).
+	bo := sizeFor(o.MemoryBudget).apply(badger.DefaultOptions(o.Dir)).
 		WithSyncWrites(o.SyncWrites).
-		WithMemTableSize(memTableSize).
-		WithNumMemtables(numMemtables).
 		WithValueThreshold(valueThreshold).
 		WithNumLevelZeroTables(numLevelZero).
 		WithNumLevelZeroTablesStall(numLevelZeroStall).
 		WithCompression(options.None).
 		WithBlockCacheSize(0).
-		WithIndexCacheSize(indexCacheSize).
 		WithValueLogFileSize(valueLogFileSize).
-		WithNumCompactors(numCompactors).
 		WithNumGoroutines(2).
 		WithMetricsEnabled(false).
 		WithDetectConflicts(true).
@@ -260,8 +256,10 @@ func badgerOptions(o Options) badger.Options {
 	}
 	if o.InMemory {
 		// In memory, a value must fit below the threshold, so take the
-		// largest Badger allows.
-		bo = bo.WithDir("").WithValueDir("").WithInMemory(true).WithValueThreshold(1 << 20)
+		// largest Badger allows; a write batch (15% of a memtable) must
+		// hold it, so memtables are at least 8 MiB.
+		bo = bo.WithDir("").WithValueDir("").WithInMemory(true).WithValueThreshold(1 << 20).
+			WithMemTableSize(max(bo.MemTableSize, 8<<20))
 	}
 	return bo
 }

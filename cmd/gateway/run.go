@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "configuration OK\n%s", out)
 		return nil
 	}
+	applyMemory(&cfg, getenv, "/", newLogger(cfg.Log, stderr))
 	return serve(ctx, cfg, demo, stdout, stderr)
 }
 
@@ -203,10 +204,11 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		})
 	}
 	return badgerstore.Open(badgerstore.Options{
-		Dir:        cfg.DataDir,
-		SyncWrites: cfg.Store.SyncWrites,
-		GCInterval: cfg.Store.GCInterval.D(),
-		Logger:     log,
+		Dir:          cfg.DataDir,
+		SyncWrites:   cfg.Store.SyncWrites,
+		GCInterval:   cfg.Store.GCInterval.D(),
+		MemoryBudget: cfg.Memory.BudgetBytes,
+		Logger:       log,
 	})
 }
 

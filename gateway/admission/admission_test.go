@@ -1,0 +1,144 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/gateway/apierror"
+)
+
+// fakeTimers is Options.After: each wait registers a timer the test fires.
+type fakeTimers chan chan time.Time
+
+func (f fakeTimers) after(time.Duration) <-chan time.Time {
+	c := make(chan time.Time, 1)
+	f <- c
+	return c
+}
+
+// TestReserveWaitsThenRefuses: under a 10-byte bound, reservations of 3
+// fit three at a time; the fourth and fifth wait, and are refused with a
+// 503 gateway_overloaded and Retry-After when their wait runs out; the
+// bytes reserved never pass the bound; a release lets a waiter in.
+func TestReserveWaitsThenRefuses(t *testing.T) {
+	timers := make(fakeTimers, 8)
+	b := New(Options{Limit: 10, After: timers.after})
+	held := make([]Reservation, 3)
+	for i := range held {
+		if err := held[i].Reserve(context.Background(), b, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.InUse() != 9 {
+		t.Fatalf("InUse %d, want 9", b.InUse())
+	}
+	errs, hold := make(chan error, 2), make(chan struct{})
+	defer close(hold)
+	for range 2 {
+		go func() {
+			var r Reservation
+			err := r.Reserve(context.Background(), b, 3)
+			errs <- err
+			if err == nil {
+				<-hold
+				r.Release()
+			}
+		}()
+	}
+	t1, t2 := <-timers, <-timers // both are waiting
+	if b.InUse() > 10 {
+		t.Fatalf("InUse %d over the bound", b.InUse())
+	}
+	held[0].Release()
+	if err := <-errs; err != nil { // one waiter got the room
+		t.Fatalf("waiter after a release: %v", err)
+	}
+	t1 <- time.Time{}
+	t2 <- time.Time{}
+	err := <-errs
+	var ae *apierror.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Code != "gateway_overloaded" ||
+		ae.Type != "server_error" || ae.RetryAfter <= 0 {
+		t.Fatalf("refusal: %#v", err)
+	}
+	if b.Refused() != 1 {
+		t.Fatalf("Refused %d, want 1", b.Refused())
+	}
+	held[1].Release()
+	held[2].Release()
+	held[2].Release() // twice is harmless
+	if b.InUse() != 3 {
+		t.Fatalf("InUse %d with only the admitted waiter left, want 3", b.InUse())
+	}
+}
+
+// A waiter whose request ends stops waiting with the context's error, not
+// a refusal.
+func TestReserveContextEnds(t *testing.T) {
+	timers := make(fakeTimers, 1)
+	b := New(Options{Limit: 4, After: timers.after})
+	var full Reservation
+	if err := full.Reserve(context.Background(), b, 4); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		var r Reservation
+		done <- r.Reserve(ctx, b, 1)
+	}()
+	<-timers
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Reserve after cancel: %v", err)
+	}
+	if b.Refused() != 0 || b.InUse() != 4 {
+		t.Fatalf("Refused %d, InUse %d", b.Refused(), b.InUse())
+	}
+}
+
+// Body reserves a known length before reading, and an unknown one chunk by
+// chunk, never more than the bound; the bytes read are the body's.
+func TestBody(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 20<<10) // 320 KiB
+	for _, tc := range []struct {
+		name   string
+		length int64
+		limit  int64 // the bound
+		want   int64 // held after
+	}{
+		{"known length", int64(len(body)), 1 << 20, int64(len(body))},
+		{"unknown length", -1, 1 << 20, 384 << 10}, // 6 chunks of 64 KiB
+		{"unknown length, at the bound", -1, int64(len(body)), int64(len(body))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := New(Options{Limit: tc.limit})
+			var r Reservation
+			got, err := r.Body(context.Background(), b, bytes.NewReader(body), tc.length, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, body) {
+				t.Fatalf("read %d bytes, not the body", len(got))
+			}
+			if r.Held() != tc.want || b.InUse() != tc.want {
+				t.Fatalf("held %d (InUse %d), want %d", r.Held(), b.InUse(), tc.want)
+			}
+			r.Release()
+		})
+	}
+}
+
+// Without a limit nothing waits, and bytes are still counted.
+func TestNoLimit(t *testing.T) {
+	b := New(Options{})
+	var r Reservation
+	if err := r.Reserve(context.Background(), b, 1<<40); err != nil || b.InUse() != 1<<40 {
+		t.Fatalf("Reserve: %v, InUse %d", err, b.InUse())
+	}
+	r.Release()
+}

@@ -1,0 +1,118 @@
+package gateway
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/simupstream"
+)
+
+// TestAdmissionBoundsBodiesInFlight (issue 15): a burst of 16 requests
+// with 1 MiB bodies under limits.max_inflight_bytes of 3.5 MiB. Three are
+// read and forwarded (the upstream holds them); the other thirteen wait
+// without their bodies being read, and get 503 gateway_overloaded with
+// Retry-After when their wait (an injected timer) runs out; the three
+// then answer 200. The bytes reserved never pass the bound, and the heap
+// grows by about the three bodies, not sixteen.
+func TestAdmissionBoundsBodiesInFlight(t *testing.T) {
+	const n, size, admitted = 16, 1 << 20, 3
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("x", size-70) + `"}]}`
+	arrived, release := make(chan struct{}, n), make(chan struct{})
+	var received atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		nb, _ := io.Copy(io.Discard, r.Body)
+		received.Add(nb)
+		arrived <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
+	}))
+	t.Cleanup(up.Close)
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseAll)
+	timers := make(chan chan time.Time, n)
+	bound := int64(admitted*len(body) + len(body)/2)
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = up.URL + "/v1"
+		c.Limits.MaxBodyBytes = 2 << 20
+		c.Limits.MaxInflightBytes = bound
+	}, nil, simupstream.Options{}, func(o *Options) {
+		o.AdmissionAfter = func(time.Duration) <-chan time.Time {
+			c := make(chan time.Time, 1)
+			timers <- c
+			return c
+		}
+	})
+	heap0 := heapInuse()
+	results := make([]<-chan asyncResult, n)
+	for i := range results {
+		hdr := map[string]string{}
+		if i%2 == 0 {
+			hdr = key(fmt.Sprint("big-", i))
+		}
+		results[i] = h.chatAsync(body, hdr)
+	}
+	for range admitted {
+		<-arrived
+	}
+	waiting := make([]chan time.Time, 0, n-admitted)
+	for range n - admitted {
+		waiting = append(waiting, <-timers)
+	}
+	if got := h.gw.admit.InUse(); got != int64(admitted*len(body)) || got > bound {
+		t.Fatalf("bytes reserved %d with %d admitted, want %d (bound %d)", got, admitted, admitted*len(body), bound)
+	}
+	growth := heapInuse() - heap0
+	t.Logf("heap in use grew by %.1f MiB with %d bodies of 1 MiB sent, %d admitted", float64(growth)/(1<<20), n, admitted)
+	if growth > 2*bound {
+		t.Errorf("heap grew by %d bytes: more than twice the bound (%d)", growth, bound)
+	}
+	for _, c := range waiting {
+		c <- time.Time{}
+	}
+	// The waiters are refused while the admitted three are still held.
+	done := make(chan asyncResult, n)
+	for _, ch := range results {
+		go func() { done <- <-ch }()
+	}
+	for range n - admitted {
+		r := h.await(done)
+		e := wantOpenAIError(t, r, http.StatusServiceUnavailable)
+		if e["code"] != "gateway_overloaded" || e["type"] != "server_error" || r.header.Get("Retry-After") == "" {
+			t.Errorf("refusal: %s, Retry-After %q", r.body, r.header.Get("Retry-After"))
+		}
+	}
+	releaseAll()
+	for range admitted {
+		if r := h.await(done); r.status != http.StatusOK {
+			t.Errorf("admitted request: %d %s", r.status, r.body)
+		}
+	}
+	if got := received.Load(); got != int64(admitted*len(body)) {
+		t.Errorf("upstream received %d bytes, want the %d admitted bodies whole", got, admitted)
+	}
+	if got := h.gw.admit.InUse(); got != 0 {
+		t.Errorf("bytes reserved after every request ended: %d", got)
+	}
+	m := h.do(http.MethodGet, "/metrics", "", map[string]string{"Authorization": "Bearer " + adminToken})
+	if !strings.Contains(string(m.body), fmt.Sprintf("llmgate_admission_refused_total %d", n-admitted)) ||
+		!strings.Contains(string(m.body), "llmgate_admission_inflight_bytes 0") {
+		t.Errorf("metrics:\n%s", grepLines(string(m.body), "llmgate_admission"))
+	}
+}
+
+func heapInuse() int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
