@@ -248,7 +248,7 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 			logf("deleted %d Redis keys under %s (err: %v)", n, store.RedisPrefix, err)
 		}()
 	}
-	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(dataDir, p.fake.URL, p.slow.URL, bigURL, store, token)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(dataDir, p.fake.URL, p.slow.URL, bigURL, store, token)+s.ConfigExtra+"\n"), 0o600); err != nil {
 		return err
 	}
 	cg, made, err := gatewayCgroup(s, runID)

@@ -39,6 +39,7 @@ type settings struct {
 	Store         storeChoice   `json:"store"`
 	Cgroup        string        `json:"cgroup,omitempty"`
 	Pprof         string        `json:"pprof,omitempty"`
+	ConfigExtra   string        `json:"config_extra,omitempty"`
 	CgroupLimit   int64         `json:"cgroup_limit_bytes,omitempty"`
 	Out           string        `json:"-"`
 
@@ -133,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	cg := fs.String("cgroup", "", "run the gateway inside this existing cgroup `dir` (its memory figures and OOM kills are reported)")
 	cgLimit := fs.String("cgroup-limit", "", "run the gateway in a new memory cgroup with this limit (e.g. 256MiB) and swap off, made inside the tool's own cgroup and removed at the end")
 	pprofKind := fs.String("pprof", "", "profile the gateway over each of its legs: `kind` profile (CPU), trace (execution trace), or heap, allocs, block, mutex (the change over the leg), written to -out as <leg>.<kind>")
+	extra := fs.String("config-extra", "", "YAML appended to the gateway's config, top-level keys it does not set (e.g. 'memory: {limit_ratio: 0.7}')")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
 	}
@@ -168,7 +170,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		Slow: *slow, Rate: *rate, OpenDuration: *openDur, Big: *big,
 		BigBytes: *bigBytes, BigChunkBytes: *bigChunk, Settle: *settle,
 		Gateway: *gw, Out: *out, Only: *only, Sustain: *sustain, SustainC: *sustainC, IdleAfter: *idleAfter,
-		Store: storeChoice{Kind: *store}, Cgroup: *cg, Pprof: *pprofKind,
+		Store: storeChoice{Kind: *store}, Cgroup: *cg, Pprof: *pprofKind, ConfigExtra: *extra,
 	}
 	var errs []error
 	switch *store {
