@@ -148,8 +148,11 @@ func (g *Gateway) readBody(r *http.Request, held *admission.Reservation) ([]byte
 	}
 	body, err := held.Body(r.Context(), g.admit, r.Body, r.ContentLength, limit)
 	var ae *apierror.Error
-	if errors.As(err, &ae) || errors.Is(err, context.Canceled) {
+	switch {
+	case errors.As(err, &ae): // no room under limits.max_inflight_bytes
 		return nil, err
+	case errors.Is(err, context.Canceled): // the client left while it waited
+		return nil, apierror.ClientGone
 	}
 	if err != nil {
 		return nil, apierror.InvalidCode("", "", "Could not read the request body.", err)

@@ -30,6 +30,15 @@ const DefaultMemoryBudget = 64 << 20
 // container): 4 MiB memtables, 1 MiB tables, 8 MiB of index cache. The
 // clamps keep tiny budgets workable and stop big ones from making tables
 // so large that flushes stall writes.
+//
+// Measured with BenchmarkBurst4K (60,000 records of 4 KiB from 16
+// writers, 2 shared cores; medians of 2–6 runs) against the fixed sizing
+// before it (8 MiB memtables, 2 MiB tables doubling per level): heap after
+// the burst 112 → 64 MiB, peak heap 305 → 180 MiB, CPU per record +14%
+// (315 → 358 µs). Under GOMEMLIMIT=100MiB the old sizing could not fit
+// (peak 129 MiB, 743 µs and 204 records/s, the GC running flat out) and
+// this one could (102 MiB, 427 µs, 840 records/s). TableSizeMultiplier 2
+// instead of 1 cost the same CPU for a peak of 220 MiB instead of 180.
 type sizing struct {
 	memTableSize        int64
 	numMemtables        int
