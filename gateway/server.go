@@ -22,12 +22,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/llmgate/llmgate/breaker"
@@ -146,6 +148,14 @@ func New(o Options) (*Gateway, error) {
 	}
 	if g.registry == nil {
 		g.registry = prometheus.NewRegistry()
+		// The process's own registry also carries the Go runtime's figures:
+		// heap, heap goal, GC cycles and the CPU time GC takes (the load
+		// tool reads them; an operator sizing a memory limit needs them).
+		g.registry.MustRegister(
+			collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsGC,
+				collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/(gc/total|total):`)})),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		)
 	}
 	r, err := proxy.NewRouter(o.Config.Upstreams)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmgate/llmgate/e2e/load/cgroup"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
@@ -174,9 +175,36 @@ type child struct {
 	exited  chan struct{}
 	waitErr error
 	started time.Time
+	// The gateway's /metrics URL and the admin token it takes; empty for
+	// the fakes and floors.
+	metricsURL, adminToken string
 }
 
 func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// storeChoice is the gateway's store: badger (in the data dir) or redis.
+type storeChoice struct {
+	Kind        string `json:"kind"`
+	RedisURL    string `json:"redis_url,omitempty"`
+	RedisPrefix string `json:"redis_prefix,omitempty"` // fresh per run
+}
+
+// inCgroup is the hidden first argument that makes the tool move itself
+// into a cgroup and exec a program there: `load -in-cgroup DIR BIN ARGS...`.
+// The program starts inside the group, before it allocates anything.
+const inCgroup = "-in-cgroup"
+
+// execInCgroup enters the cgroup at args[0] and replaces this process
+// with args[1:]. It returns only on failure.
+func execInCgroup(args, env []string) error {
+	if len(args) < 2 {
+		return errors.New(inCgroup + " DIR BIN [ARGS...]")
+	}
+	if err := cgroup.Enter(args[0]); err != nil {
+		return fmt.Errorf("enter cgroup %s: %w", args[0], err)
+	}
+	return syscall.Exec(args[1], args[1:], env)
+}
 
 // startChild starts bin with args and waits (at most 60s) for the line
 // starting with prefix that names its address.
@@ -304,13 +332,17 @@ func buildGateway(ctx context.Context, dir string) (string, error) {
 // gatewayConfig routes each model to its own fake: gpt-4o-mini to the
 // ordinary one, slow-gpt to the slow one, big-gpt to the one answering
 // -big-bytes.
-func gatewayConfig(dataDir string, fake, slow, big string) string {
+func gatewayConfig(dataDir string, fake, slow, big string, st storeChoice, adminToken string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `listen: 127.0.0.1:0
 data_dir: %s
+admin_token: %q
 log: {level: warn}
-upstreams:
-`, dataDir)
+`, dataDir, adminToken)
+	if st.Kind == "redis" {
+		fmt.Fprintf(&b, "store: {kind: redis, redis: {url: %q, prefix: %q}}\n", st.RedisURL, st.RedisPrefix)
+	}
+	b.WriteString("upstreams:\n")
 	// The big stream may take longer than the brief's 30s per attempt on a
 	// slow machine; it is bounded by the client's own deadline instead.
 	for _, u := range []struct{ name, url, model, timeout string }{

@@ -18,7 +18,7 @@ import (
 // os.Executable() with -serve-fake or -serve-floor, which here is this
 // binary.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && isChildMode(os.Args[1]) {
+	if len(os.Args) > 1 && (isChildMode(os.Args[1]) || os.Args[1] == inCgroup) {
 		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 			os.Stderr.WriteString("load child: " + err.Error() + "\n")
 			os.Exit(1)
@@ -40,7 +40,7 @@ func TestQuick(t *testing.T) {
 	defer cancel()
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	if err := run(ctx, []string{"-quick", "-out", out}, &stdout, &stderr); err != nil {
+	if err := run(ctx, []string{"-quick", "-sustain", "300ms", "-out", out}, &stdout, &stderr); err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
 	}
 
@@ -54,7 +54,8 @@ func TestQuick(t *testing.T) {
 		want = append(want, c+" direct", c+" floor", c+" llmgate", c+" llmgate keyed", c+" llmgate replay",
 			c+" stream direct", c+" stream floor", c+" stream llmgate", c+" stream llmgate keyed")
 	}
-	want = append(want, "open 400/s direct", "open 400/s floor", "open 400/s llmgate")
+	want = append(want, "sustained c=16 llmgate keyed", "sustained c=16 stream llmgate keyed",
+		"open 400/s direct", "open 400/s floor", "open 400/s llmgate")
 	if len(rep.Legs) != len(want) {
 		t.Errorf("%d legs, want %d", len(rep.Legs), len(want))
 	}
@@ -90,9 +91,10 @@ func TestQuick(t *testing.T) {
 	if rep.Gateway.StartupMs <= 0 || rep.Gateway.IdleRSSMiB <= 0 {
 		t.Errorf("gateway info not measured: %+v", rep.Gateway)
 	}
-	if len(rep.Targets) != 9 {
-		t.Errorf("%d targets, want 9", len(rep.Targets))
+	if len(rep.Targets) != 14 {
+		t.Errorf("%d targets, want 14", len(rep.Targets))
 	}
+	checkMemory(t, &rep, out)
 	for _, tg := range rep.Targets {
 		if tg.Result != "PASS" && tg.Result != "MISS" {
 			t.Errorf("target %q: result %q (%s)", tg.Name, tg.Result, tg.Got)
@@ -104,30 +106,7 @@ func TestQuick(t *testing.T) {
 
 	// The chart is well-formed XML with an <svg> root and a row per leg.
 	svg := readFile(t, out, "chart.svg")
-	dec := xml.NewDecoder(bytes.NewReader(svg))
-	root := ""
-	texts := 0
-	for range 1 << 20 {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("chart.svg: %v", err)
-		}
-		if se, ok := tok.(xml.StartElement); ok {
-			if root == "" {
-				root = se.Name.Local
-			}
-			if se.Name.Local == "text" {
-				texts++
-			}
-		}
-	}
-	if root != "svg" {
-		t.Errorf("chart.svg root <%s>", root)
-	}
-	if texts < len(want) {
+	if texts := svgElements(t, "chart.svg", svg)["text"]; texts < len(want) {
 		t.Errorf("chart.svg has %d labels for %d legs", texts, len(want))
 	}
 	for _, name := range want {
@@ -161,7 +140,7 @@ func TestDist(t *testing.T) {
 }
 
 func TestGatewayConfigIsLoopback(t *testing.T) {
-	cfg := gatewayConfig("/tmp/x", "http://127.0.0.1:1", "http://127.0.0.1:2", "")
+	cfg := gatewayConfig("/tmp/x", "http://127.0.0.1:1", "http://127.0.0.1:2", "", storeChoice{Kind: "badger"}, "tok")
 	if !strings.Contains(cfg, "listen: 127.0.0.1:0") || strings.Contains(cfg, "big-gpt") {
 		t.Errorf("config:\n%s", cfg)
 	}
@@ -174,5 +153,64 @@ func TestGatewayConfigIsLoopback(t *testing.T) {
 		if isLoopback(bad) {
 			t.Errorf("isLoopback(%q) = true", bad)
 		}
+	}
+}
+
+// svgElements checks that b is well-formed XML with an <svg> root and
+// counts its elements by name.
+func svgElements(t *testing.T, name string, b []byte) map[string]int {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(b))
+	n := map[string]int{}
+	root := ""
+	for range 1 << 20 {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			if root == "" {
+				root = se.Name.Local
+			}
+			n[se.Name.Local]++
+		}
+	}
+	if root != "svg" {
+		t.Errorf("%s root <%s>", name, root)
+	}
+	return n
+}
+
+// checkMemory checks the memory figures: the gateway's Go runtime read
+// from its /metrics with the admin token on every llmgate leg, the data
+// dir measured, the RSS timeline sampled over the sustained legs and
+// drawn in rss.svg with one line per series.
+func checkMemory(t *testing.T, rep *report, out string) {
+	t.Helper()
+	for _, l := range rep.Legs {
+		if l.Path != "llmgate" || l.Proxy == nil {
+			continue
+		}
+		if g := l.Proxy.GC; g == nil || g.HeapGoalMaxMiB <= 0 {
+			t.Errorf("leg %q: no Go runtime figures from /metrics: %+v", l.Name, g)
+		}
+		if l.Proxy.PeakAnonMiB <= 0 || l.Proxy.PeakFileMiB <= 0 {
+			t.Errorf("leg %q: anonymous/file RSS not sampled: %+v", l.Name, l.Proxy)
+		}
+	}
+	if d := rep.Gateway.DataDir; d == nil || d.Files == 0 || d.ApparentMiB <= 0 {
+		t.Errorf("data dir not measured: %+v", d)
+	}
+	if rep.Gateway.AfterIdleRSSMiB <= 0 || rep.Gateway.AfterIdleAnonMiB <= 0 {
+		t.Errorf("RSS after idle not measured: %+v", rep.Gateway)
+	}
+	if len(rep.Timeline) < 2 {
+		t.Fatalf("%d timeline points over the sustained legs", len(rep.Timeline))
+	}
+	if n := svgElements(t, "rss.svg", readFile(t, out, "rss.svg"))["polyline"]; n != 4 {
+		t.Errorf("rss.svg has %d lines, want 4 (RSS, anonymous, file-mapped, heap goal)", n)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/llmgate/llmgate/e2e/load/cgroup"
 )
 
 // Dist summarises a latency distribution, in milliseconds.
@@ -120,6 +122,11 @@ type GatewayInfo struct {
 	FileAtEndMiB    float64 `json:"file_at_end_mib"`
 	ThreadsAtEnd    int     `json:"threads_at_end"`
 	CPUTotalSeconds float64 `json:"cpu_total_seconds"`
+	// After the last leg and -idle-after with no requests.
+	AfterIdleRSSMiB  float64  `json:"after_idle_rss_mib"`
+	AfterIdleAnonMiB float64  `json:"after_idle_anon_mib"`
+	AfterIdleFileMiB float64  `json:"after_idle_file_mib"`
+	DataDir          *DirSize `json:"data_dir,omitempty"` // at the end (Badger)
 }
 
 // paths are the three ways to the fake: directly, through the floor, and
@@ -227,22 +234,68 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 			return err
 		}
 	}
+	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfgPath := filepath.Join(tmp, "gateway.yaml")
 	dataDir := filepath.Join(tmp, "data")
-	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(dataDir, p.fake.URL, p.slow.URL, bigURL)), 0o600); err != nil {
+	store, token := s.Store, randomToken()
+	if store.Kind == "redis" {
+		store.RedisPrefix = "llmgate-load-" + runID + ":"
+	}
+	rep.Store = store
+	if store.Kind == "redis" {
+		defer func() {
+			n, err := dropRedisPrefix(context.WithoutCancel(ctx), store.RedisURL, store.RedisPrefix)
+			logf("deleted %d Redis keys under %s (err: %v)", n, store.RedisPrefix, err)
+		}()
+	}
+	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(dataDir, p.fake.URL, p.slow.URL, bigURL, store, token)+s.ConfigExtra+"\n"), 0o600); err != nil {
 		return err
 	}
-	gi, err := startGateway(ctx, p, bin, cfgPath, env, s.Settle)
+	cg, made, err := gatewayCgroup(s, runID)
 	if err != nil {
 		return err
 	}
+	if made {
+		// Runs before the deferred stop of every child above (last in, first
+		// out), so it stops the gateway itself: a group with a process in it
+		// cannot be removed.
+		defer func() {
+			if p.gw != nil {
+				p.gw.stop()
+			}
+			if err := cg.Remove(); err != nil {
+				logf("removing cgroup %s: %v", cg.Dir, err)
+			}
+		}()
+	}
+	if cg != nil {
+		// However the run ends (a killed gateway ends it early), say what
+		// the kernel counted.
+		defer func() {
+			if st, err := cg.Stats(); err == nil && st.OOMKills > 0 {
+				logf("the gateway's cgroup counted %d OOM kills", st.OOMKills)
+			}
+		}()
+	}
+	launch := []string{bin, "-config", cfgPath}
+	if cg != nil {
+		launch = append([]string{self, inCgroup, cg.Dir}, launch...)
+		rep.Cgroup = &CgroupInfo{Dir: cg.Dir, V2: cg.V2, Made: made}
+	}
+	gi, err := startGateway(ctx, p, launch, env, s.Settle)
+	if err != nil {
+		return err
+	}
+	p.gw.metricsURL, p.gw.adminToken = p.gw.URL+"/metrics", token
 	rep.Gateway = gi
 	logf("gateway ready in %.0f ms, idle RSS %.1f MiB", gi.StartupMs, gi.IdleRSSMiB)
 	cpu0, _ := readProc(p.gw.pid())
+	if cg != nil {
+		rep.Cgroup.Start, _ = cg.Stats()
+	}
 
 	rep.LoadAvgStart = loadAvg()
 	defer func() { rep.LoadAvgEnd = loadAvg() }()
-	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
 	add := func(l Leg) error {
 		rep.Legs = append(rep.Legs, l)
 		logf("%-34s n=%-7d err=%-4d p50=%.3fms", l.Name, l.Requests, l.Errors, latP50(l))
@@ -284,12 +337,15 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 				}
 				var w *watch
 				var fg *foreign
+				var pf *profile
 				o := closedLoop(ctx, c, sh, conc, s.Warmup, s.Duration, func() {
 					fg = startForeign(p.pids())
 					if proxy != nil {
 						w = startWatch(proxy)
 					}
+					pf = startProfile(s, proxy, l.Name, s.Duration)
 				})
+				pf.wait()
 				l.ForeignCPUSeconds = fg.stop()
 				if w != nil {
 					l.Proxy = w.stop()
@@ -300,6 +356,15 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 					return err
 				}
 			}
+		}
+	}
+
+	var tl *timeline
+	if s.Sustain > 0 {
+		tl, err = sustainLegs(ctx, s, p, runID, cg, add)
+		if err != nil {
+			tl.stop()
+			return err
 		}
 	}
 
@@ -382,7 +447,37 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 		rep.Gateway.ThreadsAtEnd = end.Threads
 		rep.Gateway.CPUTotalSeconds = (end.CPU - cpu0.CPU).Seconds()
 	}
-	return nil
+	return settleEnd(ctx, s, p, rep, dataDir, cg, tl)
+}
+
+// settleEnd waits -idle-after with the gateway idle, then reads its RSS,
+// its data dir's size, its cgroup's figures, and stops the timeline.
+func settleEnd(ctx context.Context, s settings, p *paths, rep *report, dataDir string, cg *cgroup.Group, tl *timeline) error {
+	select {
+	case <-time.After(s.IdleAfter):
+	case <-ctx.Done():
+	}
+	if tl != nil {
+		rep.Timeline = tl.stop()
+	}
+	if st, err := readProc(p.gw.pid()); err == nil {
+		rep.Gateway.AfterIdleRSSMiB = mib(st.RSSKiB)
+		rep.Gateway.AfterIdleAnonMiB, rep.Gateway.AfterIdleFileMiB = mib(st.AnonKiB), mib(st.FileKiB)
+	}
+	if rep.Store.Kind == "badger" {
+		d := dirSize(dataDir)
+		rep.Gateway.DataDir = &d
+	}
+	if cg != nil {
+		rep.Cgroup.End, _ = cg.Stats()
+		for _, tp := range rep.Timeline {
+			rep.Cgroup.PeakSampledMiB = max(rep.Cgroup.PeakSampledMiB, tp.CgroupMiB)
+		}
+	}
+	if err := p.gw.alive(); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // runs reports whether -only selects the leg.
@@ -400,6 +495,8 @@ func legName(l Leg) string {
 	switch l.Mode {
 	case "open":
 		name = fmt.Sprintf("open %d/s", l.Rate)
+	case "sustained":
+		name = fmt.Sprintf("sustained c=%d", l.Concurrency)
 	default:
 		name = fmt.Sprintf("c=%d", l.Concurrency)
 	}
@@ -421,9 +518,11 @@ func legName(l Leg) string {
 
 // startGateway starts the gateway and measures exec → listening → /readyz
 // 200, then its RSS at ready and after settle.
-func startGateway(ctx context.Context, p *paths, bin, cfgPath string, env []string, settle time.Duration) (GatewayInfo, error) {
-	gi := GatewayInfo{Binary: bin}
-	gw, err := startChild(ctx, "llmgate", bin, []string{"-config", cfgPath}, env, "llmgate listening on ")
+// launch is the command line: the gateway binary and its flags, perhaps
+// behind the tool's own -in-cgroup.
+func startGateway(ctx context.Context, p *paths, launch []string, env []string, settle time.Duration) (GatewayInfo, error) {
+	gi := GatewayInfo{Binary: launch[0]}
+	gw, err := startChild(ctx, "llmgate", launch[0], launch[1:], env, "llmgate listening on ")
 	if err != nil {
 		return gi, err
 	}

@@ -24,6 +24,7 @@ type procStatus struct {
 	HWMKiB  int64
 	AnonKiB int64 // RssAnon: heap, stacks
 	FileKiB int64 // RssFile: mapped files (Badger maps its tables and memtables)
+	ShmKiB  int64 // RssShmem: shared memory (tmpfs, shm)
 	Threads int
 	CPU     time.Duration // user + system
 }
@@ -56,6 +57,8 @@ func readProc(pid int) (procStatus, error) {
 			st.AnonKiB = n
 		case "RssFile":
 			st.FileKiB = n
+		case "RssShmem":
+			st.ShmKiB = n
 		case "Threads":
 			st.Threads = int(n)
 		}
@@ -92,18 +95,23 @@ func resetPeak(pid int) error {
 
 // ProcUsage is what one process used during a leg.
 type ProcUsage struct {
-	Process       string  `json:"process"`
-	RSSBeforeMiB  float64 `json:"rss_before_mib"`
-	RSSAfterMiB   float64 `json:"rss_after_mib"`
-	PeakRSSMiB    float64 `json:"peak_rss_mib"`
-	PeakFrom      string  `json:"peak_from"`      // "VmHWM" (reset at the leg's start) or "samples" (every 50ms)
-	PeakAnonMiB   float64 `json:"peak_anon_mib"`  // RssAnon, sampled every 50ms
-	AnonAfterMiB  float64 `json:"anon_after_mib"` // RssAnon at the end
-	FileAfterMiB  float64 `json:"file_after_mib"` // RssFile at the end
-	CPUSeconds    float64 `json:"cpu_seconds"`
-	ThreadsBefore int     `json:"threads_before"`
-	ThreadsAfter  int     `json:"threads_after"`
-	ThreadsPeak   int     `json:"threads_peak"`
+	Process      string  `json:"process"`
+	RSSBeforeMiB float64 `json:"rss_before_mib"`
+	RSSAfterMiB  float64 `json:"rss_after_mib"`
+	PeakRSSMiB   float64 `json:"peak_rss_mib"`
+	PeakFrom     string  `json:"peak_from"`      // "VmHWM" (reset at the leg's start) or "samples" (every 50ms)
+	PeakAnonMiB  float64 `json:"peak_anon_mib"`  // RssAnon, sampled every 50ms
+	PeakFileMiB  float64 `json:"peak_file_mib"`  // RssFile, sampled every 50ms
+	AnonAfterMiB float64 `json:"anon_after_mib"` // RssAnon at the end
+	FileAfterMiB float64 `json:"file_after_mib"` // RssFile at the end
+	ShmAfterMiB  float64 `json:"shmem_after_mib"`
+	// GC is the gateway's Go runtime during the leg, from its /metrics
+	// (nil for the floor, which serves none).
+	GC            *GCUsage `json:"gc,omitempty"`
+	CPUSeconds    float64  `json:"cpu_seconds"`
+	ThreadsBefore int      `json:"threads_before"`
+	ThreadsAfter  int      `json:"threads_after"`
+	ThreadsPeak   int      `json:"threads_peak"`
 }
 
 // watch samples one process every 50ms from start until stop.
@@ -115,7 +123,9 @@ type watch struct {
 	mu       sync.Mutex
 	peakRSS  int64
 	peakAnon int64
+	peakFile int64
 	peakThr  int
+	gc       *gcWatch
 	done     chan struct{}
 	finished chan struct{}
 }
@@ -124,7 +134,8 @@ func startWatch(c *child) *watch {
 	w := &watch{c: c, done: make(chan struct{}), finished: make(chan struct{})}
 	w.hwmOK = resetPeak(c.pid()) == nil
 	w.before, _ = readProc(c.pid())
-	w.peakRSS, w.peakAnon, w.peakThr = w.before.RSSKiB, w.before.AnonKiB, w.before.Threads
+	w.peakRSS, w.peakAnon, w.peakFile, w.peakThr = w.before.RSSKiB, w.before.AnonKiB, w.before.FileKiB, w.before.Threads
+	w.gc = startGC(c)
 	go func() {
 		defer close(w.finished)
 		t := time.NewTicker(sampleEvery)
@@ -143,6 +154,7 @@ func startWatch(c *child) *watch {
 			w.mu.Lock()
 			w.peakRSS = max(w.peakRSS, st.RSSKiB)
 			w.peakAnon = max(w.peakAnon, st.AnonKiB)
+			w.peakFile = max(w.peakFile, st.FileKiB)
 			w.peakThr = max(w.peakThr, st.Threads)
 			w.mu.Unlock()
 		}
@@ -170,8 +182,11 @@ func (w *watch) stop() *ProcUsage {
 		PeakRSSMiB:    mib(peak),
 		PeakFrom:      from,
 		PeakAnonMiB:   mib(max(w.peakAnon, after.AnonKiB)),
+		PeakFileMiB:   mib(max(w.peakFile, after.FileKiB)),
 		AnonAfterMiB:  mib(after.AnonKiB),
 		FileAfterMiB:  mib(after.FileKiB),
+		ShmAfterMiB:   mib(after.ShmKiB),
+		GC:            w.gc.stop(),
 		CPUSeconds:    (after.CPU - w.before.CPU).Seconds(),
 		ThreadsBefore: w.before.Threads,
 		ThreadsAfter:  after.Threads,

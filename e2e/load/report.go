@@ -22,6 +22,11 @@ type report struct {
 	Gateway  GatewayInfo `json:"gateway"`
 	Legs     []Leg       `json:"legs"`
 	Targets  []Target    `json:"targets"`
+	Store    storeChoice `json:"store"`
+	Cgroup   *CgroupInfo `json:"cgroup,omitempty"`
+	// Timeline is the gateway's memory every 250 ms from the first
+	// sustained leg to the end of -idle-after.
+	Timeline []TimePoint `json:"timeline,omitempty"`
 	// 1-minute load averages when the legs began and ended.
 	LoadAvgStart string `json:"loadavg_start"`
 	LoadAvgEnd   string `json:"loadavg_end"`
@@ -253,7 +258,9 @@ func (r *report) markdown() string {
 		gi.RSSAtReadyMiB, s.Settle, gi.IdleRSSMiB, gi.IdleAnonMiB, gi.IdleFileMiB, gi.IdleThreads)
 	fmt.Fprintf(&b, "- at the end: RSS %.1f MiB (anonymous %.1f, file-mapped %.1f: Badger maps its files), %d threads; %.1f CPU seconds over the whole run\n",
 		gi.RSSAtEndMiB, gi.AnonAtEndMiB, gi.FileAtEndMiB, gi.ThreadsAtEnd, gi.CPUTotalSeconds)
-	b.WriteString("- goroutines: not measured (llmgate serves no /debug/pprof); threads are from /proc/PID/status\n")
+	b.WriteString("- threads are from /proc/PID/status; the Go runtime's figures (GC, heap goal) are in the memory section, from /metrics\n")
+
+	r.memoryMarkdown(&b)
 
 	var errs []string
 	for _, l := range r.Legs {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,6 +33,14 @@ type settings struct {
 	Settle        time.Duration `json:"settle_ns"`
 	Gateway       string        `json:"gateway"`
 	Only          string        `json:"only,omitempty"`
+	Sustain       time.Duration `json:"sustain_ns,omitempty"`
+	SustainC      int           `json:"sustain_concurrency,omitempty"`
+	IdleAfter     time.Duration `json:"idle_after_ns"`
+	Store         storeChoice   `json:"store"`
+	Cgroup        string        `json:"cgroup,omitempty"`
+	Pprof         string        `json:"pprof,omitempty"`
+	ConfigExtra   string        `json:"config_extra,omitempty"`
+	CgroupLimit   int64         `json:"cgroup_limit_bytes,omitempty"`
 	Out           string        `json:"-"`
 
 	only *regexp.Regexp // compiled Only
@@ -42,6 +51,9 @@ type settings struct {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && isChildMode(args[0]) {
 		return runChild(ctx, args, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == inCgroup {
+		return execInCgroup(args[1:], os.Environ())
 	}
 	s, err := parseFlags(args, stderr)
 	if err != nil {
@@ -63,7 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := measure(ctx, s, rep, stderr); err != nil {
 		return err
 	}
-	rep.Targets = targets(rep)
+	rep.Targets = append(targets(rep), memTargets(rep)...)
 
 	md := rep.markdown()
 	if _, err := io.WriteString(stdout, md); err != nil {
@@ -83,6 +95,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"results.md":   []byte(md),
 		"results.json": js,
 		"chart.svg":    chartSVG(rep),
+	}
+	if svg := rssChartSVG(rep); svg != nil {
+		files["rss.svg"] = svg
 	}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(s.Out, name), b, 0o644); err != nil {
@@ -111,6 +126,15 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	bigChunk := fs.Int("big-chunk-bytes", 64, "content bytes per event of the -big stream")
 	settle := fs.Duration("settle", time.Second, "idle time after the gateway is ready before its idle RSS is read")
 	only := fs.String("only", "", "run only the legs whose names match this `regexp` (e.g. 'open|big'); targets needing others show n/a")
+	sustain := fs.Duration("sustain", 0, "after the closed-loop legs, a sustained keyed leg of this `duration` each for JSON then streams (a new key every request), with an RSS-over-time chart (rss.svg); 0: none")
+	sustainC := fs.Int("sustain-c", 16, "clients of the sustained legs")
+	idleAfter := fs.Duration("idle-after", 15*time.Second, "idle time after the last leg before the gateway's idle RSS is read again")
+	store := fs.String("store", "badger", "the gateway's store: badger (in a temp data dir) or redis")
+	redisURL := fs.String("redis-url", "redis://127.0.0.1:6379/0", "with -store redis: the server (a fresh key prefix is used per run)")
+	cg := fs.String("cgroup", "", "run the gateway inside this existing cgroup `dir` (its memory figures and OOM kills are reported)")
+	cgLimit := fs.String("cgroup-limit", "", "run the gateway in a new memory cgroup with this limit (e.g. 256MiB) and swap off, made inside the tool's own cgroup and removed at the end")
+	pprofKind := fs.String("pprof", "", "profile the gateway over each of its legs: `kind` profile (CPU), trace (execution trace), or heap, allocs, block, mutex (the change over the leg), written to -out as <leg>.<kind>")
+	extra := fs.String("config-extra", "", "YAML appended to the gateway's config, top-level keys it does not set (e.g. 'memory: {limit_ratio: 0.7}')")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
 	}
@@ -139,12 +163,44 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		if !set["big"] {
 			*big = false
 		}
+		short("idle-after", idleAfter, 200*time.Millisecond)
 	}
 	s := settings{
 		Quick: *quick, Duration: *dur, Warmup: *warm, ContentBytes: *content,
 		Slow: *slow, Rate: *rate, OpenDuration: *openDur, Big: *big,
 		BigBytes: *bigBytes, BigChunkBytes: *bigChunk, Settle: *settle,
-		Gateway: *gw, Out: *out, Only: *only,
+		Gateway: *gw, Out: *out, Only: *only, Sustain: *sustain, SustainC: *sustainC, IdleAfter: *idleAfter,
+		Store: storeChoice{Kind: *store}, Cgroup: *cg, Pprof: *pprofKind, ConfigExtra: *extra,
+	}
+	var errs []error
+	switch *store {
+	case "badger":
+	case "redis":
+		s.Store.RedisURL = *redisURL
+	default:
+		errs = append(errs, fmt.Errorf("-store: %q is not badger or redis", *store))
+	}
+	if *cgLimit != "" {
+		n, err := parseBytes(*cgLimit)
+		if err != nil || n < 16<<20 {
+			errs = append(errs, fmt.Errorf("-cgroup-limit: %q is not a size of at least 16MiB (e.g. 256MiB)", *cgLimit))
+		}
+		s.CgroupLimit = n
+		if *cg != "" {
+			errs = append(errs, errors.New("-cgroup and -cgroup-limit: give one"))
+		}
+	}
+	if s.Pprof != "" && (s.Out == "" || !slices.Contains([]string{"profile", "trace", "heap", "allocs", "block", "mutex"}, s.Pprof)) {
+		errs = append(errs, fmt.Errorf("-pprof: %q wants profile, trace, heap, allocs, block or mutex, and -out", s.Pprof))
+	}
+	if s.Sustain < 0 || s.Sustain > time.Hour {
+		errs = append(errs, fmt.Errorf("-sustain: %v is not in [0, 1h]", s.Sustain))
+	}
+	if s.SustainC < 1 || s.SustainC > 4096 {
+		errs = append(errs, fmt.Errorf("-sustain-c: %d is not in [1, 4096]", s.SustainC))
+	}
+	if s.IdleAfter < 0 || s.IdleAfter > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("-idle-after: %v is not in [0, 10m]", s.IdleAfter))
 	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
@@ -153,7 +209,6 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		}
 		s.only = re
 	}
-	var errs []error
 	for f := range strings.SplitSeq(*conc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > 4096 {
@@ -205,4 +260,21 @@ func raiseFileLimit() {
 		lim.Cur = lim.Max
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 	}
+}
+
+// parseBytes reads a size: a number of bytes, or with a KiB, MiB or GiB
+// suffix.
+func parseBytes(v string) (int64, error) {
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if n, ok := strings.CutSuffix(v, suffix); ok {
+			v, mult = n, m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad size %q", v)
+	}
+	return n * mult, nil
 }
