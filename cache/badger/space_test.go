@@ -320,3 +320,89 @@ func BenchmarkSpace(b *testing.B) {
 		_ = s.Space()
 	}
 }
+
+// memSizes is the size of each memtable WAL in dir.
+func memSizes(t *testing.T, dir string) map[string]int64 {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.mem"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no memtable WAL in %s: %v", dir, err)
+	}
+	sizes := map[string]int64{}
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes[filepath.Base(p)] = fi.Size()
+	}
+	return sizes
+}
+
+// TestOpenReadOnlyLiveDir: a second store opening a live store's directory
+// while the disk is below the floor fails with ErrLocked and leaves the
+// live store's WALs alone (trimming them would make its next writes fault
+// with SIGBUS). The same holds against a live store that is read-only
+// itself.
+func TestOpenReadOnlyLiveDir(t *testing.T) {
+	clock := storetest.NewClock()
+	roomy, full := &fakeDisk{}, &fakeDisk{}
+	roomy.free.Store(1 << 30)
+	full.free.Store(1 << 20)
+	for _, live := range []*fakeDisk{roomy, full} {
+		dir := t.TempDir()
+		if live == full {
+			// An unclean image, so that the read-only store has WALs too.
+			seed := openSpaceStore(t, t.TempDir(), clock, roomy, 0)
+			if err := commitKey(t, seed, "a"); err != nil {
+				t.Fatal(err)
+			}
+			copyDir(t, seed.dir, dir)
+		}
+		a := openSpaceStore(t, dir, clock, live, 0)
+		if live == roomy {
+			if err := commitKey(t, a, "a"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := memSizes(t, dir)
+		b, err := Open(Options{Dir: dir, Now: clock.Now, After: clock.After, Statfs: full.statfs,
+			MinFreeBytes: testFloor, SpaceInterval: time.Hour})
+		if err == nil {
+			b.Close()
+		}
+		if after := memSizes(t, dir); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("live store read-only=%v: a second Open changed its WALs: %v, were %v (its next write would SIGBUS)",
+				live == full, after, before)
+		}
+		if !errors.Is(err, ErrLocked) {
+			t.Errorf("live store read-only=%v: second Open below the floor: %v, want ErrLocked", live == full, err)
+		}
+	}
+}
+
+// TestStandInHoldsDir: a store standing in memory for a directory (a first
+// start on a full disk) holds the directory, so a second store fails with
+// ErrLocked whatever its disk says, until the first closes.
+func TestStandInHoldsDir(t *testing.T) {
+	clock := storetest.NewClock()
+	roomy, full := &fakeDisk{}, &fakeDisk{}
+	roomy.free.Store(1 << 30)
+	full.free.Store(1 << 20)
+	dir := filepath.Join(t.TempDir(), "data")
+	a := openSpaceStore(t, dir, clock, full, 0)
+	for _, disk := range []*fakeDisk{full, roomy} {
+		b, err := Open(Options{Dir: dir, Statfs: disk.statfs, MinFreeBytes: testFloor, SpaceInterval: time.Hour})
+		if err == nil {
+			b.Close()
+		}
+		if !errors.Is(err, ErrLocked) {
+			t.Errorf("second Open (free %d) while a store stands in memory: %v, want ErrLocked", disk.free.Load(), err)
+		}
+	}
+	a.Close()
+	b := openSpaceStore(t, dir, clock, roomy, 0)
+	if err := commitKey(t, b, "a"); err != nil {
+		t.Fatalf("commit after the stand-in closed: %v", err)
+	}
+}

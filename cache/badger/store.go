@@ -226,7 +226,7 @@ func Open(o Options) (*Store, error) {
 	db, err := s.openDB(bo)
 	if err != nil {
 		// Badger flattens the lock error into text, so ask the kernel instead.
-		if !o.InMemory && dirLocked(o.Dir) {
+		if !o.InMemory && !errors.Is(err, ErrLocked) && dirLocked(o.Dir) {
 			return nil, fmt.Errorf("open badger store %s: %w (%w)", o.Dir, ErrLocked, err)
 		}
 		return nil, fmt.Errorf("open badger store %s: %w", o.Dir, err)
@@ -235,6 +235,7 @@ func Open(o Options) (*Store, error) {
 	s.flights = newFlights()
 	if s.dead, err = s.loadDeadLetterIDs(); err != nil {
 		db.Close()
+		s.unlockDir()
 		return nil, fmt.Errorf("open badger store %s: %w", o.Dir, err)
 	}
 
@@ -679,6 +680,7 @@ func (s *Store) Close() error {
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("close badger store: %w", err)
 		}
+		s.unlockDir()
 	})
 	return s.closeErr
 }
