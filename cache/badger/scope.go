@@ -142,10 +142,14 @@ func (s *Store) PurgeScope(ctx context.Context, scope string) (cache.Purged, err
 }
 
 // deleteKeys deletes keys in write batches, which split themselves under
-// Badger's transaction size limit.
+// Badger's transaction size limit. A delete is a write: below the reserve
+// it fails with cache.ErrFull (see roomToWrite) before reaching Badger.
 func (s *Store) deleteKeys(keys [][]byte) error {
 	if len(keys) == 0 {
 		return nil
+	}
+	if err := s.roomToWrite(); err != nil {
+		return err
 	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()

@@ -406,3 +406,31 @@ func TestStandInHoldsDir(t *testing.T) {
 		t.Fatalf("commit after the stand-in closed: %v", err)
 	}
 }
+
+// TestPurgeBelowReserve: PurgeScope's deletes are writes too: below the
+// reserve they fail with ErrFull instead of reaching Badger, and they go
+// through once there is room.
+func TestPurgeBelowReserve(t *testing.T) {
+	clock := storetest.NewClock()
+	disk := &fakeDisk{}
+	disk.free.Store(1 << 30)
+	s := openSpaceStore(t, t.TempDir(), clock, disk, 0)
+	if err := commitKey(t, s, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutOwner(ctx, "acme", "file-1", cache.Owner{Upstream: "p", Kind: "file"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	disk.free.Store(1 << 20)
+	if err := s.PutOwner(ctx, "acme", "file-2", cache.Owner{Upstream: "p", Kind: "file"}, time.Hour); !errors.Is(err, cache.ErrFull) {
+		t.Errorf("PutOwner below the reserve: %v, want ErrFull", err)
+	}
+	if p, err := s.PurgeScope(ctx, "acme"); !errors.Is(err, cache.ErrFull) {
+		t.Errorf("PurgeScope below the reserve wrote to Badger: purged %+v, err %v", p, err)
+	}
+	disk.free.Store(1 << 30)
+	p, err := s.PurgeScope(ctx, "acme")
+	if err != nil || p.Records != 1 || p.Owners != 1 {
+		t.Fatalf("PurgeScope with room again: %+v, %v", p, err)
+	}
+}
