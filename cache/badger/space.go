@@ -351,6 +351,7 @@ func (s *Store) reopenReadWrite(bo badger.Options) {
 		}
 	}
 	s.db = db
+	s.reloadDeadLetterIDs()
 }
 
 // reloadDeadLetterIDs reads the dead-letter id set (see Store.dead) again

@@ -434,3 +434,44 @@ func TestPurgeBelowReserve(t *testing.T) {
 		t.Fatalf("PurgeScope with room again: %+v, %v", p, err)
 	}
 }
+
+// TestStandInReopenDeadLetters: a store standing in memory for its
+// directory (a first start on a full disk) knows no dead letters; when it
+// reopens read-write on a directory that has some (here restored from
+// another store while it stood in), they are known again and can be
+// resolved.
+func TestStandInReopenDeadLetters(t *testing.T) {
+	clock := storetest.NewClock()
+	disk := &fakeDisk{}
+	disk.free.Store(1 << 20)
+	dir := filepath.Join(t.TempDir(), "data")
+	s := openSpaceStore(t, dir, clock, disk, 0)
+	if sp := s.Space(); !sp.ReadOnly {
+		t.Fatalf("not standing in: %+v", sp)
+	}
+
+	roomy := &fakeDisk{}
+	roomy.free.Store(1 << 30)
+	k := cache.Key{Scope: "acme", Endpoint: chatEP, ID: "dead"}
+	src := openSpaceStore(t, t.TempDir(), clock, roomy, 0)
+	if err := src.PutDeadLetter(ctx, k, &cache.DeadLetter{Class: "timeout"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, src.dir, dir)
+
+	disk.free.Store(1 << 30)
+	clock.Advance(spaceMaxAge)
+	s.checkSpace()
+	if sp := s.Space(); sp.ReadOnly {
+		t.Fatalf("not reopened read-write: %+v", sp)
+	}
+	if _, err := s.GetDeadLetter(ctx, cache.DeadLetterID(k)); err != nil {
+		t.Fatalf("GetDeadLetter after the reopen: %v", err)
+	}
+	if err := s.DeleteDeadLetter(ctx, cache.DeadLetterID(k)); err != nil {
+		t.Fatalf("DeleteDeadLetter of a dead letter on disk after the reopen: %v", err)
+	}
+}
