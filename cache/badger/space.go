@@ -60,6 +60,18 @@ import (
 // needs room for its output. With the default memory budget (4 MiB
 // memtables, 1 MiB tables, see sizing) that is 8 + 8 + 32 + 18 + 11 = 77
 // MiB; the value-log map dominates, and grows with ValueLogFileSize.
+//
+// With ValueThreshold 1 KiB (store.go) a record's body is written to the
+// active value-log file, through its mmap as the WAL is, and the WAL gets
+// only a pointer: the floor's room for running calls (2 × MemTableSize)
+// now counts value-log bytes, as many as the WAL took before. Below the
+// reserve the store writes to neither, and the value-log GC does not start
+// (valueLogGC); the value-log term covers a GC round admitted above it,
+// which rewrites at most one file's live data and may open the next file.
+// What no term covers is writes admitted together just above the reserve:
+// each passed roomToWrite before any wrote, so N concurrent commits of B
+// bytes take N × B of it (TestRealDiskFillsNoFault: 4 KiB and 96 KiB
+// bodies, one writer).
 func reserveFor(bo badger.Options) int64 {
 	return 2*bo.MemTableSize +
 		int64(bo.NumMemtables)*bo.MemTableSize +
