@@ -315,6 +315,14 @@ func (s *Store) lockForReadOnly(dir string) (ok bool, err error) {
 	return true, nil
 }
 
+// closeDB closes the database and releases the directory's lock, if the
+// store holds it.
+func (s *Store) closeDB() error {
+	err := s.db.Close()
+	s.unlockDir()
+	return err
+}
+
 // unlockDir releases the lock lockForReadOnly took, if any.
 func (s *Store) unlockDir() {
 	if s.space != nil && s.space.lock != nil {

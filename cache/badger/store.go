@@ -234,8 +234,7 @@ func Open(o Options) (*Store, error) {
 	s.db = db
 	s.flights = newFlights()
 	if s.dead, err = s.loadDeadLetterIDs(); err != nil {
-		db.Close()
-		s.unlockDir()
+		s.closeDB()
 		return nil, fmt.Errorf("open badger store %s: %w", o.Dir, err)
 	}
 
@@ -677,10 +676,9 @@ func (s *Store) Close() error {
 		s.bg.Wait()
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if err := s.db.Close(); err != nil {
+		if err := s.closeDB(); err != nil {
 			s.closeErr = fmt.Errorf("close badger store: %w", err)
 		}
-		s.unlockDir()
 	})
 	return s.closeErr
 }
