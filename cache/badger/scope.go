@@ -32,8 +32,9 @@ func validScope(scope string) error {
 // ScanCommitted calls fn for each record committed under scope that has
 // not expired by the store's clock, with its StoredSize and expiry. It
 // iterates the scope's key prefix in one read-only transaction and decodes
-// each value (records under 64 KiB are in the LSM tree, larger ones are
-// read from the value log); fn is called inside that transaction.
+// each value (a record's encoding up to ValueThreshold, 1 KiB, is in the
+// LSM tree, a larger one is read from the value log); fn is called inside
+// that transaction.
 func (s *Store) ScanCommitted(ctx context.Context, scope string, fn func(cache.CommittedRecord) error) error {
 	if err := validScope(scope); err != nil {
 		return fmt.Errorf("scan committed %q: %w", scope, err)
@@ -142,10 +143,14 @@ func (s *Store) PurgeScope(ctx context.Context, scope string) (cache.Purged, err
 }
 
 // deleteKeys deletes keys in write batches, which split themselves under
-// Badger's transaction size limit.
+// Badger's transaction size limit. A delete is a write: below the reserve
+// it fails with cache.ErrFull (see roomToWrite) before reaching Badger.
 func (s *Store) deleteKeys(keys [][]byte) error {
 	if len(keys) == 0 {
 		return nil
+	}
+	if err := s.roomToWrite(); err != nil {
+		return err
 	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()

@@ -60,6 +60,18 @@ import (
 // needs room for its output. With the default memory budget (4 MiB
 // memtables, 1 MiB tables, see sizing) that is 8 + 8 + 32 + 18 + 11 = 77
 // MiB; the value-log map dominates, and grows with ValueLogFileSize.
+//
+// With ValueThreshold 1 KiB (store.go) a record's body is written to the
+// active value-log file, through its mmap as the WAL is, and the WAL gets
+// only a pointer: the floor's room for running calls (2 × MemTableSize)
+// now counts value-log bytes, as many as the WAL took before. Below the
+// reserve the store writes to neither, and the value-log GC does not start
+// (valueLogGC); the value-log term covers a GC round admitted above it,
+// which rewrites at most one file's live data and may open the next file.
+// What no term covers is writes admitted together just above the reserve:
+// each passed roomToWrite before any wrote, so N concurrent commits of B
+// bytes take N × B of it (TestRealDiskFillsNoFault: 4 KiB and 96 KiB
+// bodies, one writer).
 func reserveFor(bo badger.Options) int64 {
 	return 2*bo.MemTableSize +
 		int64(bo.NumMemtables)*bo.MemTableSize +
@@ -93,6 +105,9 @@ type space struct {
 	interval time.Duration
 	bo       badger.Options // to reopen read-write
 	readOnly atomic.Bool
+	// lock holds the directory's flock while Badger is open read-only or
+	// stands in memory (see lockForReadOnly); nil otherwise.
+	lock *os.File
 
 	mu     sync.Mutex
 	last   cache.Space
@@ -244,27 +259,81 @@ func (s *Store) openDB(bo badger.Options) (*badger.DB, error) {
 	}
 	s.log.Warn("opening the store read-only: the disk is below its free-space floor",
 		"free_bytes", free, "min_free_bytes", s.space.floor)
-	s.space.readOnly.Store(true)
-	return s.openReadOnly(bo), nil
+	db, err := s.openReadOnly(bo)
+	if err == nil {
+		s.space.readOnly.Store(true)
+	}
+	return db, err
 }
 
-// openReadOnly opens Badger read-only. A directory with no database yet
+// openReadOnly opens Badger read-only, holding the directory's lock first
+// (ErrLocked if another process has it: its WALs are live, and trimming
+// them would make its next writes fault). A directory with no database yet
 // (no MANIFEST: a first start on a full disk) has nothing to replay, and
 // Badger will not open it read-only; nor will it open one whose WAL needs
 // repair beyond trimWALs. Then an empty in-memory database stands in, so that the gateway
 // starts (unkeyed traffic passes, keyed requests get 503) instead of
 // crash-looping, until the store reopens on disk.
-func (s *Store) openReadOnly(bo badger.Options) *badger.DB {
-	if _, err := os.Stat(filepath.Join(bo.Dir, badger.ManifestFilename)); err == nil {
+func (s *Store) openReadOnly(bo badger.Options) (*badger.DB, error) {
+	ok, err := s.lockForReadOnly(bo.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(bo.Dir, badger.ManifestFilename)); err == nil && ok {
 		if err := trimWALs(bo.Dir); err != nil {
 			s.log.Warn("trimming the store's WALs for a read-only open", slog.Any("err", err))
 		}
-		db, err := badger.Open(bo.WithReadOnly(true))
+		// Badger's read-only open takes only a shared lock; the store's
+		// exclusive one guards the directory instead.
+		db, err := badger.Open(bo.WithReadOnly(true).WithBypassLockGuard(s.space.lock != nil))
 		if err == nil {
-			return db
+			return db, nil
 		}
 		s.log.Error("opening the store read-only; no replays until it reopens read-write", slog.Any("err", err))
 	}
+	return openStandIn(), nil
+}
+
+// lockForReadOnly takes the directory's exclusive flock (lockDir) and
+// keeps it in s.space.lock until unlockDir. ok is false when the store
+// must not touch the directory: it could not create or open it (no other
+// process has a database there then), so the store stands in memory.
+func (s *Store) lockForReadOnly(dir string) (ok bool, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		s.log.Warn("creating the store's directory on a full disk; standing in memory", slog.Any("err", err))
+		return false, nil
+	}
+	f, err := lockDir(dir)
+	switch {
+	case errors.Is(err, ErrLocked):
+		return false, fmt.Errorf("opening %s read-only below the free-space floor: %w", dir, err)
+	case err != nil:
+		s.log.Warn("locking the store's directory; standing in memory", slog.Any("err", err))
+		return false, nil
+	}
+	s.space.lock = f
+	return true, nil
+}
+
+// closeDB closes the database and releases the directory's lock, if the
+// store holds it.
+func (s *Store) closeDB() error {
+	err := s.db.Close()
+	s.unlockDir()
+	return err
+}
+
+// unlockDir releases the lock lockForReadOnly took, if any.
+func (s *Store) unlockDir() {
+	if s.space != nil && s.space.lock != nil {
+		s.space.lock.Close()
+		s.space.lock = nil
+	}
+}
+
+// openStandIn opens the empty in-memory database that stands in for one
+// Badger will not open read-only.
+func openStandIn() *badger.DB {
 	db, err := badger.Open(badgerOptions(Options{InMemory: true}))
 	if err != nil {
 		// The options the in-memory store opens with (its tests prove
@@ -275,8 +344,11 @@ func (s *Store) openReadOnly(bo badger.Options) *badger.DB {
 }
 
 // reopenReadWrite swaps the read-only database for a read-write one, with
-// every operation held off (s.mu). If Badger will not open read-write, the
-// store goes back to read-only.
+// every operation held off (s.mu). The directory's lock is released just
+// before Badger takes its own. If Badger will not open read-write, the
+// store goes back to read-only; if another process took the directory in
+// between, to an empty stand-in. The dead-letter ids are read again from
+// whichever database is now open.
 func (s *Store) reopenReadWrite(bo badger.Options) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -286,15 +358,33 @@ func (s *Store) reopenReadWrite(bo badger.Options) {
 	if err := s.db.Close(); err != nil {
 		s.log.Warn("closing the read-only store", slog.Any("err", err))
 	}
+	s.unlockDir()
 	db, err := badger.Open(bo)
 	if err == nil {
-		s.db = db
 		s.space.readOnly.Store(false)
 		s.log.Info("store reopened read-write: the disk is above its free-space floor")
+	} else {
+		s.log.Error("reopening the store read-write; staying read-only", slog.Any("err", err))
+		if db, err = s.openReadOnly(bo); err != nil {
+			s.log.Error("reopening the store read-only; standing in memory", slog.Any("err", err))
+			db = openStandIn()
+		}
+	}
+	s.db = db
+	s.reloadDeadLetterIDs()
+}
+
+// reloadDeadLetterIDs reads the dead-letter id set (see Store.dead) again
+// from the database just opened. The caller holds s.mu exclusively.
+func (s *Store) reloadDeadLetterIDs() {
+	ids, err := s.loadDeadLetterIDs()
+	if err != nil {
+		s.log.Error("reading the dead-letter ids after a reopen", slog.Any("err", err))
 		return
 	}
-	s.log.Error("reopening the store read-write; staying read-only", slog.Any("err", err))
-	s.db = s.openReadOnly(bo)
+	s.deadMu.Lock()
+	s.dead = ids
+	s.deadMu.Unlock()
 }
 
 // valueLogGC runs one value-log GC round unless the store is read-only or

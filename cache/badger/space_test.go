@@ -320,3 +320,158 @@ func BenchmarkSpace(b *testing.B) {
 		_ = s.Space()
 	}
 }
+
+// memSizes is the size of each memtable WAL in dir.
+func memSizes(t *testing.T, dir string) map[string]int64 {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.mem"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no memtable WAL in %s: %v", dir, err)
+	}
+	sizes := map[string]int64{}
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes[filepath.Base(p)] = fi.Size()
+	}
+	return sizes
+}
+
+// TestOpenReadOnlyLiveDir: a second store opening a live store's directory
+// while the disk is below the floor fails with ErrLocked and leaves the
+// live store's WALs alone (trimming them would make its next writes fault
+// with SIGBUS). The same holds against a live store that is read-only
+// itself.
+func TestOpenReadOnlyLiveDir(t *testing.T) {
+	clock := storetest.NewClock()
+	roomy, full := &fakeDisk{}, &fakeDisk{}
+	roomy.free.Store(1 << 30)
+	full.free.Store(1 << 20)
+	for _, live := range []*fakeDisk{roomy, full} {
+		dir := t.TempDir()
+		if live == full {
+			// An unclean image, so that the read-only store has WALs too.
+			seed := openSpaceStore(t, t.TempDir(), clock, roomy, 0)
+			if err := commitKey(t, seed, "a"); err != nil {
+				t.Fatal(err)
+			}
+			copyDir(t, seed.dir, dir)
+		}
+		a := openSpaceStore(t, dir, clock, live, 0)
+		if live == roomy {
+			if err := commitKey(t, a, "a"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := memSizes(t, dir)
+		b, err := Open(Options{Dir: dir, Now: clock.Now, After: clock.After, Statfs: full.statfs,
+			MinFreeBytes: testFloor, SpaceInterval: time.Hour})
+		if err == nil {
+			b.Close()
+		}
+		if after := memSizes(t, dir); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("live store read-only=%v: a second Open changed its WALs: %v, were %v (its next write would SIGBUS)",
+				live == full, after, before)
+		}
+		if !errors.Is(err, ErrLocked) {
+			t.Errorf("live store read-only=%v: second Open below the floor: %v, want ErrLocked", live == full, err)
+		}
+	}
+}
+
+// TestStandInHoldsDir: a store standing in memory for a directory (a first
+// start on a full disk) holds the directory, so a second store fails with
+// ErrLocked whatever its disk says, until the first closes.
+func TestStandInHoldsDir(t *testing.T) {
+	clock := storetest.NewClock()
+	roomy, full := &fakeDisk{}, &fakeDisk{}
+	roomy.free.Store(1 << 30)
+	full.free.Store(1 << 20)
+	dir := filepath.Join(t.TempDir(), "data")
+	a := openSpaceStore(t, dir, clock, full, 0)
+	for _, disk := range []*fakeDisk{full, roomy} {
+		b, err := Open(Options{Dir: dir, Statfs: disk.statfs, MinFreeBytes: testFloor, SpaceInterval: time.Hour})
+		if err == nil {
+			b.Close()
+		}
+		if !errors.Is(err, ErrLocked) {
+			t.Errorf("second Open (free %d) while a store stands in memory: %v, want ErrLocked", disk.free.Load(), err)
+		}
+	}
+	a.Close()
+	b := openSpaceStore(t, dir, clock, roomy, 0)
+	if err := commitKey(t, b, "a"); err != nil {
+		t.Fatalf("commit after the stand-in closed: %v", err)
+	}
+}
+
+// TestPurgeBelowReserve: PurgeScope's deletes are writes too: below the
+// reserve they fail with ErrFull instead of reaching Badger, and they go
+// through once there is room.
+func TestPurgeBelowReserve(t *testing.T) {
+	clock := storetest.NewClock()
+	disk := &fakeDisk{}
+	disk.free.Store(1 << 30)
+	s := openSpaceStore(t, t.TempDir(), clock, disk, 0)
+	if err := commitKey(t, s, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutOwner(ctx, "acme", "file-1", cache.Owner{Upstream: "p", Kind: "file"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	disk.free.Store(1 << 20)
+	if err := s.PutOwner(ctx, "acme", "file-2", cache.Owner{Upstream: "p", Kind: "file"}, time.Hour); !errors.Is(err, cache.ErrFull) {
+		t.Errorf("PutOwner below the reserve: %v, want ErrFull", err)
+	}
+	if p, err := s.PurgeScope(ctx, "acme"); !errors.Is(err, cache.ErrFull) {
+		t.Errorf("PurgeScope below the reserve wrote to Badger: purged %+v, err %v", p, err)
+	}
+	disk.free.Store(1 << 30)
+	p, err := s.PurgeScope(ctx, "acme")
+	if err != nil || p.Records != 1 || p.Owners != 1 {
+		t.Fatalf("PurgeScope with room again: %+v, %v", p, err)
+	}
+}
+
+// TestStandInReopenDeadLetters: a store standing in memory for its
+// directory (a first start on a full disk) knows no dead letters; when it
+// reopens read-write on a directory that has some (here restored from
+// another store while it stood in), they are known again and can be
+// resolved.
+func TestStandInReopenDeadLetters(t *testing.T) {
+	clock := storetest.NewClock()
+	disk := &fakeDisk{}
+	disk.free.Store(1 << 20)
+	dir := filepath.Join(t.TempDir(), "data")
+	s := openSpaceStore(t, dir, clock, disk, 0)
+	if sp := s.Space(); !sp.ReadOnly {
+		t.Fatalf("not standing in: %+v", sp)
+	}
+
+	roomy := &fakeDisk{}
+	roomy.free.Store(1 << 30)
+	k := cache.Key{Scope: "acme", Endpoint: chatEP, ID: "dead"}
+	src := openSpaceStore(t, t.TempDir(), clock, roomy, 0)
+	if err := src.PutDeadLetter(ctx, k, &cache.DeadLetter{Class: "timeout"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, src.dir, dir)
+
+	disk.free.Store(1 << 30)
+	clock.Advance(spaceMaxAge)
+	s.checkSpace()
+	if sp := s.Space(); sp.ReadOnly {
+		t.Fatalf("not reopened read-write: %+v", sp)
+	}
+	if _, err := s.GetDeadLetter(ctx, cache.DeadLetterID(k)); err != nil {
+		t.Fatalf("GetDeadLetter after the reopen: %v", err)
+	}
+	if err := s.DeleteDeadLetter(ctx, cache.DeadLetterID(k)); err != nil {
+		t.Fatalf("DeleteDeadLetter of a dead letter on disk after the reopen: %v", err)
+	}
+}

@@ -226,7 +226,7 @@ func Open(o Options) (*Store, error) {
 	db, err := s.openDB(bo)
 	if err != nil {
 		// Badger flattens the lock error into text, so ask the kernel instead.
-		if !o.InMemory && dirLocked(o.Dir) {
+		if !o.InMemory && !errors.Is(err, ErrLocked) && dirLocked(o.Dir) {
 			return nil, fmt.Errorf("open badger store %s: %w (%w)", o.Dir, ErrLocked, err)
 		}
 		return nil, fmt.Errorf("open badger store %s: %w", o.Dir, err)
@@ -234,7 +234,7 @@ func Open(o Options) (*Store, error) {
 	s.db = db
 	s.flights = newFlights()
 	if s.dead, err = s.loadDeadLetterIDs(); err != nil {
-		db.Close()
+		s.closeDB()
 		return nil, fmt.Errorf("open badger store %s: %w", o.Dir, err)
 	}
 
@@ -676,7 +676,7 @@ func (s *Store) Close() error {
 		s.bg.Wait()
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if err := s.db.Close(); err != nil {
+		if err := s.closeDB(); err != nil {
 			s.closeErr = fmt.Errorf("close badger store: %w", err)
 		}
 	})
