@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/outcome"
 	"github.com/llmgate/llmgate/gateway/ownership"
 	"github.com/llmgate/llmgate/gateway/proxy"
@@ -72,6 +75,36 @@ func (g *Gateway) checkObjects(r *http.Request, cl *proxy.Call, body []byte, u *
 		return nil, ownership.NotFound(refs[0])
 	}
 	return holder, nil
+}
+
+// passBodyJSON is the JSON checkObjects scans in a passthrough body. Under
+// a shared key, a body that was not read as JSON — sent with another
+// Content-Type, or none, or streamed unread past
+// passthrough.spool_max_bytes — must not go upstream unchecked, since the
+// upstream may read it as JSON whatever its Content-Type says: held in
+// memory and valid JSON, it is scanned; else it is refused (415, or 413
+// when streamed unread). A multipart body is passed on the upload paths
+// only (ownership.UploadPath), whose form fields name no stored objects
+// (file, purpose, model, prompt, ...): their values are not scanned.
+func (g *Gateway) passBodyJSON(r *http.Request, pb passBody, u *proxy.Upstream) ([]byte, error) {
+	if pb.json != nil || !g.sharedKey(clientOf(r), u) {
+		return pb.json, nil
+	}
+	switch {
+	case pb.mediaType == "multipart/form-data" && ownership.UploadPath(r.URL.Path):
+		return nil, nil
+	case pb.once:
+		return nil, &apierror.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("This body is over passthrough.spool_max_bytes (%d), so it would go upstream unread, and clients of this gateway "+
+				"share the upstream's key: the objects it names could not be checked to be yours. Send a smaller body.", g.cfg.Passthrough.SpoolMaxBytes)}
+	case pb.src.Size() == 0:
+		return nil, nil
+	case pb.mem != nil && int64(len(pb.mem)) <= g.cfg.Limits.MaxBodyBytes && json.Valid(pb.mem):
+		return pb.mem, nil
+	}
+	return nil, &apierror.Error{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
+		Message: "Send this body as JSON (Content-Type: application/json): clients of this gateway share the upstream's key, " +
+			"and the objects a body names are checked to be yours, which the gateway can do for JSON (and for multipart/form-data uploads) only."}
 }
 
 // recordObjects records client as the owner of the objects a successful

@@ -138,7 +138,11 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 		if err := g.listAllowed(r, u); err != nil {
 			return err
 		}
-		if u, err = g.checkObjects(r, cl, body.json, u); err != nil {
+		scan, err := g.passBodyJSON(r, body, u)
+		if err != nil {
+			return err
+		}
+		if u, err = g.checkObjects(r, cl, scan, u); err != nil {
 			return err
 		}
 		s.upstream = u.Cfg.Name

@@ -78,7 +78,9 @@ var (
 // at any depth (input_file content parts, tool resources, file_search's
 // vector stores, a batch's input file). A value of another type is not an
 // id and is left to the upstream to refuse. A body that is not valid JSON
-// names nothing (it is refused before it could be forwarded).
+// names nothing here: the caller must not forward it unchecked (the
+// gateway refuses it before it is parsed on the JSON endpoints, and under
+// a shared key refuses a passthrough body it cannot scan).
 func FromBody(body []byte) []Ref {
 	var refs []Ref
 	s := jsonscan.New(body, 0)
@@ -222,6 +224,18 @@ func FromStreamEvent(ev []byte) []Ref {
 		return nil
 	}
 	return FromAnswer(resp)
+}
+
+// UploadPath reports whether path takes multipart/form-data uploads:
+// POST /v1/files, /v1/uploads/{id}/parts, /v1/audio/* and /v1/images/*.
+func UploadPath(path string) bool {
+	p := strings.TrimPrefix(path, "/v1")
+	if p == "/files" || strings.HasPrefix(p, "/audio/") || strings.HasPrefix(p, "/images/") {
+		return true
+	}
+	rest, ok := strings.CutPrefix(p, "/uploads/")
+	id, tail, _ := strings.Cut(rest, "/")
+	return ok && id != "" && tail == "parts"
 }
 
 // Creates reports whether answers on path may hand out objects whose owner
