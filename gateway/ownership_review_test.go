@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +75,62 @@ func TestReviewUncheckableBodyRefusedUnderSharedKey(t *testing.T) {
 			t.Errorf("own key, %s: %d %s", tc.ct, r.status, r.body)
 		}
 		up.requests()
+	}
+}
+
+// TestReviewModelsDotDotListsFilesNormalising: a model id with dot
+// segments is a 404, never sent to an upstream that would normalise it
+// into another path.
+func TestReviewModelsDotDotListsFilesNormalising(t *testing.T) {
+	var paths []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths = append(paths, r.URL.EscapedPath())
+		if path.Clean(r.URL.Path) == "/v1/files" {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"object":"list","data":[{"id":"file-alice-secret","object":"file"}]}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"model"}`)
+	}))
+	defer up.Close()
+	h, _ := ownersHarness(t, func(c *config.Config) { c.Upstreams[0].BaseURL = up.URL + "/v1" })
+	for _, p := range []string{"/v1/models/x%2F..%2F..%2Ffiles", "/v1/models/x%2F.%2Fy", "/v1/models/x%2F%2Fy", "/v1/models/x/"} {
+		r := h.do(http.MethodGet, p, "", asBob)
+		if strings.Contains(string(r.body), "file-alice-secret") {
+			t.Errorf("bob listed every tenant's files via /v1/models: %d %s", r.status, r.body)
+		}
+		if e := wantOpenAIError(t, r, http.StatusNotFound); e["code"] != "model_not_found" {
+			t.Errorf("%s: %v", p, e)
+		}
+	}
+	if len(paths) != 0 {
+		t.Fatalf("the upstream was called: %v", paths)
+	}
+	// Each segment of an id is escaped: nothing the client wrote is read
+	// as path syntax upstream.
+	if r := h.do(http.MethodGet, "/v1/models/org%2Fa%3Bb%3Fc", "", asBob); r.status != http.StatusOK {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if len(paths) != 1 || paths[0] != "/v1/models/org/a%3Bb%3Fc" {
+		t.Fatalf("upstream saw %v, want /v1/models/org/a%%3Bb%%3Fc", paths)
+	}
+}
+
+// TestReviewEncodedSlashInObjectID: an object id with an encoded "/" does
+// not become another path segment upstream (where the check saw one id
+// and the upstream another path): 404, no upstream call.
+func TestReviewEncodedSlashInObjectID(t *testing.T) {
+	h, up := ownersHarness(t, nil)
+	h.store.PutOwner(t.Context(), "bob", "file-b", cache.Owner{Upstream: "primary", Kind: "file"}, time.Hour)
+	for _, p := range []string{"/v1/files/file-b%2Fcontent", "/v1/files/file-b%2fcontent", "/v1/vector_stores/vs%2F..%2Ffiles"} {
+		r := h.do(http.MethodGet, p, "", asBob)
+		wantOpenAIError(t, r, http.StatusNotFound)
+		if seen := up.requests(); len(seen) != 0 {
+			t.Errorf("%s reached the upstream as %+v", p, seen)
+		}
+	}
+	if r := h.do(http.MethodGet, "/v1/files/file-b/content", "", asBob); r.status != http.StatusOK {
+		t.Fatalf("bob's own file: %d %s", r.status, r.body)
 	}
 }
