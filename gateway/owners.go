@@ -110,16 +110,15 @@ func (g *Gateway) passBodyJSON(r *http.Request, pb passBody, u *proxy.Upstream) 
 // recordObjects records client as the owner of the objects a successful
 // answer hands out — a JSON body's, or a Responses stream's first event's
 // — before the answer reaches the client (a response created with store
-// false is kept by nobody and not recorded); an error means the answer must
+// false is kept by nobody and not recorded, the containers its code ran
+// in are); an error means the answer must
 // not be sent (its ids would be refused to their owner). Only the paths
 // that create objects are scanned.
 func (g *Gateway) recordObjects(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
 	if resp.Status < 200 || resp.Status > 299 || !ownership.Creates(cl.In.URL.Path) || !g.sharedKey(client, resp.Upstream) {
 		return nil
 	}
-	if cl.Suffix == "/responses" && (resp.Upstream.Cfg.ForceStoreFalse || !ownership.Stored(cl.Body)) {
-		return nil // the provider keeps no such response: nothing to name later
-	}
+	unstored := cl.Suffix == "/responses" && (resp.Upstream.Cfg.ForceStoreFalse || !ownership.Stored(cl.Body))
 	var refs []ownership.Ref
 	if resp.Stream != nil {
 		for _, ev := range resp.Stream.First() {
@@ -134,6 +133,11 @@ func (g *Gateway) recordObjects(ctx context.Context, client string, cl *proxy.Ca
 		// from its creation. What it hands out besides (a batch's output
 		// file) is.
 		refs = slices.DeleteFunc(refs, func(r ownership.Ref) bool { return r.ID == named.ID })
+	}
+	if unstored {
+		// The provider keeps no such response, nothing to name later; the
+		// containers its code ran in it keeps.
+		refs = slices.DeleteFunc(refs, func(r ownership.Ref) bool { return r.Kind != ownership.Container })
 	}
 	if len(refs) == 0 {
 		return nil

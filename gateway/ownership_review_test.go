@@ -134,3 +134,59 @@ func TestReviewEncodedSlashInObjectID(t *testing.T) {
 		t.Fatalf("bob's own file: %d %s", r.status, r.body)
 	}
 }
+
+// TestReviewItemReferenceRefused: an item_reference (typed, or an input
+// item that is only an id) names an item the provider keeps under the
+// shared key: refused with a 400 before any upstream call; with her own
+// key alice may send it.
+func TestReviewItemReferenceRefused(t *testing.T) {
+	h, up := ownersHarness(t, func(c *config.Config) {
+		c.Clients[0].UpstreamAPIKeys = map[string]string{"primary": aliceOwn}
+	})
+	for _, item := range []string{`{"type":"item_reference","id":"msg_alice"}`, `{"id":"msg_alice"}`} {
+		body := `{"model":"gpt-4o","input":[{"role":"user","content":"hi"},` + item + `]}`
+		r := h.do(http.MethodPost, "/v1/responses", body, asBob)
+		if e := wantOpenAIError(t, r, http.StatusBadRequest); e["code"] != "item_reference_not_allowed" || e["param"] != "input" {
+			t.Errorf("%s: %v", item, e)
+		}
+		if seen := up.requests(); len(seen) != 0 {
+			t.Errorf("%s reached the upstream: %+v", item, seen)
+		}
+		if r := h.do(http.MethodPost, "/v1/responses", body, asAlice); r.status != http.StatusOK {
+			t.Errorf("own key: %d %s", r.status, r.body)
+		}
+		up.requests()
+	}
+}
+
+// TestReviewContainerOwned: the container a code_interpreter call ran in
+// (container_id in the answer) is the creator's: bob cannot run code in
+// alice's container, nor in one never handed out; alice can.
+func TestReviewContainerOwned(t *testing.T) {
+	h, up := ownersHarness(t, nil)
+	_, r := create(t, h, up, `{"model":"gpt-4o","input":"1+1","store":true,"tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`, asAlice)
+	i := strings.Index(string(r.body), `"container_id":"`)
+	if i < 0 {
+		t.Fatalf("no container in %s", r.body)
+	}
+	cntr, _, _ := strings.Cut(string(r.body[i+len(`"container_id":"`):]), `"`)
+	use := func(id string) string {
+		return `{"model":"gpt-4o","input":"2+2","tools":[{"type":"code_interpreter","container":"` + id + `"}]}`
+	}
+	wantNotFound(t, h.do(http.MethodPost, "/v1/responses", use(cntr), asBob), up, "container_not_found")
+	wantNotFound(t, h.do(http.MethodPost, "/v1/responses", use("cntr_never"), asAlice), up, "container_not_found")
+	if r := h.do(http.MethodPost, "/v1/responses", use(cntr), asAlice); r.status != http.StatusOK {
+		t.Fatalf("alice's container: %d %s", r.status, r.body)
+	}
+	// A response with store false is not kept, the container its code ran in is.
+	_, r = create(t, h, up, `{"model":"gpt-4o","input":"1+1","store":false,"tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`, asAlice)
+	i = strings.Index(string(r.body), `"container_id":"`)
+	cntr, _, _ = strings.Cut(string(r.body[i+len(`"container_id":"`):]), `"`)
+	if r := h.do(http.MethodPost, "/v1/responses", use(cntr), asAlice); r.status != http.StatusOK {
+		t.Fatalf("alice's container of a store:false response: %d %s", r.status, r.body)
+	}
+	// An auto container's file_ids are still checked.
+	up.requests()
+	wantNotFound(t, h.do(http.MethodPost, "/v1/responses",
+		`{"model":"gpt-4o","input":"x","tools":[{"type":"code_interpreter","container":{"type":"auto","file_ids":["file-x"]}}]}`, asBob), up, "file_not_found")
+}
