@@ -78,6 +78,18 @@ func TestReviewUncheckableBodyRefusedUnderSharedKey(t *testing.T) {
 	}
 }
 
+// TestReviewUploadsPassUnderSharedKey: a multipart upload passes under a
+// shared key, streamed unread past passthrough.spool_max_bytes too.
+func TestReviewUploadsPassUnderSharedKey(t *testing.T) {
+	h, up := ownersHarness(t, func(c *config.Config) { c.Passthrough.SpoolMaxBytes = 128 })
+	body := "--x\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n" +
+		"--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\r\n" + strings.Repeat("{}\n", 100) + "\r\n--x--\r\n"
+	r := h.do(http.MethodPost, "/v1/files", body, map[string]string{"Authorization": asBob["Authorization"], "Content-Type": "multipart/form-data; boundary=x"})
+	if r.status != http.StatusOK || len(up.requests()) != 1 {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+}
+
 // TestReviewModelsDotDotListsFilesNormalising: a model id with dot
 // segments is a 404, never sent to an upstream that would normalise it
 // into another path.
