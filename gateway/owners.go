@@ -77,6 +77,20 @@ func (g *Gateway) checkObjects(r *http.Request, cl *proxy.Call, body []byte, u *
 	return holder, nil
 }
 
+// passOwnership runs a passthrough request's tenant checks (see
+// listAllowed, passBodyJSON, checkObjects) and returns the upstream the
+// call keeps to.
+func (g *Gateway) passOwnership(r *http.Request, cl *proxy.Call, pb passBody, u *proxy.Upstream) (*proxy.Upstream, error) {
+	if err := g.listAllowed(r, u); err != nil {
+		return nil, err
+	}
+	scan, err := g.passBodyJSON(r, pb, u)
+	if err != nil {
+		return nil, err
+	}
+	return g.checkObjects(r, cl, scan, u)
+}
+
 // passBodyJSON is the JSON checkObjects scans in a passthrough body. Under
 // a shared key, a body that was not read as JSON — sent with another
 // Content-Type, or none, or streamed unread past

@@ -142,14 +142,7 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 			Source: body.src, Model: body.model, Passthrough: true, RecordLimit: rt.maxRecord,
 			Unbuffered: key == "", Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		cl.APIKeys = g.apiKeys[clientOf(r)]
-		if err := g.listAllowed(r, u); err != nil {
-			return err
-		}
-		scan, err := g.passBodyJSON(r, body, u)
-		if err != nil {
-			return err
-		}
-		if u, err = g.checkObjects(r, cl, scan, u); err != nil {
+		if u, err = g.passOwnership(r, cl, body, u); err != nil {
 			return err
 		}
 		s.upstream = u.Cfg.Name
