@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -74,14 +75,18 @@ func (g *Gateway) handleModels(c echo.Context) error {
 // handleModel serves GET /v1/models/{id} from the upstream that serves the
 // model (ids may contain "/": the route takes the rest of the path), its
 // answer relayed as it came, through the retry loop and breaker. A model
-// no upstream serves is a 404 with no upstream call.
+// no upstream serves is a 404 with no upstream call, and so is an id with
+// an empty, "." or ".." segment, which an upstream (or a proxy before it)
+// may resolve into another path: /v1/models/x/../../files is /v1/files.
+// Each segment goes upstream escaped, so none is read as path syntax.
 func (g *Gateway) handleModel(c echo.Context) error {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
 		s.endpoint = "models"
 		id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
 		s.model = id
 		u := g.router.Route(id)
-		if id == "" || u == nil {
+		suffix, ok := modelPath(id)
+		if !ok || u == nil {
 			return apierror.NotFound("model_not_found", "model",
 				fmt.Sprintf("The model `%s` does not exist or is not served by this gateway.", id))
 		}
@@ -90,8 +95,21 @@ func (g *Gateway) handleModel(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		cl := &proxy.Call{In: r, Suffix: "/models/" + id, Model: id, Passthrough: true,
+		cl := &proxy.Call{In: r, Suffix: suffix, Model: id, Passthrough: true,
 			Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		return g.serveUnkeyed(w, r, cl, u, dl, s)
 	})(c)
+}
+
+// modelPath is the upstream path of model id, each "/"-separated segment
+// escaped; false when a segment is empty, "." or "..".
+func modelPath(id string) (string, bool) {
+	segs := strings.Split(id, "/")
+	for i, s := range segs {
+		if s == "" || s == "." || s == ".." {
+			return "", false
+		}
+		segs[i] = url.PathEscape(s)
+	}
+	return "/models/" + strings.Join(segs, "/"), true
 }

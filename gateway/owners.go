@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/outcome"
 	"github.com/llmgate/llmgate/gateway/ownership"
 	"github.com/llmgate/llmgate/gateway/proxy"
@@ -74,19 +77,62 @@ func (g *Gateway) checkObjects(r *http.Request, cl *proxy.Call, body []byte, u *
 	return holder, nil
 }
 
+// passOwnership runs a passthrough request's tenant checks (see
+// listAllowed, passBodyJSON, checkObjects) and returns the upstream the
+// call keeps to.
+func (g *Gateway) passOwnership(r *http.Request, cl *proxy.Call, pb passBody, u *proxy.Upstream) (*proxy.Upstream, error) {
+	if err := g.listAllowed(r, u); err != nil {
+		return nil, err
+	}
+	scan, err := g.passBodyJSON(r, pb, u)
+	if err != nil {
+		return nil, err
+	}
+	return g.checkObjects(r, cl, scan, u)
+}
+
+// passBodyJSON is the JSON checkObjects scans in a passthrough body. Under
+// a shared key, a body that was not read as JSON — sent with another
+// Content-Type, or none, or streamed unread past
+// passthrough.spool_max_bytes — must not go upstream unchecked, since the
+// upstream may read it as JSON whatever its Content-Type says: held in
+// memory and valid JSON, it is scanned; else it is refused (415, or 413
+// when streamed unread). A multipart body is passed on the upload paths
+// only (ownership.UploadPath), whose form fields name no stored objects
+// (file, purpose, model, prompt, ...): their values are not scanned.
+func (g *Gateway) passBodyJSON(r *http.Request, pb passBody, u *proxy.Upstream) ([]byte, error) {
+	if pb.json != nil || !g.sharedKey(clientOf(r), u) {
+		return pb.json, nil
+	}
+	switch {
+	case pb.mediaType == "multipart/form-data" && ownership.UploadPath(r.URL.Path):
+		return nil, nil
+	case pb.once:
+		return nil, &apierror.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("This body is over passthrough.spool_max_bytes (%d), so it would go upstream unread, and clients of this gateway "+
+				"share the upstream's key: the objects it names could not be checked to be yours. Send a smaller body.", g.cfg.Passthrough.SpoolMaxBytes)}
+	case pb.src.Size() == 0:
+		return nil, nil
+	case pb.mem != nil && int64(len(pb.mem)) <= g.cfg.Limits.MaxBodyBytes && json.Valid(pb.mem):
+		return pb.mem, nil
+	}
+	return nil, &apierror.Error{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
+		Message: "Send this body as JSON (Content-Type: application/json): clients of this gateway share the upstream's key, " +
+			"and the objects a body names are checked to be yours, which the gateway can do for JSON (and for multipart/form-data uploads) only."}
+}
+
 // recordObjects records client as the owner of the objects a successful
 // answer hands out — a JSON body's, or a Responses stream's first event's
 // — before the answer reaches the client (a response created with store
-// false is kept by nobody and not recorded); an error means the answer must
+// false is kept by nobody and not recorded, the containers its code ran
+// in are); an error means the answer must
 // not be sent (its ids would be refused to their owner). Only the paths
 // that create objects are scanned.
 func (g *Gateway) recordObjects(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
 	if resp.Status < 200 || resp.Status > 299 || !ownership.Creates(cl.In.URL.Path) || !g.sharedKey(client, resp.Upstream) {
 		return nil
 	}
-	if cl.Suffix == "/responses" && (resp.Upstream.Cfg.ForceStoreFalse || !ownership.Stored(cl.Body)) {
-		return nil // the provider keeps no such response: nothing to name later
-	}
+	unstored := cl.Suffix == "/responses" && (resp.Upstream.Cfg.ForceStoreFalse || !ownership.Stored(cl.Body))
 	var refs []ownership.Ref
 	if resp.Stream != nil {
 		for _, ev := range resp.Stream.First() {
@@ -101,6 +147,11 @@ func (g *Gateway) recordObjects(ctx context.Context, client string, cl *proxy.Ca
 		// from its creation. What it hands out besides (a batch's output
 		// file) is.
 		refs = slices.DeleteFunc(refs, func(r ownership.Ref) bool { return r.ID == named.ID })
+	}
+	if unstored {
+		// The provider keeps no such response, nothing to name later; the
+		// containers its code ran in it keeps.
+		refs = slices.DeleteFunc(refs, func(r ownership.Ref) bool { return r.Kind != ownership.Container })
 	}
 	if len(refs) == 0 {
 		return nil

@@ -71,6 +71,8 @@ func (o *objectUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_s%d\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[]}}\n\n", n)
 		fmt.Fprint(w, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"delta\":\"hi\"}\n\n")
 		fmt.Fprintf(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":2,\"response\":{\"id\":\"resp_s%d\",\"object\":\"response\",\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"hi\"}]}]}}\n\n", n)
+	case path == "/responses" && strings.Contains(string(body), `"code_interpreter"`):
+		fmt.Fprintf(w, `{"id":"resp_%d","object":"response","status":"completed","output":[{"type":"code_interpreter_call","id":"ci_%d","container_id":"cntr_%d","code":"1+1"}]}`, n, n, n)
 	case path == "/responses":
 		fmt.Fprintf(w, `{"id":"resp_%d","object":"response","status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hi"}]}]}`, n)
 	case strings.HasPrefix(path, "/responses/") && r.Method == http.MethodDelete:

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 
@@ -51,10 +52,16 @@ type passRoute struct {
 
 // routeFor is a passthrough path's route: the longest configured prefix
 // that matches it, else the defaults. A path that is not clean ("..",
-// "//") is a 404: it would reach another upstream path than it names.
-// An ownership check for object ids goes right after it.
-func (g *Gateway) routeFor(p string) (passRoute, error) {
+// "//"), or has a "/" escaped in a segment ("%2F", which no object id
+// holds), is a 404: it would reach another upstream path than it names,
+// or name another id upstream than the ownership check (right after it)
+// saw.
+func (g *Gateway) routeFor(u *url.URL) (passRoute, error) {
 	var rt passRoute
+	p := u.Path
+	if strings.Count(u.EscapedPath(), "/") != strings.Count(p, "/") {
+		return rt, echo.ErrNotFound
+	}
 	for _, pre := range config.PassthroughPrefixes {
 		if under(p, pre) {
 			rt.label = strings.TrimPrefix(pre, "/v1/")
@@ -99,7 +106,7 @@ func under(p, prefix string) bool {
 // not. An unkeyed answer is relayed as it arrives, never buffered whole.
 func (g *Gateway) handlePassthrough(c echo.Context) error {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
-		rt, err := g.routeFor(r.URL.Path)
+		rt, err := g.routeFor(r.URL)
 		if err != nil {
 			return err
 		}
@@ -131,14 +138,11 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		cl := &proxy.Call{In: r, Suffix: strings.TrimPrefix(r.URL.Path, "/v1"), Query: r.URL.RawQuery,
+		cl := &proxy.Call{In: r, Suffix: strings.TrimPrefix(r.URL.EscapedPath(), "/v1"), Query: r.URL.RawQuery,
 			Source: body.src, Model: body.model, Passthrough: true, RecordLimit: rt.maxRecord,
 			Unbuffered: key == "", Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		cl.APIKeys = g.apiKeys[clientOf(r)]
-		if err := g.listAllowed(r, u); err != nil {
-			return err
-		}
-		if u, err = g.checkObjects(r, cl, body.json, u); err != nil {
+		if u, err = g.passOwnership(r, cl, body, u); err != nil {
 			return err
 		}
 		s.upstream = u.Cfg.Name

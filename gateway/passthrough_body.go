@@ -22,6 +22,9 @@ import (
 type passBody struct {
 	src         *proxy.Body
 	json        []byte // the body, when it is JSON (held in memory)
+	mediaType   string // its Content-Type's media type
+	mem         []byte // a body not read as JSON or multipart, when held in memory
+	once        bool   // streamed to the upstream unread
 	model       string
 	fingerprint string
 }
@@ -45,7 +48,7 @@ func (g *Gateway) readPassBody(r *http.Request, rt passRoute, keyed bool, held *
 			return passBody{}, &apierror.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 				Message: fmt.Sprintf("A request with an Idempotency-Key may be at most %d bytes here (passthrough.spool_max_bytes); send it without one.", m)}
 		}
-		return passBody{src: proxy.OnceBody(r.Body, r.ContentLength)}, nil
+		return passBody{src: proxy.OnceBody(r.Body, r.ContentLength), mediaType: mt, once: true}, nil
 	}
 	if mt == "application/json" {
 		return g.readPassJSON(r, rt, held)
@@ -55,6 +58,10 @@ func (g *Gateway) readPassBody(r *http.Request, rt passRoute, keyed bool, held *
 	if err != nil {
 		sp.discard()
 		return passBody{}, err
+	}
+	pb.mediaType = mt
+	if sp.f == nil && mt != "multipart/form-data" {
+		pb.mem = sp.buf.Bytes() // for the ownership check (owners.go, passBodyJSON)
 	}
 	return pb, nil
 }

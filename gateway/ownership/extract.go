@@ -64,8 +64,10 @@ func ListRefused(path string) *apierror.Error {
 // The members of a request body that name objects: topKeys at the top
 // level only, nestedNames anywhere.
 var (
-	topKeys          = jsonscan.NewKeys("previous_response_id", "conversation")
+	topKeys          = jsonscan.NewKeys("previous_response_id", "conversation", "input", "items", "tools")
 	conversationKeys = jsonscan.NewKeys("id")
+	itemKeys         = jsonscan.NewKeys("type", "id")
+	toolKeys         = jsonscan.NewKeys("container")
 	nestedNames      = [...]struct {
 		name string
 		kind Kind
@@ -73,12 +75,17 @@ var (
 )
 
 // FromBody returns the objects a JSON request body names:
-// previous_response_id and conversation (a string, or an object's "id") at
+// previous_response_id and conversation (a string, or an object's "id"),
+// the item references in input or items (an element with an "id" whose
+// type is item_reference or absent: kind ItemReference), and the
+// containers tools name (a code_interpreter tool's "container" string) at
 // the top level, and file_id, file_ids, input_file_id and vector_store_ids
 // at any depth (input_file content parts, tool resources, file_search's
 // vector stores, a batch's input file). A value of another type is not an
 // id and is left to the upstream to refuse. A body that is not valid JSON
-// names nothing (it is refused before it could be forwarded).
+// names nothing here: the caller must not forward it unchecked (the
+// gateway refuses it before it is parsed on the JSON endpoints, and under
+// a shared key refuses a passthrough body it cannot scan).
 func FromBody(body []byte) []Ref {
 	var refs []Ref
 	s := jsonscan.New(body, 0)
@@ -96,9 +103,53 @@ func FromBody(body []byte) []Ref {
 					refs = append(refs, Ref{Kind: Conversation, ID: jsonscan.Unquote(id), Param: key})
 				}
 			}
+		case key == "input" || key == "items":
+			refs = itemRefs(v, key, refs)
+		case key == "tools":
+			refs = containerRefs(v, refs)
 		}
 	}
 	return nested(jsonscan.New(body, 0), refs)
+}
+
+// itemRefs appends the item references in the array v: elements with an
+// "id" string whose "type" is "item_reference" or absent (the API's
+// default). Other items with an id (a message, a function call passed
+// back) carry their content themselves.
+func itemRefs(v []byte, param string, refs []Ref) []Ref {
+	arr := jsonscan.New(v, 0)
+	for range arr.Elements() {
+		var typ, id string
+		typed := false
+		item := jsonscan.New(arr.Value(), 0)
+		for key := range item.Fields(itemKeys) {
+			if key == "type" {
+				typ, typed = unquoteString(item.Value()), true
+			} else {
+				id = unquoteString(item.Value())
+			}
+		}
+		if id != "" && (!typed || typ == "item_reference") {
+			refs = append(refs, Ref{Kind: ItemReference, ID: id, Param: param})
+		}
+	}
+	return refs
+}
+
+// containerRefs appends the containers the tools array v names: a
+// "container" string (a code_interpreter tool's; an object asks for a new
+// container, and its file_ids are found by nested).
+func containerRefs(v []byte, refs []Ref) []Ref {
+	arr := jsonscan.New(v, 0)
+	for range arr.Elements() {
+		tool := jsonscan.New(arr.Value(), 0)
+		for range tool.Fields(toolKeys) {
+			if c := tool.Value(); isString(c) {
+				refs = append(refs, Ref{Kind: Container, ID: jsonscan.Unquote(c), Param: "tools"})
+			}
+		}
+	}
+	return refs
 }
 
 // nested appends the ids under nestedNames in the value at s, at any
@@ -160,9 +211,37 @@ var objectKinds = map[string]Kind{
 
 // FromAnswer returns the objects a JSON answer hands out: the object it is
 // (its "id" and "object", unless "deleted" is true), the file a completed
-// upload became ("file"), and the files a batch wrote (output_file_id,
-// error_file_id), which its owner reads through /v1/files.
+// upload became ("file"), the files a batch wrote (output_file_id,
+// error_file_id), which its owner reads through /v1/files, and the
+// containers a response's code ran in (container_id, at any depth).
 func FromAnswer(body []byte) []Ref {
+	return containerIDs(jsonscan.New(body, 0), fromAnswer(body))
+}
+
+// containerIDs appends the container_id strings in the value at s, at any
+// depth.
+func containerIDs(s *jsonscan.Scanner, refs []Ref) []Ref {
+	switch s.Peek() {
+	case '{':
+		for key := range s.Members() {
+			if !jsonscan.Equal(key, "container_id") {
+				refs = containerIDs(s, refs)
+			} else if id := unquoteString(s.Value()); id != "" {
+				refs = append(refs, Ref{Kind: Container, ID: id})
+			}
+		}
+	case '[':
+		for range s.Elements() {
+			refs = containerIDs(s, refs)
+		}
+	default:
+		s.Skip()
+	}
+	return refs
+}
+
+// fromAnswer is FromAnswer but for containers.
+func fromAnswer(body []byte) []Ref {
 	var (
 		refs       []Ref
 		id, object string
@@ -179,7 +258,7 @@ func FromAnswer(body []byte) []Ref {
 		case "deleted":
 			deleted = string(v) == "true"
 		case "file":
-			if f := FromAnswer(v); len(f) == 1 && f[0].Kind == File {
+			if f := fromAnswer(v); len(f) == 1 && f[0].Kind == File {
 				refs = append(refs, f[0])
 			}
 		case "output_file_id", "error_file_id":
@@ -222,6 +301,18 @@ func FromStreamEvent(ev []byte) []Ref {
 		return nil
 	}
 	return FromAnswer(resp)
+}
+
+// UploadPath reports whether path takes multipart/form-data uploads:
+// POST /v1/files, /v1/uploads/{id}/parts, /v1/audio/* and /v1/images/*.
+func UploadPath(path string) bool {
+	p := strings.TrimPrefix(path, "/v1")
+	if p == "/files" || strings.HasPrefix(p, "/audio/") || strings.HasPrefix(p, "/images/") {
+		return true
+	}
+	rest, ok := strings.CutPrefix(p, "/uploads/")
+	id, tail, _ := strings.Cut(rest, "/")
+	return ok && id != "" && tail == "parts"
 }
 
 // Creates reports whether answers on path may hand out objects whose owner

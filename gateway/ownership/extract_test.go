@@ -75,6 +75,11 @@ func TestFromBody(t *testing.T) {
 		{"schema", `{"tools":[{"type":"function","parameters":{"properties":{"file_id":{"type":"string"}}}}]}`, nil},
 		{"not ids", `{"previous_response_id":null,"conversation":7,"file_ids":[1,null]}`, nil},
 		{"none", `{"model":"m","input":"hello"}`, nil},
+		{"item references", `{"input":[{"type":"item_reference","id":"msg_1"},{"id":"rs_2"},{"type":"message","id":"msg_3","role":"user","content":"x"},"text",7],"items":[{"type":"item_reference","id":"fc_4"}]}`,
+			[]Ref{{ItemReference, "msg_1", "input"}, {ItemReference, "rs_2", "input"}, {ItemReference, "fc_4", "items"}}},
+		{"containers", `{"tools":[{"type":"code_interpreter","container":"cntr_1"},{"type":"code_interpreter","container":{"type":"auto","file_ids":["file-f"]}}]}`,
+			[]Ref{{Container, "cntr_1", "tools"}, {File, "file-f", "file_ids"}}},
+		{"embeddings input", `{"model":"m","input":["a","b"]}`, nil},
 		{"not json", `{"model":`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,6 +106,8 @@ func TestFromAnswer(t *testing.T) {
 			[]Ref{{Kind: Batch, ID: "batch_1"}, {Kind: File, ID: "file-out"}}},
 		{"deleted", `{"id":"file-1","object":"file","deleted":true}`, nil},
 		{"chat completion", `{"id":"chatcmpl-1","object":"chat.completion"}`, nil},
+		{"containers", `{"id":"resp_2","object":"response","output":[{"type":"code_interpreter_call","container_id":"cntr_1"},{"type":"message","content":[{"annotations":[{"type":"container_file_citation","container_id":"cntr_2"}]}]}]}`,
+			[]Ref{{Kind: Response, ID: "resp_2"}, {Kind: Container, ID: "cntr_1"}, {Kind: Container, ID: "cntr_2"}}},
 		{"list", `{"object":"list","data":[{"id":"file-1","object":"file"}]}`, nil},
 		{"not json", `<html>`, nil},
 	} {

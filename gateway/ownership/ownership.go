@@ -44,6 +44,14 @@ const (
 	Batch        Kind = "batch"
 	VectorStore  Kind = "vector_store"
 	Upload       Kind = "upload"
+	// Container is a code_interpreter container (cntr_...), recorded from
+	// the container_id a response's answer holds. It is remembered as
+	// long as responses are.
+	Container Kind = "container"
+	// ItemReference is an item a Responses body names by id alone (an
+	// item_reference). Item ids are not recorded: under a shared key such
+	// a request is refused (ItemReferenceRefused).
+	ItemReference Kind = "item_reference"
 )
 
 // Ref is one object id, and its kind, that an answer hands out or a request
@@ -93,6 +101,7 @@ func New(o Options) *Owners {
 		Batch:        pick(t.Batches, def.Batches),
 		VectorStore:  pick(t.VectorStores, def.VectorStores),
 		Upload:       pick(t.Uploads, def.Uploads),
+		Container:    pick(t.Responses, def.Responses),
 	}}
 }
 
@@ -121,6 +130,11 @@ func (o *Owners) Record(ctx context.Context, client, upstream string, created []
 // record of, or of another kind — is a 404 naming it, the same in every
 // case, so that nothing tells one tenant about another's ids.
 func (o *Owners) Check(ctx context.Context, client string, refs []Ref) (upstream string, err error) {
+	for _, r := range refs {
+		if r.Kind == ItemReference {
+			return "", ItemReferenceRefused(r)
+		}
+	}
 	for _, r := range refs {
 		ow, err := o.store.GetOwner(ctx, client, r.ID)
 		switch {
@@ -154,5 +168,15 @@ func NotFound(r Ref) *apierror.Error {
 
 var kindNames = map[Kind]string{
 	Response: "response", Conversation: "conversation", File: "file",
-	Batch: "batch", VectorStore: "vector store", Upload: "upload",
+	Batch: "batch", VectorStore: "vector store", Upload: "upload", Container: "container",
+}
+
+// ItemReferenceRefused is the 400 for an item reference under a shared
+// key: the gateway does not record whose each item is, so it cannot tell
+// the client's items from another client's.
+func ItemReferenceRefused(r Ref) *apierror.Error {
+	return apierror.InvalidCode("item_reference_not_allowed", r.Param, fmt.Sprintf(
+		"Item references (here '%s') are refused: clients of this gateway share the upstream's API key, and the gateway "+
+			"cannot tell your items from another client's. Continue with previous_response_id or a conversation, "+
+			"pass the item's content itself, or ask the operator for your own upstream key (clients[].upstream_api_keys).", r.ID), nil)
 }

@@ -76,7 +76,8 @@ func New(o Options) *Proxy {
 // Call is one client request on its way through the retry layer.
 type Call struct {
 	In *http.Request
-	// Suffix is appended to an upstream's base_url ("/chat/completions").
+	// Suffix is appended to an upstream's base_url ("/chat/completions"),
+	// escaped as it is sent: a segment's "/" is "%2F".
 	Suffix string
 	// Kind is what the endpoint's answers are: how a 2xx body is
 	// classified, how a stream ends.

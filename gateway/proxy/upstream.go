@@ -135,8 +135,13 @@ func (r *Router) Close() {
 // unknown).
 func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suffix, query string, body io.Reader, n int64, idemKey string) (*http.Request, error) {
 	target := *u.base
-	target.Path = u.base.Path + suffix
-	target.RawPath = ""
+	// suffix is escaped as it goes on the wire: a "%2F" in it stays one.
+	target.RawPath = u.base.EscapedPath() + suffix
+	p, err := url.PathUnescape(target.RawPath)
+	if err != nil {
+		return nil, fmt.Errorf("upstream path %q: %w", target.RawPath, err)
+	}
+	target.Path = p
 	target.RawQuery = mergeQuery(u.base.RawQuery, query)
 	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), nil)
 	if err != nil {
