@@ -368,7 +368,7 @@ func TestTenantListsRefusedUnderSharedKey(t *testing.T) {
 	h, up := ownersHarness(t, func(c *config.Config) {
 		c.Clients[0].UpstreamAPIKeys = map[string]string{"primary": aliceOwn}
 	})
-	for _, p := range []string{"/v1/files", "/v1/batches", "/v1/vector_stores"} {
+	for _, p := range []string{"/v1/files", "/v1/batches", "/v1/vector_stores", "/v1/uploads", "/v1/conversations"} {
 		e := wantOpenAIError(t, h.do(http.MethodGet, p, "", asBob), http.StatusForbidden)
 		if e["code"] != "list_not_allowed" {
 			t.Fatalf("%s: %v", p, e)

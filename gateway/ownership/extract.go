@@ -43,11 +43,13 @@ func FromPath(path string) (Ref, bool) {
 // holds under the upstream's key: with a shared key, every tenant's.
 var tenantLists = map[string]bool{
 	"/files": true, "/batches": true, "/vector_stores": true, "/chat/completions": true,
+	// OpenAI lists neither today; a provider that does would list everyone's.
+	"/uploads": true, "/conversations": true,
 }
 
 // TenantList reports whether method and path list objects across tenants:
-// GET /v1/files, /v1/batches, /v1/vector_stores and /v1/chat/completions
-// (stored chat completions). The gateway refuses them under a shared key.
+// GET /v1/files, /v1/batches, /v1/vector_stores, /v1/uploads,
+// /v1/conversations and /v1/chat/completions (stored chat completions). The gateway refuses them under a shared key.
 func TenantList(method, path string) bool {
 	return method == http.MethodGet && tenantLists[strings.TrimSuffix(strings.TrimPrefix(path, "/v1"), "/")]
 }

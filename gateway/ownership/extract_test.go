@@ -38,6 +38,7 @@ func TestTenantList(t *testing.T) {
 	}{
 		{"GET", "/v1/files", true}, {"GET", "/v1/batches", true}, {"GET", "/v1/vector_stores", true},
 		{"GET", "/v1/chat/completions", true}, {"GET", "/v1/files/", true},
+		{"GET", "/v1/uploads", true}, {"GET", "/v1/conversations", true},
 		{"POST", "/v1/files", false}, {"POST", "/v1/chat/completions", false},
 		{"GET", "/v1/files/file-1", false}, {"GET", "/v1/models", false}, {"GET", "/v1/responses/resp_1/input_items", false},
 	} {
