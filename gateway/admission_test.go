@@ -116,3 +116,43 @@ func heapInuse() int64 {
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapInuse)
 }
+
+// A keyed call whose client's deadline passed runs on, holding its body
+// until it commits: the body's bytes stay reserved under
+// limits.max_inflight_bytes until then, not only until the handler
+// returns, and are given back when the call ends.
+func TestDetachedCallKeepsItsBodyReserved(t *testing.T) {
+	release := make(chan struct{})
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(releaseAll)
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = up.URL + "/v1"
+		c.Upstreams[0].Timeout = config.Duration(time.Minute)
+		c.Limits.MaxBodyBytes = 2 << 20
+		c.Limits.MaxInflightBytes = 64 << 20
+	}, nil, simupstream.Options{}, nil)
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}]}`
+	// The client's deadline is what is under test: the call outlives it.
+	r := h.chat(body, map[string]string{"Idempotency-Key": "detach-1", DeadlineHeader: "100ms"})
+	if r.status != http.StatusGatewayTimeout {
+		t.Fatalf("at the client's deadline: %d %s", r.status, r.body)
+	}
+	if got := h.gw.admit.InUse(); got != int64(len(body)) {
+		t.Errorf("the detached call holds its %d-byte body, but %d bytes are reserved", len(body), got)
+	}
+	releaseAll()
+	h.gw.work.wg.Wait() // the detached call commits and ends
+	if got := h.gw.admit.InUse(); got != 0 {
+		t.Errorf("bytes reserved after the detached call ended: %d", got)
+	}
+	if r := h.chat(body, key("detach-1")); r.status != http.StatusOK || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the retry: %d %s", r.status, r.body)
+	}
+}

@@ -115,7 +115,8 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 			return err
 		}
 		// A JSON body's bytes count against limits.max_inflight_bytes
-		// until the request ends, as chat's do.
+		// until the request ends (or its detached keyed call does), as
+		// chat's do.
 		var held admission.Reservation
 		defer held.Release()
 		body, err := g.readPassBody(r, rt, key != "", &held)
@@ -151,7 +152,7 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 			Key: cache.Key{Scope: clientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
 			Raw: key, Fingerprint: idempotency.WithQuery(body.fingerprint, r.URL.RawQuery), TTL: g.cfg.Idempotency.TTL.D(),
 		}
-		return g.serveKeyed(w, r, cl, u, kr, dl, s, slot)
+		return g.serveKeyed(w, r, cl, u, kr, dl, s, hold{slot, &held})
 	})(c)
 }
 
