@@ -185,6 +185,16 @@ func (g *Gateway) readBodyUpTo(r *http.Request, held *admission.Reservation, lim
 	return body, nil
 }
 
+// refusal is the client's error for a failed admission reservation: the
+// client left while it waited (ClientGone); any other error (the 503 when
+// there was no room) is returned as it is.
+func refusal(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return apierror.ClientGone
+	}
+	return err
+}
+
 // DeadlineHeader lets a client shorten the configured total deadline for
 // one request: a Go duration ("30s") or a number of seconds ("30").
 const DeadlineHeader = "X-Llmgate-Deadline"
