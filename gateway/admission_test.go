@@ -230,3 +230,35 @@ func TestAdmissionCountsPassthroughBodiesInMemory(t *testing.T) {
 		t.Errorf("bytes reserved after every request ended: %d", got)
 	}
 }
+
+// A body larger than passthrough.memory_body_bytes moves to the spool
+// file: from then on none of it is in memory, and none of it is reserved.
+func TestAdmissionSpooledBodyGivesBackItsReservation(t *testing.T) {
+	ct, body := multipartBody(t, "sp00l", [][2]string{{"purpose", "batch"}}, make([]byte, 3<<20))
+	arrived, release := make(chan struct{}, 4), make(chan struct{})
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	defer releaseAll() // before the cleanups, which wait for the upstream's handler
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		arrived <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"file-1","object":"file"}`)
+	})
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = rec.srv.URL + "/v1"
+		c.Passthrough.SpoolDir = t.TempDir()
+	}, nil, simupstream.Options{}, nil)
+	done := make(chan asyncResult, 1)
+	go func() {
+		r, err := h.try(http.MethodPost, "/v1/files", string(body), map[string]string{"Content-Type": ct})
+		done <- asyncResult{r, err}
+	}()
+	<-arrived
+	if got := h.gw.admit.InUse(); got != 0 {
+		t.Errorf("a spooled body still has %d bytes reserved", got)
+	}
+	releaseAll()
+	if r := h.await(done); r.status != http.StatusOK {
+		t.Errorf("upload: %d %s", r.status, r.body)
+	}
+}
