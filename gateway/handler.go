@@ -30,7 +30,8 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 		}
 		defer slot.Release()
 		// The body's bytes count against limits.max_inflight_bytes until
-		// the request ends.
+		// the request ends — a keyed call that runs on past its client's
+		// deadline takes them along (hold.take).
 		var held admission.Reservation
 		defer held.Release()
 		start := g.now()
@@ -57,7 +58,7 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 			return err
 		}
 		if kr != nil {
-			return g.serveKeyed(w, r, cl, u, kr, dl, s, slot)
+			return g.serveKeyed(w, r, cl, u, kr, dl, s, hold{slot, &held})
 		}
 		return g.serveUnkeyed(w, r, cl, u, dl, s)
 	})
@@ -182,6 +183,16 @@ func (g *Gateway) readBodyUpTo(r *http.Request, held *admission.Reservation, lim
 		return nil, &apierror.TooLarge{Limit: limit}
 	}
 	return body, nil
+}
+
+// refusal is the client's error for a failed admission reservation: the
+// client left while it waited (ClientGone); any other error (the 503 when
+// there was no room) is returned as it is.
+func refusal(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return apierror.ClientGone
+	}
+	return err
 }
 
 // DeadlineHeader lets a client shorten the configured total deadline for

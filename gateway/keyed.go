@@ -13,6 +13,7 @@ import (
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/classify"
+	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/idempotency"
@@ -70,7 +71,7 @@ func (g *Gateway) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 
 // serveKeyed runs a keyed request: replay a committed response, wait for
 // an in-flight duplicate, or claim the key and run the call.
-func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, dl deadlines, s *summary, slot *limits.Slot) error {
+func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, dl deadlines, s *summary, hd hold) error {
 	s.idemKey = idempotency.HashKey(kr.Key.ID)
 	kr.Model = cl.Model
 	if kr.Cache {
@@ -118,7 +119,7 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 	if err != nil || lease == nil {
 		return err
 	}
-	return g.runClaimed(w, r, cl, u, kr, lease, dl, s, slot)
+	return g.runClaimed(w, r, cl, u, kr, lease, dl, s, hd)
 }
 
 // storageCheck is the client's storage quota for a request that would
@@ -143,11 +144,11 @@ func (g *Gateway) storageCheck(kr *idempotency.Request) error {
 // finishes and commits, and the client's retry gets this answer instead of
 // paying for a second, different one. The handler waits for it, or for the
 // client's deadline.
-func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, lease *idempotency.Lease, dl deadlines, s *summary, slot *limits.Slot) error {
+func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, lease *idempotency.Lease, dl deadlines, s *summary, hd hold) error {
 	work, it, done := g.work.start(r.Context(), dl.operator)
-	// The call holds its client's concurrency slot until it ends, also
-	// after the handler has returned.
-	held := slot.Take()
+	// The call holds its client's concurrency slot and its body's bytes
+	// until it ends, also after the handler has returned.
+	held := hd.take()
 	if kr.Raw != "" {
 		cl.IdemKey = idempotency.ForwardKey(g.forwardSecret, kr.Key)
 	}
@@ -157,7 +158,7 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 	go func() {
 		defer cl.Source.Close()
 		defer done()
-		defer held.Release()
+		defer held()
 		stopRenew := lease.Renew(work)
 		defer stopRenew()
 		ended <- k.run(u)
@@ -201,6 +202,24 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 			gone = nil
 			g.detach(it, s)
 		}
+	}
+}
+
+// hold is what a request holds while it runs: its client's concurrency
+// slot and the reservation of its body's bytes (limits.max_inflight_bytes).
+type hold struct {
+	slot *limits.Slot
+	body *admission.Reservation
+}
+
+// take moves both to a keyed call that may outlive its handler (see
+// limits.Slot.Take, admission.Reservation.Take); the call gives them back
+// when it ends, with the function returned.
+func (h hold) take() (release func()) {
+	slot, body := h.slot.Take(), h.body.Take()
+	return func() {
+		body.Release()
+		slot.Release()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -25,20 +26,40 @@ import (
 func (g *Gateway) passthroughRoutes(v1 *echo.Group) {
 	h := g.handlePassthrough
 	for _, p := range []string{"/moderations", "/images/*", "/audio/*"} {
-		v1.POST(p, h)
+		passRoutes(v1, p, h, http.MethodPost)
 	}
 	for _, p := range []string{"/files", "/uploads", "/batches", "/vector_stores", "/conversations"} {
 		for _, q := range []string{p, p + "/*"} {
-			v1.GET(q, h)
-			v1.POST(q, h)
-			v1.DELETE(q, h)
+			passRoutes(v1, q, h, http.MethodGet, http.MethodPost, http.MethodDelete)
 		}
 	}
 	// POST /v1/responses itself is the Responses API's own handler.
-	v1.GET("/responses/:id", h)
-	v1.DELETE("/responses/:id", h)
-	v1.GET("/responses/:id/input_items", h)
-	v1.POST("/responses/:id/cancel", h)
+	passRoutes(v1, "/responses/:id", h, http.MethodGet, http.MethodDelete)
+	passRoutes(v1, "/responses/:id/input_items", h, http.MethodGet)
+	passRoutes(v1, "/responses/:id/cancel", h, http.MethodPost)
+}
+
+// httpMethods are the methods a passthrough path answers: its own, and a
+// 405 for the rest. (Left to echo, a path with a static route would fall
+// through to /v1's 404 instead.)
+var httpMethods = []string{http.MethodConnect, http.MethodDelete, http.MethodGet, http.MethodHead,
+	http.MethodOptions, http.MethodPatch, http.MethodPost, http.MethodPut, http.MethodTrace}
+
+// passRoutes registers h for methods on p, and for every other method a
+// 405 method_not_allowed whose Allow header names them.
+func passRoutes(v1 *echo.Group, p string, h echo.HandlerFunc, methods ...string) {
+	v1.Match(methods, p, h)
+	var others []string
+	for _, m := range httpMethods {
+		if !slices.Contains(methods, m) {
+			others = append(others, m)
+		}
+	}
+	allow := strings.Join(methods, ", ")
+	v1.Match(others, p, func(c echo.Context) error {
+		c.Response().Header().Set(echo.HeaderAllow, allow)
+		return echo.ErrMethodNotAllowed
+	})
 }
 
 // passRoute is where a passthrough request goes when its body names no
@@ -122,7 +143,8 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 			return err
 		}
 		// A JSON body's bytes count against limits.max_inflight_bytes
-		// until the request ends, as chat's do.
+		// until the request ends (or its detached keyed call does), as
+		// chat's do.
 		var held admission.Reservation
 		defer held.Release()
 		body, err := g.readPassBody(r, rt, key != "", &held)
@@ -155,7 +177,7 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 			Key: cache.Key{Scope: clientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
 			Raw: key, Fingerprint: idempotency.WithQuery(body.fingerprint, r.URL.RawQuery), TTL: g.cfg.Idempotency.TTL.D(),
 		}
-		return g.serveKeyed(w, r, cl, u, kr, dl, s, slot)
+		return g.serveKeyed(w, r, cl, u, kr, dl, s, hold{slot, &held})
 	})(c)
 }
 

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -53,7 +54,12 @@ func (g *Gateway) readPassBody(r *http.Request, rt passRoute, keyed bool, held *
 	if mt == "application/json" {
 		return g.readPassJSON(r, rt, held)
 	}
-	sp := &spool{dir: g.spoolDir(), mem: g.memoryBodyBytes()}
+	// What is held in memory counts against limits.max_inflight_bytes: a
+	// declared length is reserved before the body is read.
+	sp := &spool{dir: g.spoolDir(), mem: g.memoryBodyBytes(), ctx: r.Context(), bound: g.admit, held: held}
+	if err := sp.reserve(max(r.ContentLength, 0)); err != nil {
+		return passBody{}, refusal(err)
+	}
 	pb, err := readSpooled(r.Body, sp, rt.maxBody, mt, params["boundary"])
 	if err != nil {
 		sp.discard()
@@ -104,6 +110,8 @@ func readSpooled(body io.Reader, sp *spool, limit int64, mediaType, boundary str
 		pb.fingerprint = hex.EncodeToString(h.Sum(nil))
 	}
 	switch {
+	case sp.refused != nil:
+		return passBody{}, refusal(sp.refused)
 	case in.n > limit:
 		return passBody{}, &apierror.TooLarge{Limit: limit}
 	case sp.err != nil:
@@ -151,14 +159,31 @@ func (g *Gateway) spoolDir() string {
 
 // spool holds a body in memory up to mem bytes, then in a temp file in dir.
 // The file is unlinked as soon as it is created: it lives while it is
-// open, and nothing is left behind even by a crash.
+// open, and nothing is left behind even by a crash. The bytes in memory
+// are reserved in held (limits.max_inflight_bytes) before they are
+// buffered, and given back when they move to the file.
 type spool struct {
-	dir string
-	mem int64
-	buf bytes.Buffer
-	f   *os.File
-	n   int64
-	err error
+	dir     string
+	mem     int64
+	buf     bytes.Buffer
+	f       *os.File
+	n       int64
+	err     error
+	ctx     context.Context
+	bound   *admission.Bound
+	held    *admission.Reservation
+	refused error // the reservation's error, which stopped the spool
+}
+
+// reserve makes held cover n bytes in memory (at most mem), a chunk ahead.
+func (s *spool) reserve(n int64) error {
+	if s.held == nil || s.f != nil {
+		return nil
+	}
+	if n = min(n, s.mem); n <= s.held.Held() {
+		return nil
+	}
+	return s.held.Reserve(s.ctx, s.bound, min(max(n, s.held.Held()+64<<10), s.mem)-s.held.Held())
 }
 
 func (s *spool) Write(p []byte) (int, error) {
@@ -169,6 +194,10 @@ func (s *spool) Write(p []byte) (int, error) {
 		if s.err = s.toFile(); s.err != nil {
 			return 0, s.err
 		}
+	}
+	if err := s.reserve(int64(s.buf.Len() + len(p))); err != nil {
+		s.err, s.refused = err, err
+		return 0, err
 	}
 	var err error
 	if s.f != nil {
@@ -197,6 +226,7 @@ func (s *spool) toFile() error {
 	}
 	s.buf = bytes.Buffer{}
 	s.f = f
+	s.held.Release() // nothing of the body is in memory any more
 	return nil
 }
 

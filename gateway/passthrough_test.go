@@ -212,6 +212,41 @@ func TestPassthroughUnknownPaths(t *testing.T) {
 	}
 }
 
+// TestPassthroughMethodNotAllowed: a passthrough path with a method the
+// API does not use there is a 405 (OpenAI-shaped, with Allow), whichever
+// way its route is written; a path that is not the API's stays a 404.
+func TestPassthroughMethodNotAllowed(t *testing.T) {
+	rec := newRecorder(t, nil)
+	h := passHarness(t, rec, nil)
+	for _, tc := range []struct{ method, path, allow string }{
+		{"PUT", "/v1/files", "GET, POST, DELETE"},
+		{"PATCH", "/v1/files/file-1", "GET, POST, DELETE"},
+		{"PUT", "/v1/vector_stores/vs_1/files", "GET, POST, DELETE"},
+		{"PATCH", "/v1/responses/resp_1", "GET, DELETE"},
+		{"POST", "/v1/responses/resp_1/input_items", "GET"},
+		{"GET", "/v1/responses/resp_1/cancel", "POST"},
+		{"GET", "/v1/moderations", "POST"},
+		{"DELETE", "/v1/audio/speech", "POST"},
+	} {
+		r := h.sendRaw(tc.method, tc.path, "", nil, nil)
+		e := wantOpenAIError(t, r, http.StatusMethodNotAllowed)
+		if e["type"] != "invalid_request_error" || e["code"] != "method_not_allowed" || r.header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %s, Allow %q; want method_not_allowed, Allow %q", tc.method, tc.path, r.body, r.header.Get("Allow"), tc.allow)
+		}
+	}
+	if r := h.sendRaw("HEAD", "/v1/batches", "", nil, nil); r.status != http.StatusMethodNotAllowed || r.header.Get("Allow") != "GET, POST, DELETE" {
+		t.Errorf("HEAD /v1/batches: %d, Allow %q", r.status, r.header.Get("Allow"))
+	}
+	for _, p := range []string{"/v1/foo", "/v1/filesX", "/v1/responses/resp_1/other"} {
+		if e := wantOpenAIError(t, h.sendRaw("PUT", p, "", nil, nil), http.StatusNotFound); e["code"] != "unknown_url" {
+			t.Errorf("PUT %s: code %v, want unknown_url", p, e["code"])
+		}
+	}
+	if n := len(rec.seen()); n != 0 {
+		t.Fatalf("upstream saw %d requests, want none", n)
+	}
+}
+
 // TestPassthroughRetryPolicy: a 5xx on a moderation is retried and the
 // client gets the success; a 400 is not retried and relayed as it came.
 func TestPassthroughRetryPolicy(t *testing.T) {

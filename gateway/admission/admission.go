@@ -90,6 +90,8 @@ func (b *Bound) InUse() int64 { return b.inUse.Load() }
 func (b *Bound) Refused() int64 { return b.refused.Load() }
 
 // Reservation is what one request holds. Its zero value holds nothing.
+// It is not safe for concurrent use: one goroutine owns it, and Take hands
+// what it holds to another.
 type Reservation struct {
 	b *Bound
 	n int64
@@ -145,9 +147,10 @@ func (b *Bound) acquire(ctx context.Context, n int64) error {
 
 var errWaited = errors.New("admission wait over")
 
-// Release gives back everything r holds. Safe to call more than once.
+// Release gives back everything r holds. Safe to call more than once, and
+// on nil.
 func (r *Reservation) Release() {
-	if r.b == nil || r.n == 0 {
+	if r == nil || r.b == nil || r.n == 0 {
 		return
 	}
 	if r.b.sem != nil {
@@ -155,6 +158,20 @@ func (r *Reservation) Release() {
 	}
 	r.b.inUse.Add(-r.n)
 	r.n = 0
+}
+
+// Take moves what r holds to the returned Reservation, which whoever
+// outlives r's owner releases: from then on r holds nothing (r.Release does
+// nothing) until it reserves again. It is how a keyed call that runs on
+// after its handler returned keeps its body's bytes reserved until it ends.
+// Nil-safe.
+func (r *Reservation) Take() *Reservation {
+	if r == nil {
+		return nil
+	}
+	t := &Reservation{b: r.b, n: r.n}
+	r.n = 0
+	return t
 }
 
 // Held is the number of bytes r holds.

@@ -142,3 +142,28 @@ func TestNoLimit(t *testing.T) {
 	}
 	r.Release()
 }
+
+// Take moves the bytes: the owner's Release after a Take gives back
+// nothing, the taker's gives back all of them.
+func TestTake(t *testing.T) {
+	b := New(Options{Limit: 10})
+	var r Reservation
+	if err := r.Reserve(context.Background(), b, 6); err != nil {
+		t.Fatal(err)
+	}
+	taken := r.Take()
+	r.Release()
+	if b.InUse() != 6 || taken.Held() != 6 || r.Held() != 0 {
+		t.Fatalf("after Take and the owner's Release: InUse %d, taken %d, owner %d; want 6, 6, 0", b.InUse(), taken.Held(), r.Held())
+	}
+	taken.Release()
+	if b.InUse() != 0 {
+		t.Fatalf("after the taker's Release: InUse %d", b.InUse())
+	}
+	if err := r.Reserve(context.Background(), b, 10); err != nil {
+		t.Fatalf("the whole bound after both released: %v", err)
+	}
+	r.Release()
+	var none *Reservation
+	none.Take().Release()
+}
