@@ -92,7 +92,11 @@ func (k *Keys) Index(tok []byte) int {
 		return -1
 	}
 	inner := tok[1 : len(tok)-1]
-	return k.match(inner, bytes.IndexByte(inner, '\\') >= 0)
+	escaped := bytes.IndexByte(inner, '\\') >= 0
+	if !k.mayMatch(len(inner), escaped) {
+		return -1
+	}
+	return k.match(inner, escaped)
 }
 
 // match returns the index of the name that the key text inner (a string

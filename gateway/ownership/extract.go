@@ -1,7 +1,6 @@
 package ownership
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"strings"
@@ -155,7 +154,7 @@ func containerRefs(v []byte, refs []Ref) []Ref {
 }
 
 // nested appends the ids under nestedNames in the value at s, at any
-// depth. Keys are compared with jsonscan.Equal, which allocates nothing:
+// depth. Keys are matched by jsonscan.Keys.Index, which allocates nothing:
 // it runs over every member of every guarded request body.
 func nested(s *jsonscan.Scanner, refs []Ref) []Ref {
 	switch s.Peek() {
@@ -189,17 +188,17 @@ func nested(s *jsonscan.Scanner, refs []Ref) []Ref {
 	return refs
 }
 
-// nestedName is the index in nestedNames of the name key decodes to, or -1.
-func nestedName(key []byte) int {
-	escaped := bytes.IndexByte(key, '\\') >= 0
-	for i, n := range nestedNames {
-		// Most keys have no escape: compared as written, which is cheaper.
-		if escaped && jsonscan.Equal(key, n.name) || !escaped && string(key[1:len(key)-1]) == n.name {
-			return i
-		}
+// nestedName is the index in nestedNames of the name key matches (folded,
+// as a Go upstream matches it), or -1.
+func nestedName(key []byte) int { return nestedKeys.Index(key) }
+
+var nestedKeys = func() *jsonscan.Keys {
+	var names []string
+	for _, n := range nestedNames {
+		names = append(names, n.name)
 	}
-	return -1
-}
+	return jsonscan.NewKeys(names...)
+}()
 
 func isString(v []byte) bool { return len(v) > 0 && v[0] == '"' }
 
