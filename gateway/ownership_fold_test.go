@@ -66,6 +66,18 @@ func TestFoldedKeysOfOthersRefused(t *testing.T) {
 		t.Fatalf("upstream saw %+v", seen)
 	}
 
+	// Item references under folded keys, or whose "type" only a Go
+	// upstream reads, are refused as item references are.
+	for _, item := range []string{`{"TYPE":"item_reference","ID":"msg_alice"}`, `{"Type":"message","id":"msg_alice"}`, `{"id":"msg_mine","ID":"msg_alice"}`} {
+		r := h.do(http.MethodPost, "/v1/responses", `{"model":"gpt-4o","INPUT":[`+item+`]}`, asBob)
+		if e := wantOpenAIError(t, r, http.StatusBadRequest); e["code"] != "item_reference_not_allowed" {
+			t.Errorf("%s: %v", item, e)
+		}
+		if seen := up.requests(); len(seen) != 0 {
+			t.Fatalf("%s reached the upstream: %+v", item, seen)
+		}
+	}
+
 	// Both spellings at once: a field the gateway routes by, refused.
 	r := h.do(http.MethodPost, "/v1/responses", `{"model":"gpt-4o","input":"x","previous_response_id":"`+resp+`","PREVIOUS_RESPONSE_ID":"resp_other"}`, asAlice)
 	if e := wantOpenAIError(t, r, http.StatusBadRequest); e["code"] != "duplicate_field" || e["param"] != "previous_response_id" {

@@ -67,7 +67,7 @@ func ListRefused(path string) *apierror.Error {
 var (
 	topKeys          = jsonscan.NewKeys("previous_response_id", "conversation", "input", "items", "tools")
 	conversationKeys = jsonscan.NewKeys("id")
-	itemKeys         = jsonscan.NewKeys("type", "id")
+	itemKeys         = jsonscan.NewKeys("type", "id") // indexes used by itemRefs
 	toolKeys         = jsonscan.NewKeys("container")
 	nestedNames      = [...]struct {
 		name string
@@ -116,22 +116,28 @@ func FromBody(body []byte) []Ref {
 // itemRefs appends the item references in the array v: elements with an
 // "id" string whose "type" is "item_reference" or absent (the API's
 // default). Other items with an id (a message, a function call passed
-// back) carry their content themselves.
+// back) carry their content themselves. Keys fold, and an element is a
+// reference unless it has a "type" spelled exactly (all an exact-case
+// upstream reads) and no "type" in any case (a Go upstream's) is
+// item_reference; then every "id" in any case is checked.
 func itemRefs(v []byte, param string, refs []Ref) []Ref {
 	arr := jsonscan.New(v, 0)
 	for range arr.Elements() {
-		var typ, id string
-		typed := false
+		n, exactTyped, ref := len(refs), false, false
 		item := jsonscan.New(arr.Value(), 0)
-		for key := range item.Fields(itemKeys) {
-			if key == "type" {
-				typ, typed = unquoteString(item.Value()), true
-			} else {
-				id = unquoteString(item.Value())
+		for key := range item.Members() {
+			switch itemKeys.Index(key) {
+			case 0:
+				exactTyped = exactTyped || jsonscan.Equal(key, "type")
+				ref = ref || unquoteString(item.Value()) == "item_reference"
+			case 1:
+				if id := unquoteString(item.Value()); id != "" {
+					refs = append(refs, Ref{Kind: ItemReference, ID: id, Param: param})
+				}
 			}
 		}
-		if id != "" && (!typed || typ == "item_reference") {
-			refs = append(refs, Ref{Kind: ItemReference, ID: id, Param: param})
+		if exactTyped && !ref {
+			refs = refs[:n]
 		}
 	}
 	return refs
