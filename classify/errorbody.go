@@ -49,8 +49,8 @@ func parseErrorBody(body []byte) errorFields {
 }
 
 var (
-	envelopeKeys = jsonscan.NewKeys("error", "type", "code")
-	errorKeys    = jsonscan.NewKeys("type", "code")
+	envelopeKeys = jsonscan.NewExactKeys("error", "type", "code")
+	errorKeys    = jsonscan.NewExactKeys("type", "code")
 )
 
 // errorMember reads the value of an error object's member key into dst.

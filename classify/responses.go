@@ -37,10 +37,10 @@ type responseSummary struct {
 }
 
 var (
-	responseKeys   = jsonscan.NewKeys("status", "incomplete_details", "output", "error", "usage")
-	incompleteKeys = jsonscan.NewKeys("reason")
-	itemKeys       = jsonscan.NewKeys("type", "content")
-	partKeys       = jsonscan.NewKeys("text", "refusal")
+	responseKeys   = jsonscan.NewExactKeys("status", "incomplete_details", "output", "error", "usage")
+	incompleteKeys = jsonscan.NewExactKeys("reason")
+	itemKeys       = jsonscan.NewExactKeys("type", "content")
+	partKeys       = jsonscan.NewExactKeys("text", "refusal")
 )
 
 // walkResponse reads the response object the scanner is at into sum.

@@ -6,7 +6,7 @@ import (
 	"github.com/llmgate/llmgate/classify/jsonscan"
 )
 
-var eventKeys = jsonscan.NewKeys("type", "delta", "item", "response")
+var eventKeys = jsonscan.NewExactKeys("type", "delta", "item", "response")
 
 // ResponsesObserver watches the typed events of a streamed Responses answer
 // (POST /v1/responses with "stream": true) as the gateway forwards them,

@@ -46,8 +46,8 @@ func Usage(body []byte) Tokens {
 }
 
 var (
-	answerKeys = jsonscan.NewKeys("usage")
-	usageKeys  = jsonscan.NewKeys("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
+	answerKeys = jsonscan.NewExactKeys("usage")
+	usageKeys  = jsonscan.NewExactKeys("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
 )
 
 // readUsage reads the usage value the scanner is at, consuming it. What it

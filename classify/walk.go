@@ -11,14 +11,15 @@ import "github.com/llmgate/llmgate/classify/jsonscan"
 // fields as it goes also lets parseErrorBody keep what a truncated error
 // body said before the cut.
 //
-// Keys match after unescaping, as a client decodes them; a repeated key is
+// Keys match after unescaping, exactly (jsonscan.NewExactKeys), as an
+// exact-case client (OpenAI's SDKs) decodes them; a repeated key is
 // read each time it appears (it is not refused: an upstream's answer is
 // classified, not judged).
 
 var (
-	completionKeys = jsonscan.NewKeys("choices", "error", "usage")
-	choiceKeys     = jsonscan.NewKeys("finish_reason", "text", "message", "delta")
-	outputKeys     = jsonscan.NewKeys("content", "tool_calls", "function_call", "refusal", "audio")
+	completionKeys = jsonscan.NewExactKeys("choices", "error", "usage")
+	choiceKeys     = jsonscan.NewExactKeys("finish_reason", "text", "message", "delta")
+	outputKeys     = jsonscan.NewExactKeys("content", "tool_calls", "function_call", "refusal", "audio")
 )
 
 // completionSummary is what a completion body, or one stream event, shows.

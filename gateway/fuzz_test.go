@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -15,12 +16,14 @@ import (
 
 // FuzzParseRouting: the scanner that routes a request never panics, and
 // agrees with encoding/json on what is a valid JSON object and on the
-// fields it reads; a field it reads that appears twice is refused.
+// fields it reads (as a Go upstream decoding into a struct reads them,
+// keys folded); a field it reads that appears twice, in any case, is
+// refused.
 func FuzzParseRouting(f *testing.F) {
 	for _, s := range []string{
 		chatBody, streamBody, `{}`, `{"model":"a\"b\u00e9"}`, `{"model":1}`, `{"stream":"yes"}`,
 		`{"model":"m","x":[1,2.5e-3,-0,true,false,null,{"a":[]}]}`, `[1]`, `{"model":"m"} x`, `{"a":}`, ` { "model" : "m" , "stream" : true } `,
-		`{"model":"gpt-4o-mini","mod\u0065l":"o1-pro"}`, `{"store":false,"background":1,"conversation":{"id":"c"},"previous_response_id":"r"}`,
+		`{"model":"gpt-4o-mini","mod\u0065l":"o1-pro"}`, `{"MODEL":"m","\u017ftream":true,"Conversation":{"ID":"c"}}`, `{"store":false,"background":1,"conversation":{"id":"c"},"previous_response_id":"r"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -47,60 +50,91 @@ func FuzzParseRouting(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, k := range []string{"model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation"} {
+		for _, k := range routingNames {
 			if counts[k] > 1 {
 				t.Fatalf("accepted %q with %s %d times", body, k, counts[k])
 			}
 		}
-		if m, ok := ref["model"]; ok {
-			var want string
-			if json.Unmarshal(m, &want) == nil && want != rt.Model {
-				t.Fatalf("model %q, encoding/json says %q", rt.Model, want)
-			}
-		}
-		if want := string(ref["stream"]) == "true"; rt.Stream != want {
-			t.Fatalf("stream %v, encoding/json says %s", rt.Stream, ref["stream"])
-		}
-		for _, f := range []struct {
-			name string
-			raw  []byte
-		}{
-			{"stream_options", rt.Raw.StreamOptions}, {"previous_response_id", rt.Raw.PreviousResponseID},
-			{"background", rt.Raw.Background}, {"store", rt.Raw.Store}, {"conversation", rt.Raw.Conversation},
-		} {
-			if !bytes.Equal(f.raw, ref[f.name]) {
-				t.Fatalf("%s %s, encoding/json says %s", f.name, f.raw, ref[f.name])
-			}
-		}
-		var id string
-		if json.Unmarshal(ref["previous_response_id"], &id) == nil && id != rt.PreviousResponseID {
-			t.Fatalf("previous_response_id %q, encoding/json says %q", rt.PreviousResponseID, id)
-		}
-		var opts map[string]json.RawMessage
-		_ = json.Unmarshal(ref["stream_options"], &opts)
-		if want := string(opts["include_usage"]) == "true"; rt.IncludeUsage != want {
-			t.Fatalf("include_usage %v, encoding/json says %s", rt.IncludeUsage, opts["include_usage"])
-		}
-		if want := string(ref["background"]) == "true"; rt.Background != want {
-			t.Fatalf("background %v, encoding/json says %s", rt.Background, ref["background"])
-		}
-		if want := map[string]optBool{"true": optTrue, "false": optFalse}[string(ref["store"])]; rt.Store != want {
-			t.Fatalf("store %v, encoding/json says %s", rt.Store, ref["store"])
-		}
-		var conv map[string]json.RawMessage // not a struct: those match keys case-insensitively
-		var convID string
-		if json.Unmarshal(ref["conversation"], &convID) != nil && json.Unmarshal(ref["conversation"], &conv) == nil {
-			_ = json.Unmarshal(conv["id"], &convID)
-		}
-		if convID != rt.ConversationID {
-			t.Fatalf("conversation %q, encoding/json says %q", rt.ConversationID, convID)
-		}
+		checkRouting(t, body, rt)
 		_ = idempotency.Fingerprint(body) // must not panic on anything parseRouting accepts
 	})
 }
 
+// routingNames are the fields parseRouting reads.
+var routingNames = []string{"model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation"}
+
+// routingRef is what a Go upstream reads of the fields parseRouting
+// reads: encoding/json matches a struct field's name case-insensitively
+// (under Unicode simple folding) and keeps the last of a repeat.
+type routingRef struct {
+	Model              json.RawMessage `json:"model"`
+	Stream             json.RawMessage `json:"stream"`
+	StreamOptions      json.RawMessage `json:"stream_options"`
+	PreviousResponseID json.RawMessage `json:"previous_response_id"`
+	Background         json.RawMessage `json:"background"`
+	Store              json.RawMessage `json:"store"`
+	Conversation       json.RawMessage `json:"conversation"`
+}
+
+// checkRouting holds what parseRouting read of body, which it accepted,
+// to what encoding/json reads into routingRef.
+func checkRouting(t *testing.T, body []byte, rt routing) {
+	t.Helper()
+	var ref routingRef
+	if err := json.Unmarshal(body, &ref); err != nil {
+		t.Fatalf("%q: %v", body, err)
+	}
+	var model string
+	if json.Unmarshal(ref.Model, &model) == nil && model != rt.Model {
+		t.Fatalf("model %q, encoding/json says %q", rt.Model, model)
+	}
+	if want := string(ref.Stream) == "true"; rt.Stream != want {
+		t.Fatalf("stream %v, encoding/json says %s", rt.Stream, ref.Stream)
+	}
+	for _, f := range []struct {
+		name      string
+		raw, want []byte
+	}{
+		{"stream_options", rt.Raw.StreamOptions, ref.StreamOptions}, {"previous_response_id", rt.Raw.PreviousResponseID, ref.PreviousResponseID},
+		{"background", rt.Raw.Background, ref.Background}, {"store", rt.Raw.Store, ref.Store}, {"conversation", rt.Raw.Conversation, ref.Conversation},
+	} {
+		if !bytes.Equal(f.raw, f.want) {
+			t.Fatalf("%s %s, encoding/json says %s", f.name, f.raw, f.want)
+		}
+	}
+	var id string
+	if json.Unmarshal(ref.PreviousResponseID, &id) == nil && id != rt.PreviousResponseID {
+		t.Fatalf("previous_response_id %q, encoding/json says %q", rt.PreviousResponseID, id)
+	}
+	var opts struct {
+		IncludeUsage json.RawMessage `json:"include_usage"`
+	}
+	_ = json.Unmarshal(ref.StreamOptions, &opts)
+	if want := string(opts.IncludeUsage) == "true"; rt.IncludeUsage != want {
+		t.Fatalf("include_usage %v, encoding/json says %s", rt.IncludeUsage, opts.IncludeUsage)
+	}
+	if want := string(ref.Background) == "true"; rt.Background != want {
+		t.Fatalf("background %v, encoding/json says %s", rt.Background, ref.Background)
+	}
+	if want := map[string]optBool{"true": optTrue, "false": optFalse}[string(ref.Store)]; rt.Store != want {
+		t.Fatalf("store %v, encoding/json says %s", rt.Store, ref.Store)
+	}
+	var conv struct {
+		ID json.RawMessage `json:"id"`
+	}
+	var convID string
+	if json.Unmarshal(ref.Conversation, &convID) != nil && json.Unmarshal(ref.Conversation, &conv) == nil {
+		_ = json.Unmarshal(conv.ID, &convID)
+	}
+	if convID != rt.ConversationID {
+		t.Fatalf("conversation %q, encoding/json says %q", rt.ConversationID, convID)
+	}
+}
+
 // keyCounts counts the top-level keys of a JSON object as encoding/json
-// decodes them, repeats included; nil if body is not one.
+// decodes them, repeats included, a key that folds to one of
+// routingNames (strings.EqualFold, as encoding/json matches a struct
+// field) counted as that name; nil if body is not one.
 func keyCounts(body []byte) map[string]int {
 	d := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
@@ -116,7 +150,11 @@ func keyCounts(body []byte) map[string]int {
 		if d.Decode(&skip) != nil {
 			return nil
 		}
-		counts[tok.(string)]++
+		key := tok.(string)
+		if i := slices.IndexFunc(routingNames, func(n string) bool { return strings.EqualFold(n, key) }); i >= 0 {
+			key = routingNames[i]
+		}
+		counts[key]++
 	}
 	return counts
 }

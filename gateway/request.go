@@ -40,7 +40,8 @@ const (
 )
 
 // routingKeys are the top-level fields parseRouting reads. Each may appear
-// once: the gateway and the upstream must not read different values.
+// once, in any case: the gateway and the upstream must not read different
+// values.
 var routingKeys = jsonscan.NewKeys("model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation")
 
 var (
@@ -56,9 +57,11 @@ var errDepth = jsonscan.ErrTooDeep
 // json.Unmarshal: it runs on every request, checks the nesting limit in the
 // same pass, and allocates only the strings it returns.
 //
-// Keys match after unescaping, exactly, as the upstream's decoder reads
-// them; a field the gateway reads that appears twice is refused (most
-// decoders keep the last, some the first, some refuse: the gateway cannot
+// Keys match after unescaping, case-insensitively under Unicode simple
+// folding, as a Go upstream's encoding/json reads them ("MODEL" and
+// "Mod\u0065l" are model); a field the gateway reads that appears twice,
+// in any case, is refused (most decoders keep the last, some the first,
+// some refuse, an exact-case one reads only "model": the gateway cannot
 // know which value the upstream would use).
 func parseRouting(body []byte, maxDepth int) (routing, error) {
 	var r routing

@@ -70,7 +70,10 @@ func TestParseRoutingFields(t *testing.T) {
 		{`{"model":"m","conversation":{"id":5}}`, `model=m`},
 		{`{"model":"m","conversation":[]}`, `model=m`},
 		{`{"mod\u0065l":"m","\u0073tream":true}`, `model=m stream`},
-		{`{"Model":"x","model":"m","STREAM":true}`, `model=m`},
+		// Keys fold as a Go upstream's encoding/json folds them.
+		{`{"MODEL":"m","STREAM":true}`, `model=m stream`},
+		{`{"Model":"m","\u017ftream":true,"Stream_Options":{"INCLUDE_USAGE":true}}`, `model=m stream usage`},
+		{`{"model":"m","PREVIOUS_RESPONSE_ID":"r","BAC\u212aGROUND":true,"ſtore":false,"Conversation":{"ID":"c"}}`, `model=m prev=r background store=false conv=c`},
 		{`{"model":"m","messages":[{"model":"x","stream":"no"}]}`, `model=m`},
 	}
 	for _, c := range cases {
@@ -114,7 +117,7 @@ func TestParseRoutingFields(t *testing.T) {
 }
 
 // TestParseRoutingDuplicates: a field the gateway reads may appear once,
-// however its key is escaped; others may repeat.
+// however its key is escaped or cased; others may repeat.
 func TestParseRoutingDuplicates(t *testing.T) {
 	cases := []struct{ body, param string }{
 		{`{"model":"gpt-4o-mini","mod\u0065l":"o1-pro"}`, "model"},
@@ -126,7 +129,17 @@ func TestParseRoutingDuplicates(t *testing.T) {
 		{`{"model":"a","store":null,"store":true}`, "store"},
 		{`{"model":"a","conversation":"c1","conversation":{"id":"c2"}}`, "conversation"},
 		{`{"model":"a","messages":[],"messages":[],"temperature":0,"temperature":1}`, ""},
-		{`{"model":"a","Model":"b","MODEL":"c"}`, ""},
+		// Keys that fold alike, as a Go upstream's decoder reads them.
+		{`{"model":"a","Model":"b","MODEL":"c"}`, "model"},
+		{`{"model":"gpt-4o-mini","MODEL":"gpt-4o"}`, "model"},
+		{`{"model":"a","stream":false,"\u017fTREAM":true}`, "stream"},
+		{`{"model":"a","store":false,"ſtore":true}`, "store"},
+		{`{"model":"a","background":false,"bac\u212aground":true}`, "background"},
+		{`{"model":"a","previous_response_id":"r1","PREVIOUS_RESPONSE_ID":"r2"}`, "previous_response_id"},
+		{`{"model":"a","previous_response_id":"r1","previou\u017f_response_id":"r2"}`, "previous_response_id"},
+		{`{"model":"a","conversation":"c1","Conversation":"c2"}`, "conversation"},
+		{`{"model":"a","stream_options":{},"STREAM_OPTIONS":{"include_usage":true}}`, "stream_options"},
+		{`{"model":"a","messages":[],"MESSAGES":[]}`, ""},
 	}
 	for _, c := range cases {
 		_, err := parseRouting([]byte(c.body), 64)
@@ -188,6 +201,39 @@ func TestDuplicateModelRefused(t *testing.T) {
 		t.Fatalf("escaped model gpt-4o-mini: %d %s", r.status, r.body)
 	}
 	if reqs := h.fake.Requests(); len(reqs) != 1 || !strings.Contains(string(reqs[0].Body), `"mod\u0065l":"gpt-4o-mini"`) {
+		t.Errorf("upstream requests: %d, want the body as sent", len(reqs))
+	}
+}
+
+// TestFoldedModelKeyRefusedTwice: "MODEL" is model to a Go upstream
+// (encoding/json matches keys case-insensitively), so a body with both is
+// one the gateway would route and meter as one model while the upstream
+// served the other: a 400 naming the field, never forwarded. "MODEL" alone
+// is routed as model.
+func TestFoldedModelKeyRefusedTwice(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Upstreams[0].Models = []string{"gpt-4o-mini"} })
+	for _, body := range []string{
+		`{"model":"gpt-4o-mini","MODEL":"gpt-4o","messages":[{"role":"user","content":"Hello"}]}`,
+		`{"Model":"gpt-4o-mini","mod\u0065L":"gpt-4o","messages":[{"role":"user","content":"Hello"}]}`,
+	} {
+		e := wantOpenAIError(t, h.chat(body, nil), http.StatusBadRequest)
+		if e["param"] != "model" || e["code"] != "duplicate_field" || e["type"] != "invalid_request_error" {
+			t.Errorf("%s: error = %v", body, e)
+		}
+	}
+	if n := h.fake.Calls(""); n != 0 {
+		t.Fatalf("the upstream saw %d calls", n)
+	}
+
+	r := h.chat(`{"MODEL":"o1-pro","messages":[{"role":"user","content":"Hello"}]}`, nil)
+	if e := wantOpenAIError(t, r, http.StatusNotFound); e["code"] != "model_not_found" {
+		t.Errorf("MODEL o1-pro: %v", e)
+	}
+	body := `{"MODEL":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}`
+	if r := h.chat(body, nil); r.status != http.StatusOK {
+		t.Fatalf("MODEL gpt-4o-mini: %d %s", r.status, r.body)
+	}
+	if reqs := h.fake.Requests(); len(reqs) != 1 || string(reqs[0].Body) != body {
 		t.Errorf("upstream requests: %d, want the body as sent", len(reqs))
 	}
 }

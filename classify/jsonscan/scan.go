@@ -8,9 +8,12 @@
 // What it accepts is what encoding/json accepts (FuzzScanObject holds it
 // to that), and a string means what encoding/json decodes it to: escapes
 // resolved, invalid UTF-8 and unpaired surrogates replaced by U+FFFD. Keys
-// are matched after that decoding, exactly and case-sensitively:
-// "mod\u0065l" is the key model, "Model" is not. The same key twice in one
-// object is valid JSON; Fields reports the repeat and the caller decides.
+// are matched after that decoding as encoding/json matches a struct
+// field's name, which is how a Go upstream reads them: case-insensitively
+// under Unicode simple folding. "mod\u0065l", "Model" and "MODEL" are all
+// the key model; "\u017ftore" ('ſ') is store. The same key twice in one
+// object, or two keys that fold alike, is valid JSON; Fields reports the
+// repeat and the caller decides.
 //
 // The package imports nothing outside the standard library.
 package jsonscan
@@ -120,10 +123,11 @@ func (s *Scanner) Members() iter.Seq[[]byte] {
 }
 
 // Fields is Members for the keys a caller reads: it yields the name in
-// keys that a member's key decodes to, and whether an earlier member of
-// this object had the same key (a duplicate, which encoding/json and most
-// other decoders resolve by keeping the last). Members with other keys are
-// skipped. The rules of Members apply.
+// keys that a member's key matches (see Keys), and whether an earlier
+// member of this object matched the same name (a duplicate, which
+// encoding/json and most other decoders resolve by keeping the last; an
+// exact-case decoder may read neither "Model" nor "MODEL" as model).
+// Members with other keys are skipped. The rules of Members apply.
 func (s *Scanner) Fields(keys *Keys) iter.Seq2[string, bool] {
 	return func(yield func(key string, dup bool) bool) {
 		if s.Peek() != '{' {

@@ -109,7 +109,8 @@ func TestFields(t *testing.T) {
 		{`{"model":"m","stream":true,"x":1}`, `model="m" stream=true`, ""},
 		{`{"mod\u0065l":"o1"}`, `model="o1"`, ""},
 		{`{"\u006d\u006F\u0064\u0065\u006c":1}`, `model=1`, ""},
-		{`{"Model":1,"MODEL":2,"model ":3," model":4,"mode":5}`, ``, ""},
+		{`{"model ":3," model":4,"mode":5,"modeł":6}`, ``, ""},
+		{`{"Model":1,"MODEL":2}`, `model=1 model!=2`, ""},
 		{`{"model":"a","mod\u0065l":"b"}`, `model="a" model!="b"`, ""},
 		{`{"model":1,"x":{"model":2},"model":3}`, `model=1 model!=3`, ""},
 		{`{"\u00e9":1,"é":2}`, `é=1 é!=2`, ""},
@@ -250,7 +251,7 @@ func TestLongRun(t *testing.T) {
 }
 
 func TestAllocs(t *testing.T) {
-	body := []byte(`{"model":"m","mod\u0065l":"x","messages":[{"role":"user","content":"hi"}],"stream":true}`)
+	body := []byte(`{"model":"m","mod\u0065l":"x","MODEL":"y","messages":[{"role":"user","content":"hi"}],"stream":true,"\u017fTREAM":1,"ſtream":2}`)
 	n := testing.AllocsPerRun(100, func() {
 		s := New(body, 64)
 		for key := range s.Fields(testKeys) {

@@ -2,87 +2,10 @@ package jsonscan
 
 import (
 	"bytes"
-	"fmt"
 	"math"
 	"unicode/utf16"
 	"unicode/utf8"
 )
-
-// Keys is a set of object keys a caller reads with Fields. Build it once,
-// with NewKeys, in a package variable.
-type Keys struct {
-	names  []string
-	maxLen int
-	ascii  bool
-	lens   uint64 // bit n set: a name is n bytes long (n < 64)
-}
-
-// NewKeys returns the set of names: at most 64, distinct, each valid
-// UTF-8. It panics otherwise, as regexp.MustCompile does: the names are
-// constants of the caller.
-func NewKeys(names ...string) *Keys {
-	if len(names) > 64 {
-		panic(fmt.Sprintf("jsonscan.NewKeys: %d names, at most 64", len(names)))
-	}
-	k := &Keys{names: names, ascii: true}
-	for i, n := range names {
-		if !utf8.ValidString(n) {
-			panic(fmt.Sprintf("jsonscan.NewKeys: %q is not valid UTF-8", n))
-		}
-		for _, m := range names[:i] {
-			if m == n {
-				panic(fmt.Sprintf("jsonscan.NewKeys: %q twice", n))
-			}
-		}
-		k.maxLen = max(k.maxLen, len(n))
-		if len(n) < 64 {
-			k.lens |= 1 << len(n)
-		}
-		for j := 0; j < len(n); j++ {
-			k.ascii = k.ascii && n[j] < utf8.RuneSelf
-		}
-	}
-	return k
-}
-
-// mayMatch is the inlined first test of match: most keys of an object
-// are unescaped, and no name has their length.
-func (k *Keys) mayMatch(n int, escaped bool) bool {
-	return escaped || !k.ascii || n >= 64 || k.lens&(1<<n) != 0
-}
-
-// match returns the index of the name that the key text inner (a string
-// token without its quotes) decodes to, or -1.
-func (k *Keys) match(inner []byte, escaped bool) int {
-	if !escaped {
-		for i, n := range k.names {
-			if string(inner) == n {
-				return i
-			}
-		}
-		// Unescaped text decodes to itself unless it holds invalid UTF-8,
-		// which decodes to U+FFFD: never part of an ASCII name.
-		if k.ascii || utf8.Valid(inner) {
-			return -1
-		}
-	}
-	// A decoded byte comes from at most six bytes as written, so a key
-	// longer than that cannot match, and a longer decoding is cut short.
-	if len(inner) > 6*k.maxLen {
-		return -1
-	}
-	var buf [decodeBuf]byte
-	dec, ok := appendUnquoted(buf[:0], inner, k.maxLen)
-	if !ok {
-		return -1
-	}
-	for i, n := range k.names {
-		if string(dec) == n {
-			return i
-		}
-	}
-	return -1
-}
 
 // Unquote returns the text of a string token as Value returns it (with its
 // quotes), decoded as encoding/json decodes it: escapes resolved, invalid

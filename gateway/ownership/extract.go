@@ -1,7 +1,6 @@
 package ownership
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"strings"
@@ -68,7 +67,7 @@ func ListRefused(path string) *apierror.Error {
 var (
 	topKeys          = jsonscan.NewKeys("previous_response_id", "conversation", "input", "items", "tools")
 	conversationKeys = jsonscan.NewKeys("id")
-	itemKeys         = jsonscan.NewKeys("type", "id")
+	itemKeys         = jsonscan.NewKeys("type", "id") // indexes used by itemRefs
 	toolKeys         = jsonscan.NewKeys("container")
 	nestedNames      = [...]struct {
 		name string
@@ -117,22 +116,28 @@ func FromBody(body []byte) []Ref {
 // itemRefs appends the item references in the array v: elements with an
 // "id" string whose "type" is "item_reference" or absent (the API's
 // default). Other items with an id (a message, a function call passed
-// back) carry their content themselves.
+// back) carry their content themselves. Keys fold, and an element is a
+// reference unless it has a "type" spelled exactly (all an exact-case
+// upstream reads) and no "type" in any case (a Go upstream's) is
+// item_reference; then every "id" in any case is checked.
 func itemRefs(v []byte, param string, refs []Ref) []Ref {
 	arr := jsonscan.New(v, 0)
 	for range arr.Elements() {
-		var typ, id string
-		typed := false
+		n, exactTyped, ref := len(refs), false, false
 		item := jsonscan.New(arr.Value(), 0)
-		for key := range item.Fields(itemKeys) {
-			if key == "type" {
-				typ, typed = unquoteString(item.Value()), true
-			} else {
-				id = unquoteString(item.Value())
+		for key := range item.Members() {
+			switch itemKeys.Index(key) {
+			case 0:
+				exactTyped = exactTyped || jsonscan.Equal(key, "type")
+				ref = ref || unquoteString(item.Value()) == "item_reference"
+			case 1:
+				if id := unquoteString(item.Value()); id != "" {
+					refs = append(refs, Ref{Kind: ItemReference, ID: id, Param: param})
+				}
 			}
 		}
-		if id != "" && (!typed || typ == "item_reference") {
-			refs = append(refs, Ref{Kind: ItemReference, ID: id, Param: param})
+		if exactTyped && !ref {
+			refs = refs[:n]
 		}
 	}
 	return refs
@@ -155,7 +160,7 @@ func containerRefs(v []byte, refs []Ref) []Ref {
 }
 
 // nested appends the ids under nestedNames in the value at s, at any
-// depth. Keys are compared with jsonscan.Equal, which allocates nothing:
+// depth. Keys are matched by jsonscan.Keys.Index, which allocates nothing:
 // it runs over every member of every guarded request body.
 func nested(s *jsonscan.Scanner, refs []Ref) []Ref {
 	switch s.Peek() {
@@ -189,17 +194,17 @@ func nested(s *jsonscan.Scanner, refs []Ref) []Ref {
 	return refs
 }
 
-// nestedName is the index in nestedNames of the name key decodes to, or -1.
-func nestedName(key []byte) int {
-	escaped := bytes.IndexByte(key, '\\') >= 0
-	for i, n := range nestedNames {
-		// Most keys have no escape: compared as written, which is cheaper.
-		if escaped && jsonscan.Equal(key, n.name) || !escaped && string(key[1:len(key)-1]) == n.name {
-			return i
-		}
+// nestedName is the index in nestedNames of the name key matches (folded,
+// as a Go upstream matches it), or -1.
+func nestedName(key []byte) int { return nestedKeys.Index(key) }
+
+var nestedKeys = func() *jsonscan.Keys {
+	var names []string
+	for _, n := range nestedNames {
+		names = append(names, n.name)
 	}
-	return -1
-}
+	return jsonscan.NewKeys(names...)
+}()
 
 func isString(v []byte) bool { return len(v) > 0 && v[0] == '"' }
 

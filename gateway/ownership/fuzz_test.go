@@ -2,16 +2,20 @@ package ownership
 
 import (
 	"encoding/json"
+	"maps"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/llmgate/llmgate/classify/jsonscan"
 )
 
 // FuzzStoreFalse: for any JSON object, StoreFalse's output is a JSON object
-// whose store is false and whose other members are the input's.
+// whose store is false, to an exact-case decoder and to encoding/json
+// decoding a struct (which folds keys), and whose other members are the
+// input's.
 func FuzzStoreFalse(f *testing.F) {
-	for _, s := range []string{`{}`, `{"store":true}`, `{"a":1,"store":{"x":[1,2]},"b":"store"}`, ` {"st\u006fre" : "yes" } `, `{"model":"m","input":[{"store":true}]}`} {
+	for _, s := range []string{`{}`, `{"store":true}`, `{"a":1,"store":{"x":[1,2]},"b":"store"}`, ` {"st\u006fre" : "yes" } `, `{"model":"m","input":[{"store":true}]}`, `{"STORE":true}`, `{"\u017ftore":1}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -27,8 +31,19 @@ func FuzzStoreFalse(f *testing.F) {
 		if got["store"] != false {
 			t.Fatalf("StoreFalse(%q) = %q: store is %v", body, out, got["store"])
 		}
-		delete(got, "store")
-		delete(in, "store")
+		var goUpstream struct {
+			Store any `json:"store"`
+		}
+		if json.Unmarshal(out, &goUpstream) != nil || goUpstream.Store != false {
+			t.Fatalf("StoreFalse(%q) = %q: store is %v to a Go upstream", body, out, goUpstream.Store)
+		}
+		for k, v := range got {
+			if strings.EqualFold(k, "store") && v != false {
+				t.Fatalf("StoreFalse(%q) = %q: %s is %v", body, out, k, v)
+			}
+		}
+		maps.DeleteFunc(got, func(k string, _ any) bool { return strings.EqualFold(k, "store") })
+		maps.DeleteFunc(in, func(k string, _ any) bool { return strings.EqualFold(k, "store") })
 		if !reflect.DeepEqual(got, in) {
 			t.Fatalf("StoreFalse(%q) = %q changed other members", body, out)
 		}
@@ -38,8 +53,8 @@ func FuzzStoreFalse(f *testing.F) {
 	})
 }
 
-// repeatsStore reports a top-level store given twice, which the gateway
-// refuses before StoreFalse could see it.
+// repeatsStore reports a top-level store given twice, in any case, which
+// the gateway refuses before StoreFalse could see it.
 func repeatsStore(body []byte) bool {
 	n := 0
 	s := jsonscan.New(body, 0)
