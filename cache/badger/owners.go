@@ -93,19 +93,7 @@ func (s *Store) GetOwner(ctx context.Context, scope, id string) (cache.Owner, er
 // purgeOwners deletes every ownership entry of scope, found by a key-only
 // scan of its prefix. The caller holds begin's admission.
 func (s *Store) purgeOwners(scope string) (int, error) {
-	prefix := ownerKey(scope, "")
-	var keys [][]byte
-	err := s.db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.PrefetchValues = false
-		opts.Prefix = prefix
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			keys = append(keys, it.Item().KeyCopy(nil))
-		}
-		return nil
-	})
+	keys, err := s.keysWithPrefix(ownerKey(scope, ""))
 	if err == nil {
 		err = s.deleteKeys(keys)
 	}

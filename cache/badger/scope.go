@@ -106,18 +106,7 @@ func (s *Store) PurgeScope(ctx context.Context, scope string) (cache.Purged, err
 	for _, k := range s.flights.dropPrefix(prefix) {
 		deleted[k] = true
 	}
-	var keys [][]byte
-	err = s.db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.PrefetchValues = false
-		opts.Prefix = prefix
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			keys = append(keys, it.Item().KeyCopy(nil))
-		}
-		return nil
-	})
+	keys, err := s.keysWithPrefix(prefix)
 	if err == nil {
 		err = s.deleteKeys(keys)
 	}
@@ -220,4 +209,21 @@ func (f *flights) dropPrefix(prefix []byte) []string {
 		sh.mu.Unlock()
 	}
 	return gone
+}
+
+// keysWithPrefix lists the Badger keys under prefix, without their values.
+func (s *Store) keysWithPrefix(prefix []byte) ([][]byte, error) {
+	var keys [][]byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.PrefetchValues = false
+		opts.Prefix = prefix
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		return nil
+	})
+	return keys, err
 }

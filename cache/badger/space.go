@@ -224,19 +224,7 @@ func (s *Store) roomToWrite() error {
 
 // runSpace measures the store's room every interval and reopens a
 // read-only store read-write once the filesystem is above the floor.
-func (s *Store) runSpace() {
-	defer s.bg.Done()
-	t := time.NewTicker(s.space.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-t.C:
-		}
-		s.checkSpace()
-	}
-}
+func (s *Store) runSpace() { s.every(s.space.interval, s.checkSpace) }
 
 // checkSpace is one round of runSpace.
 func (s *Store) checkSpace() {

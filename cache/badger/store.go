@@ -770,6 +770,15 @@ func mapClosed(err error) error {
 // runSweep drops orphaned in-flight records (see flights.sweep) and wakes
 // their waiters, and forgets expired dead-letter ids, every interval.
 func (s *Store) runSweep(interval time.Duration) {
+	s.every(interval, func() {
+		s.sweep()
+		s.forgetExpiredDeadLetters()
+	})
+}
+
+// every runs fn every interval until the store closes; Open counted it in
+// s.bg.
+func (s *Store) every(interval time.Duration, fn func()) {
 	defer s.bg.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -779,8 +788,7 @@ func (s *Store) runSweep(interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		s.sweep()
-		s.forgetExpiredDeadLetters()
+		fn()
 	}
 }
 
@@ -791,17 +799,9 @@ func (s *Store) sweep() {
 }
 
 func (s *Store) runGC(interval time.Duration) {
-	defer s.bg.Done()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-t.C:
-		}
-		// Each successful run rewrites one value-log file; go on until there
-		// is nothing worth rewriting.
+	// Each successful run rewrites one value-log file; go on until there is
+	// nothing worth rewriting.
+	s.every(interval, func() {
 		for !s.closed.Load() {
 			err := s.valueLogGC()
 			if err == nil {
@@ -810,9 +810,9 @@ func (s *Store) runGC(interval time.Duration) {
 			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
 				s.log.Warn("badger value-log gc", slog.Any("err", err))
 			}
-			break
+			return
 		}
-	}
+	})
 }
 
 // badgerLogger routes Badger's warnings and errors to slog and drops the rest.
