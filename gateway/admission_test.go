@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,13 +17,16 @@ import (
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
-// TestAdmissionBoundsBodiesInFlight (issue 15): a burst of 16 requests
-// with 1 MiB bodies under limits.max_inflight_bytes of 3.5 MiB. Three are
-// read and forwarded (the upstream holds them); the other thirteen wait
-// without their bodies being read, and get 503 gateway_overloaded with
-// Retry-After when their wait (an injected timer) runs out; the three
-// then answer 200. The bytes reserved never pass the bound, and the heap
-// grows by about the three bodies, not sixteen.
+// TestAdmissionBoundsBodiesInFlight (issue 15): 16 requests with 1 MiB
+// bodies under limits.max_inflight_bytes of 3.5 MiB. The first three are
+// read and forwarded (the upstream holds them); the other thirteen are
+// read only as far as the half MiB left lets them — bodies are reserved
+// as they arrive (BROKE-1) — wait for more, and get 503
+// gateway_overloaded with Retry-After when their wait (an injected timer)
+// runs out; the three then answer 200. The bytes reserved never pass the
+// bound, and the heap grows by about the bound, not sixteen bodies.
+// (The three go first: in a simultaneous burst, which bodies complete
+// depends on how their bytes interleave.)
 func TestAdmissionBoundsBodiesInFlight(t *testing.T) {
 	const n, size, admitted = 16, 1 << 20, 3
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("x", size-70) + `"}]}`
@@ -40,7 +44,7 @@ func TestAdmissionBoundsBodiesInFlight(t *testing.T) {
 	releaseAll := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseAll)
 	timers := make(chan chan time.Time, n)
-	bound := int64(admitted*len(body) + len(body)/2)
+	bound := int64(admitted*(len(body)+1) + len(body)/2)
 	h := newHarnessOptions(t, func(c *config.Config) {
 		c.Upstreams[0].BaseURL = up.URL + "/v1"
 		c.Limits.MaxBodyBytes = 2 << 20
@@ -60,26 +64,37 @@ func TestAdmissionBoundsBodiesInFlight(t *testing.T) {
 			hdr = key(fmt.Sprint("big-", i))
 		}
 		results[i] = h.chatAsync(body, hdr)
+		if i == admitted-1 {
+			for range admitted {
+				<-arrived
+			}
+			if got := h.gw.admit.InUse(); got != int64(admitted*(len(body)+1)) {
+				t.Errorf("bytes reserved %d with %d admitted, want %d", got, admitted, admitted*(len(body)+1))
+			}
+		}
 	}
-	for range admitted {
-		<-arrived
-	}
-	waiting := make([]chan time.Time, 0, n-admitted)
-	for range n - admitted {
-		waiting = append(waiting, <-timers)
-	}
-	if got := h.gw.admit.InUse(); got != int64(admitted*len(body)) || got > bound {
-		t.Fatalf("bytes reserved %d with %d admitted, want %d (bound %d)", got, admitted, admitted*len(body), bound)
+	first := <-timers // one of the thirteen waits for room ...
+	if got := h.gw.admit.InUse(); got > bound {
+		t.Fatalf("bytes reserved %d, over the bound %d", got, bound)
 	}
 	growth := heapInuse() - heap0
 	t.Logf("heap in use grew by %.1f MiB with %d bodies of 1 MiB sent, %d admitted", float64(growth)/(1<<20), n, admitted)
 	if growth > 2*bound {
 		t.Errorf("heap grew by %d bytes: more than twice the bound (%d)", growth, bound)
 	}
-	for _, c := range waiting {
-		c <- time.Time{}
-	}
-	// The waiters are refused while the admitted three are still held.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // ... and every wait runs out
+		for {
+			select {
+			case c := <-timers:
+				c <- time.Time{}
+			case <-stop:
+				return
+			}
+		}
+	}()
+	first <- time.Time{}
 	done := make(chan asyncResult, n)
 	for _, ch := range results {
 		go func() { done <- <-ch }()
@@ -115,4 +130,70 @@ func heapInuse() int64 {
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapInuse)
+}
+
+// TestSlowBodyHoldsOnlyWhatItSent (BROKE-1): two connections that declare
+// 32 MiB bodies and trickle them hold, under limits.max_inflight_bytes,
+// only about what they sent — not their declared lengths, which would fill
+// the 64 MiB bound until server.read_body_timeout — and another tenant's
+// small chat is admitted at once.
+func TestSlowBodyHoldsOnlyWhatItSent(t *testing.T) {
+	const declared = 32 << 20
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Limits.MaxBodyBytes = declared
+		c.Limits.MaxInflightBytes = 2 * declared
+		c.Clients = []config.Client{{Name: "mallory", Key: "key-mallory"}, {Name: "alice", Key: "key-alice"}}
+	}, nil, simupstream.Options{}, func(o *Options) {
+		o.AdmissionAfter = func(time.Duration) <-chan time.Time { // any wait ends at once: a refusal
+			c := make(chan time.Time, 1)
+			c <- time.Time{}
+			return c
+		}
+	})
+	for range 2 {
+		w := h.trickle("key-mallory", declared)
+		if _, err := w.Write([]byte(`{"model":"gpt-4o-mini","messages":[`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitInUse(2 * (64 << 10)) // both handlers are reading: each reserved its first chunk
+	if got := h.gw.admit.InUse(); got > 2*(256<<10) {
+		t.Errorf("two bodies that sent 36 bytes each hold %d bytes under limits.max_inflight_bytes", got)
+	}
+	small := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("x", 4<<10) + `"}]}`
+	if r := h.chat(small, map[string]string{"Authorization": "Bearer key-alice"}); r.status != http.StatusOK {
+		t.Errorf("alice's 4 KiB chat while mallory trickles: %d %s", r.status, r.body)
+	}
+}
+
+// trickle starts a chat POST that declares length body bytes and sends
+// what the test writes to the returned pipe; the test's end closes it.
+func (h *harness) trickle(key string, length int64) *io.PipeWriter {
+	pr, pw := io.Pipe()
+	h.t.Cleanup(func() { pw.CloseWithError(errors.New("test over")) })
+	req, err := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/chat/completions", pr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.ContentLength = length
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	go func() {
+		if res, err := testClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	return pw
+}
+
+// waitInUse waits until at least n bytes are reserved under
+// limits.max_inflight_bytes: requests whose bodies the test controls have
+// reached the reading of them. A condition polled, with a deadline.
+func (h *harness) waitInUse(n int64) {
+	h.t.Helper()
+	for end := time.Now().Add(requestLimit); h.gw.admit.InUse() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			h.t.Fatalf("bytes reserved: %d, still under %d", h.gw.admit.InUse(), n)
+		}
+	}
 }

@@ -2,9 +2,9 @@
 // requests: a burst of large bodies waits, or is refused with 503, instead
 // of growing the heap past the process's memory limit.
 //
-// A request reserves the bytes of its body before reading it — its
-// Content-Length, or, when the length is unknown, chunk by chunk as the
-// body arrives — and gives them back when it ends. A reservation that
+// A request reserves the bytes of its body as they arrive — chunk by
+// chunk, whatever Content-Length it declares, so that a client trickling a
+// large body holds only what it sent — and gives them back when it ends. A reservation that
 // does not fit waits, first come first served, for at most Options.Wait;
 // then the request is refused with a 503 server_error, code
 // gateway_overloaded, and Retry-After.
@@ -28,7 +28,7 @@ import (
 // DefaultWait is Options.Wait when unset.
 const DefaultWait = 2 * time.Second
 
-// chunk is what a body of unknown length reserves at a time.
+// chunk is the first buffer, and reservation, of a body being read.
 const chunk = 64 << 10
 
 // Options configures New. The zero value admits everything.
@@ -161,27 +161,32 @@ func (r *Reservation) Release() {
 func (r *Reservation) Held() int64 { return r.n }
 
 // Body reads body, which holds length bytes (-1: unknown), into memory
-// under r: the whole length is reserved first, and read into a buffer of
-// that size; an unknown length is reserved chunk by chunk as it is read.
-// It reads at most limit+1 bytes, so that the caller can tell a body over
-// limit.
+// under r, reserving as the bytes arrive, never the declared length up
+// front: a client that declares a large body and sends it slowly holds
+// only about what it sent. The buffer starts at one chunk and doubles as
+// it fills (capped at length+1 — one byte more to see EOF without
+// growing — or limit+1), and r reserves each growth before it is made, so
+// what r holds is what the buffer takes. It reads at most limit+1 bytes,
+// so that the caller can tell a body over limit.
 func (r *Reservation) Body(ctx context.Context, b *Bound, body io.Reader, length, limit int64) ([]byte, error) {
 	body = io.LimitReader(body, limit+1)
+	most := limit + 1
 	if length >= 0 {
-		n := min(length, limit+1)
-		if err := r.Reserve(ctx, b, n); err != nil {
-			return nil, err
-		}
-		return readAll(make([]byte, 0, n+1), body)
+		most = min(length+1, most)
 	}
-	return readAll(make([]byte, 0, 512), &reservingReader{ctx: ctx, r: r, b: b, in: body})
-}
-
-// readAll is io.ReadAll into buf: a buffer sized for the whole body (one
-// byte more, to see EOF without growing) is not reallocated.
-func readAll(buf []byte, r io.Reader) ([]byte, error) {
+	var buf []byte
 	for {
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) >= most {
+				return buf, nil // the limit's extra byte, or more than declared
+			}
+			n := min(max(2*int64(cap(buf)), chunk), most)
+			if err := r.Reserve(ctx, b, n-int64(cap(buf))); err != nil {
+				return buf, err
+			}
+			buf = append(make([]byte, 0, n), buf...)
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
 			return buf, nil
@@ -189,31 +194,5 @@ func readAll(buf []byte, r io.Reader) ([]byte, error) {
 		if err != nil {
 			return buf, err
 		}
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
 	}
-}
-
-// reservingReader reserves a chunk before reading past what it holds.
-type reservingReader struct {
-	ctx  context.Context
-	r    *Reservation
-	b    *Bound
-	in   io.Reader
-	read int64
-}
-
-func (rr *reservingReader) Read(p []byte) (int, error) {
-	if rr.read >= rr.r.n && (rr.b.sem == nil || rr.r.n < rr.b.limit) {
-		if err := rr.r.Reserve(rr.ctx, rr.b, chunk); err != nil {
-			return 0, err
-		}
-	}
-	if room := rr.r.n - rr.read; rr.b.sem != nil && room > 0 && int64(len(p)) > room {
-		p = p[:room]
-	}
-	n, err := rr.in.Read(p)
-	rr.read += int64(n)
-	return n, err
 }
