@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
@@ -151,7 +152,7 @@ func TestSlowBodyHoldsOnlyWhatItSent(t *testing.T) {
 		}
 	})
 	for range 2 {
-		w := h.trickle("key-mallory", declared)
+		w := h.trickle("/v1/chat/completions", "application/json", "key-mallory", declared)
 		if _, err := w.Write([]byte(`{"model":"gpt-4o-mini","messages":[`)); err != nil {
 			t.Fatal(err)
 		}
@@ -166,18 +167,20 @@ func TestSlowBodyHoldsOnlyWhatItSent(t *testing.T) {
 	}
 }
 
-// trickle starts a chat POST that declares length body bytes and sends
+// trickle starts a POST to path that declares length body bytes and sends
 // what the test writes to the returned pipe; the test's end closes it.
-func (h *harness) trickle(key string, length int64) *io.PipeWriter {
+func (h *harness) trickle(path, contentType, key string, length int64) *io.PipeWriter {
 	pr, pw := io.Pipe()
 	h.t.Cleanup(func() { pw.CloseWithError(errors.New("test over")) })
-	req, err := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/chat/completions", pr)
+	req, err := http.NewRequest(http.MethodPost, h.srv.URL+path, pr)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	req.ContentLength = length
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", contentType)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	go func() {
 		if res, err := testClient.Do(req); err == nil {
 			res.Body.Close()
@@ -188,12 +191,59 @@ func (h *harness) trickle(key string, length int64) *io.PipeWriter {
 
 // waitInUse waits until at least n bytes are reserved under
 // limits.max_inflight_bytes: requests whose bodies the test controls have
-// reached the reading of them. A condition polled, with a deadline.
+// reached the reading of them.
 func (h *harness) waitInUse(n int64) {
 	h.t.Helper()
-	for end := time.Now().Add(requestLimit); h.gw.admit.InUse() < n; time.Sleep(time.Millisecond) {
+	waitBound(h.t, h.gw.admit, func(got int64) bool { return got >= n })
+}
+
+// waitBound waits until ok holds of the bytes reserved under b: a
+// condition polled, with a deadline.
+func waitBound(t *testing.T, b *admission.Bound, ok func(int64) bool) {
+	t.Helper()
+	for end := time.Now().Add(requestLimit); !ok(b.InUse()); time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
-			h.t.Fatalf("bytes reserved: %d, still under %d", h.gw.admit.InUse(), n)
+			t.Fatalf("bytes reserved: %d, still not as awaited", b.InUse())
 		}
+	}
+}
+
+// TestSpoolBoundsTotalBytes (L1): the bytes spooled to disk across
+// requests are bounded by passthrough.spool_max_total_bytes, reserved as
+// they are written: while a slow upload holds 48 KiB of a 64 KiB bound, a
+// 32 KiB upload gets 503 gateway_overloaded with Retry-After (its wait, an
+// injected timer, ends at once); when the slow one ends its bytes are
+// given back and the same upload is accepted.
+func TestSpoolBoundsTotalBytes(t *testing.T) {
+	rec := newRecorder(t, nil)
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = rec.srv.URL + "/v1"
+		c.Passthrough.SpoolDir = t.TempDir()
+		c.Passthrough.MemoryBodyBytes = 1 << 10
+		c.Passthrough.SpoolMaxTotalBytes = 64 << 10
+	}, nil, simupstream.Options{}, func(o *Options) {
+		o.AdmissionAfter = func(time.Duration) <-chan time.Time {
+			c := make(chan time.Time, 1)
+			c <- time.Time{}
+			return c
+		}
+	})
+	slow := h.trickle("/v1/files", "application/octet-stream", "", 1<<20)
+	if _, err := slow.Write(make([]byte, 48<<10)); err != nil {
+		t.Fatal(err)
+	}
+	waitBound(t, h.gw.spooled, func(got int64) bool { return got >= 48<<10 })
+	r := h.sendRaw(http.MethodPost, "/v1/files", "application/octet-stream", make([]byte, 32<<10), nil)
+	if e := wantOpenAIError(t, r, http.StatusServiceUnavailable); e["code"] != "gateway_overloaded" ||
+		r.header.Get("Retry-After") == "" || !strings.Contains(fmt.Sprint(e["message"]), "passthrough.spool_max_total_bytes") {
+		t.Errorf("upload past the spool bound: %d %s", r.status, r.body)
+	}
+	slow.CloseWithError(errors.New("client gone"))
+	waitBound(t, h.gw.spooled, func(got int64) bool { return got == 0 })
+	if r := h.sendRaw(http.MethodPost, "/v1/files", "application/octet-stream", make([]byte, 32<<10), nil); r.status != http.StatusOK {
+		t.Errorf("upload after the slow one ended: %d %s", r.status, r.body)
+	}
+	if got := h.gw.spooled.InUse(); got != 0 {
+		t.Errorf("bytes spooled after every request ended: %d", got)
 	}
 }

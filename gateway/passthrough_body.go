@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -50,7 +51,7 @@ func (g *Gateway) readPassBody(r *http.Request, rt passRoute, keyed bool, held *
 	if mt == "application/json" {
 		return g.readPassJSON(r, rt, held)
 	}
-	sp := &spool{dir: g.spoolDir(), mem: g.memoryBodyBytes()}
+	sp := &spool{dir: g.spoolDir(), mem: g.memoryBodyBytes(), ctx: r.Context(), bound: g.spooled}
 	pb, err := readSpooled(r.Body, sp, rt.maxBody, mt, params["boundary"])
 	if err != nil {
 		sp.discard()
@@ -99,6 +100,10 @@ func readSpooled(body io.Reader, sp *spool, limit int64, mediaType, boundary str
 	switch {
 	case in.n > limit:
 		return passBody{}, &apierror.TooLarge{Limit: limit}
+	case errors.As(sp.err, new(*apierror.Error)): // no room under passthrough.spool_max_total_bytes
+		return passBody{}, sp.err
+	case errors.Is(sp.err, context.Canceled): // the client left while it waited
+		return passBody{}, apierror.ClientGone
 	case sp.err != nil:
 		return passBody{}, &apierror.Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "spool_failed",
 			Message: "The gateway could not spool the request body to disk; see its log.", Err: sp.err}
@@ -144,14 +149,19 @@ func (g *Gateway) spoolDir() string {
 
 // spool holds a body in memory up to mem bytes, then in a temp file in dir.
 // The file is unlinked as soon as it is created: it lives while it is
-// open, and nothing is left behind even by a crash.
+// open, and nothing is left behind even by a crash. The bytes in the file
+// are reserved under bound (passthrough.spool_max_total_bytes) before they
+// are written, and given back when the file is closed.
 type spool struct {
-	dir string
-	mem int64
-	buf bytes.Buffer
-	f   *os.File
-	n   int64
-	err error
+	dir   string
+	mem   int64
+	ctx   context.Context
+	bound *admission.Bound
+	held  admission.Reservation
+	buf   bytes.Buffer
+	f     *os.File
+	n     int64
+	err   error
 }
 
 func (s *spool) Write(p []byte) (int, error) {
@@ -165,6 +175,9 @@ func (s *spool) Write(p []byte) (int, error) {
 	}
 	var err error
 	if s.f != nil {
+		if s.err = s.held.Reserve(s.ctx, s.bound, int64(len(p))); s.err != nil {
+			return 0, s.err
+		}
 		_, err = s.f.Write(p)
 	} else {
 		s.buf.Write(p)
@@ -179,6 +192,9 @@ func (s *spool) Write(p []byte) (int, error) {
 
 // toFile moves what is held so far into a new unlinked temp file.
 func (s *spool) toFile() error {
+	if err := s.held.Reserve(s.ctx, s.bound, int64(s.buf.Len())); err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(s.dir, "llmgate-body-*")
 	if err != nil {
 		return fmt.Errorf("spool request body: %w", err)
@@ -196,7 +212,7 @@ func (s *spool) toFile() error {
 // body is what was spooled, for the proxy to send (and resend).
 func (s *spool) body() *proxy.Body {
 	if s.f != nil {
-		return proxy.FileBody(s.f, s.n)
+		return proxy.FileBody(s.f, s.n, s.held.Release)
 	}
 	return proxy.MemoryBody(s.buf.Bytes())
 }
@@ -206,4 +222,5 @@ func (s *spool) discard() {
 	if s.f != nil {
 		s.f.Close()
 	}
+	s.held.Release()
 }

@@ -16,6 +16,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -114,6 +115,7 @@ type Gateway struct {
 	admin    *admin.Admin
 	limits   *limits.Limiter
 	admit    *admission.Bound // request bytes in memory, across requests
+	spooled  *admission.Bound // request bytes spooled to disk, across requests
 	work     *workSet
 	timeline *timeline.Timeline // the operator's page's charts
 	tracer   *tracing.Tracer
@@ -202,6 +204,8 @@ func New(o Options) (*Gateway, error) {
 	g.limits = limits.New(limits.Options{Config: o.Config, Store: o.Store, Metrics: g.metrics, Logger: g.log, Now: o.LimitsNow})
 	g.admit = admission.New(admission.Options{Limit: o.Config.Limits.MaxInflightBytes, Wait: o.Config.Limits.AdmissionWait.D(),
 		After: o.AdmissionAfter, Registerer: g.registry})
+	g.spooled = admission.New(admission.Options{Limit: cmp.Or(o.Config.Passthrough.SpoolMaxTotalBytes, config.DefaultSpoolMaxTotalBytes),
+		Wait: o.Config.Limits.AdmissionWait.D(), After: o.AdmissionAfter, Setting: "passthrough.spool_max_total_bytes"})
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now,
 		OnRecord: g.timeline.DeadLetter})
 	eps := make([]string, len(postEndpoints))

@@ -41,6 +41,9 @@ type Options struct {
 	Wait time.Duration
 	// After is the timer of that wait. If nil, time.After.
 	After func(time.Duration) <-chan time.Time
+	// Setting is the configuration setting named in a refusal. If empty,
+	// limits.max_inflight_bytes.
+	Setting string
 	// Registerer, if not nil, gets the metrics
 	// llmgate_admission_inflight_bytes (gauge) and
 	// llmgate_admission_refused_total (counter).
@@ -53,6 +56,7 @@ type Bound struct {
 	limit   int64
 	wait    time.Duration
 	after   func(time.Duration) <-chan time.Time
+	setting string
 	inUse   atomic.Int64
 	refused atomic.Int64
 	gauge   prometheus.GaugeFunc
@@ -61,7 +65,10 @@ type Bound struct {
 
 // New returns a Bound.
 func New(o Options) *Bound {
-	b := &Bound{limit: o.Limit, wait: o.Wait, after: o.After}
+	b := &Bound{limit: o.Limit, wait: o.Wait, after: o.After, setting: o.Setting}
+	if b.setting == "" {
+		b.setting = "limits.max_inflight_bytes"
+	}
 	if b.limit > 0 {
 		b.sem = semaphore.NewWeighted(b.limit)
 	}
@@ -138,8 +145,8 @@ func (b *Bound) acquire(ctx context.Context, n int64) error {
 	}
 	b.refused.Add(1)
 	return &apierror.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "gateway_overloaded",
-		Message: fmt.Sprintf("The gateway is holding as many request bytes in memory as it may (limits.max_inflight_bytes), "+
-			"and this request's body did not fit within %v. Retry after the Retry-After interval.", b.wait),
+		Message: fmt.Sprintf("The gateway is holding as many request bytes as it may (%s), "+
+			"and this request's body did not fit within %v. Retry after the Retry-After interval.", b.setting, b.wait),
 		RetryAfter: time.Second, ShouldRetry: true, Err: errWaited}
 }
 
