@@ -152,7 +152,7 @@ func TestSlowBodyHoldsOnlyWhatItSent(t *testing.T) {
 		}
 	})
 	for range 2 {
-		w := h.trickle("/v1/chat/completions", "application/json", "key-mallory", declared)
+		w, _ := h.trickle("/v1/chat/completions", "application/json", "key-mallory", declared)
 		if _, err := w.Write([]byte(`{"model":"gpt-4o-mini","messages":[`)); err != nil {
 			t.Fatal(err)
 		}
@@ -167,9 +167,41 @@ func TestSlowBodyHoldsOnlyWhatItSent(t *testing.T) {
 	}
 }
 
+// TestClientShare: one client may hold at most half of
+// limits.max_inflight_bytes (but one whole body): once four of mallory's
+// bodies hold 4 MiB of an 8 MiB bound, her fifth is refused at once with
+// 503 gateway_overloaded, while alice's chat is admitted.
+func TestClientShare(t *testing.T) {
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Limits.MaxBodyBytes = 1 << 20
+		c.Limits.MaxInflightBytes = 8 << 20
+		c.Clients = []config.Client{{Name: "mallory", Key: "key-mallory"}, {Name: "alice", Key: "key-alice"}}
+	}, nil, simupstream.Options{}, nil)
+	for range 4 { // each grows its buffer to 1 MiB: 64, 128, 256, 512 KiB, 1 MiB
+		w, _ := h.trickle("/v1/chat/completions", "application/json", "key-mallory", 1<<20)
+		if _, err := w.Write(make([]byte, 600<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitInUse(4 << 20)
+	fifth, status := h.trickle("/v1/chat/completions", "application/json", "key-mallory", 1<<20)
+	go fifth.Write([]byte("{")) // fails once the gateway has answered
+	if got := <-status; got != http.StatusServiceUnavailable {
+		t.Errorf("mallory's fifth body past her share: status %d, want 503", got)
+	}
+	if got := h.gw.admit.InUse(); got > 4<<20 {
+		t.Errorf("mallory holds %d bytes, over her share of 4 MiB", got)
+	}
+	small := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	if r := h.chat(small, map[string]string{"Authorization": "Bearer key-alice"}); r.status != http.StatusOK {
+		t.Errorf("alice's chat while mallory holds her share: %d %s", r.status, r.body)
+	}
+}
+
 // trickle starts a POST to path that declares length body bytes and sends
 // what the test writes to the returned pipe; the test's end closes it.
-func (h *harness) trickle(path, contentType, key string, length int64) *io.PipeWriter {
+// The channel gets the answer's status (0: no answer).
+func (h *harness) trickle(path, contentType, key string, length int64) (*io.PipeWriter, <-chan int) {
 	pr, pw := io.Pipe()
 	h.t.Cleanup(func() { pw.CloseWithError(errors.New("test over")) })
 	req, err := http.NewRequest(http.MethodPost, h.srv.URL+path, pr)
@@ -181,12 +213,17 @@ func (h *harness) trickle(path, contentType, key string, length int64) *io.PipeW
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
+	status := make(chan int, 1)
 	go func() {
-		if res, err := testClient.Do(req); err == nil {
-			res.Body.Close()
+		res, err := testClient.Do(req)
+		if err != nil {
+			status <- 0
+			return
 		}
+		res.Body.Close()
+		status <- res.StatusCode
 	}()
-	return pw
+	return pw, status
 }
 
 // waitInUse waits until at least n bytes are reserved under
@@ -228,7 +265,7 @@ func TestSpoolBoundsTotalBytes(t *testing.T) {
 			return c
 		}
 	})
-	slow := h.trickle("/v1/files", "application/octet-stream", "", 1<<20)
+	slow, _ := h.trickle("/v1/files", "application/octet-stream", "", 1<<20)
 	if _, err := slow.Write(make([]byte, 48<<10)); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,11 @@ type Options struct {
 	Wait time.Duration
 	// After is the timer of that wait. If nil, time.After.
 	After func(time.Duration) <-chan time.Time
+	// Share, if > 0, is the most bytes the requests of one client (see
+	// Reservation.Client) may hold at once, so that one tenant cannot take
+	// the whole Limit. A reservation past it is refused at once: what it
+	// would wait for is held by the client's own requests.
+	Share int64
 	// Setting is the configuration setting named in a refusal. If empty,
 	// limits.max_inflight_bytes.
 	Setting string
@@ -57,6 +63,9 @@ type Bound struct {
 	wait    time.Duration
 	after   func(time.Duration) <-chan time.Time
 	setting string
+	share   int64
+	mu      sync.Mutex
+	clients map[string]int64 // bytes held per client, under share
 	inUse   atomic.Int64
 	refused atomic.Int64
 	gauge   prometheus.GaugeFunc
@@ -65,7 +74,7 @@ type Bound struct {
 
 // New returns a Bound.
 func New(o Options) *Bound {
-	b := &Bound{limit: o.Limit, wait: o.Wait, after: o.After, setting: o.Setting}
+	b := &Bound{limit: o.Limit, wait: o.Wait, after: o.After, setting: o.Setting, share: o.Share, clients: map[string]int64{}}
 	if b.setting == "" {
 		b.setting = "limits.max_inflight_bytes"
 	}
@@ -100,6 +109,9 @@ func (b *Bound) Refused() int64 { return b.refused.Load() }
 type Reservation struct {
 	b *Bound
 	n int64
+	// Client is whose share (Options.Share) r counts against; "" none.
+	// Set it before the first Reserve.
+	Client string
 }
 
 // Reserve reserves n more bytes for r, waiting up to the bound's Wait.
@@ -113,7 +125,11 @@ func (r *Reservation) Reserve(ctx context.Context, b *Bound, n int64) error {
 		if n <= 0 {
 			return nil
 		}
+		if err := b.takeShare(r.Client, n); err != nil {
+			return err
+		}
 		if err := b.acquire(ctx, n); err != nil {
+			b.giveShare(r.Client, n)
 			return err
 		}
 	}
@@ -152,6 +168,36 @@ func (b *Bound) acquire(ctx context.Context, n int64) error {
 
 var errWaited = errors.New("admission wait over")
 
+// takeShare counts n more bytes against client's share, or refuses them.
+func (b *Bound) takeShare(client string, n int64) error {
+	if b.share <= 0 || client == "" {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.clients[client]+n > b.share {
+		b.refused.Add(1)
+		return &apierror.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "gateway_overloaded",
+			Message: fmt.Sprintf("Your requests in progress already hold as many request bytes as one client may (%d, a share of %s). "+
+				"Retry after the Retry-After interval, or when they have ended.", b.share, b.setting),
+			RetryAfter: time.Second, ShouldRetry: true}
+	}
+	b.clients[client] += n
+	return nil
+}
+
+// giveShare gives back n bytes of client's share.
+func (b *Bound) giveShare(client string, n int64) {
+	if b.share <= 0 || client == "" {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.clients[client] -= n; b.clients[client] <= 0 {
+		delete(b.clients, client)
+	}
+}
+
 // Release gives back everything r holds. Safe to call more than once.
 func (r *Reservation) Release() {
 	if r.b == nil || r.n == 0 {
@@ -159,6 +205,7 @@ func (r *Reservation) Release() {
 	}
 	if r.b.sem != nil {
 		r.b.sem.Release(r.n)
+		r.b.giveShare(r.Client, r.n)
 	}
 	r.b.inUse.Add(-r.n)
 	r.n = 0

@@ -168,3 +168,35 @@ func TestBodyReservesAsItArrives(t *testing.T) {
 	}
 	r.Release()
 }
+
+// With a Share, one client's reservations past it are refused at once
+// (503 gateway_overloaded, no wait), another client's fit, and a release
+// gives the share back.
+func TestShare(t *testing.T) {
+	timers := make(fakeTimers) // unbuffered: a wait would block the test
+	b := New(Options{Limit: 20, Share: 10, After: timers.after})
+	m1, m2, a := Reservation{Client: "mallory"}, Reservation{Client: "mallory"}, Reservation{Client: "alice"}
+	if err := m1.Reserve(context.Background(), b, 6); err != nil {
+		t.Fatal(err)
+	}
+	err := m2.Reserve(context.Background(), b, 5)
+	var ae *apierror.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Code != "gateway_overloaded" || ae.RetryAfter <= 0 {
+		t.Fatalf("past the share: %#v", err)
+	}
+	if err := a.Reserve(context.Background(), b, 9); err != nil {
+		t.Fatalf("another client: %v", err)
+	}
+	if b.InUse() != 15 || b.Refused() != 1 {
+		t.Fatalf("InUse %d, Refused %d; want 15, 1", b.InUse(), b.Refused())
+	}
+	m1.Release()
+	if err := m2.Reserve(context.Background(), b, 5); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	m2.Release()
+	a.Release()
+	if len(b.clients) != 0 || b.InUse() != 0 {
+		t.Fatalf("after every release: clients %v, InUse %d", b.clients, b.InUse())
+	}
+}
