@@ -186,8 +186,14 @@ func TestClientShare(t *testing.T) {
 	h.waitInUse(4 << 20)
 	fifth, status := h.trickle("/v1/chat/completions", "application/json", "key-mallory", 1<<20)
 	go fifth.Write([]byte("{")) // fails once the gateway has answered
-	if got := <-status; got != http.StatusServiceUnavailable {
-		t.Errorf("mallory's fifth body past her share: status %d, want 503", got)
+	// A deadline, not a synchronisation: the refusal comes at once.
+	select {
+	case got := <-status:
+		if got != http.StatusServiceUnavailable {
+			t.Errorf("mallory's fifth body past her share: status %d, want 503", got)
+		}
+	case <-time.After(requestLimit / 3):
+		t.Fatalf("mallory's fifth body past her share was admitted (%d bytes reserved)", h.gw.admit.InUse())
 	}
 	if got := h.gw.admit.InUse(); got > 4<<20 {
 		t.Errorf("mallory holds %d bytes, over her share of 4 MiB", got)
