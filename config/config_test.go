@@ -71,6 +71,7 @@ var expectedErrors = map[string][]string{
 	"passthrough_upstream.bad.yml":     {`passthrough.routes[0].upstream: unknown upstream "nope" (name one under upstreams, or leave it empty for the first)`},
 	"passthrough_duplicate.bad.yml":    {`passthrough.routes[1].prefix: "/v1/audio" is listed twice`},
 	"passthrough_spool_max.bad.yml":    {"passthrough.spool_max_bytes: must be >= 0"},
+	"passthrough_spool_total.bad.yml":  {"passthrough.spool_max_total_bytes: must be >= 0"},
 	"store_space_negative.bad.yml": {
 		"store.min_free_bytes: -5 must be >= 0 (0: derived from the store's options)",
 	},

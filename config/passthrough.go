@@ -36,7 +36,18 @@ type Passthrough struct {
 	// Idempotency-Key, which needs the whole body first. If 0, no limit
 	// but the route's max_body_bytes: every body can be resent.
 	SpoolMaxBytes int64 `yaml:"spool_max_bytes"`
+	// SpoolMaxTotalBytes bounds the bytes spooled to SpoolDir across all
+	// requests, reserved as they are written: an upload that finds no room
+	// waits limits.admission_wait, then gets 503 gateway_overloaded with
+	// Retry-After. The bytes are given back when the request (or its
+	// keyed call, which may outlive it) ends. A body larger than the bound
+	// is spooled alone. If 0, DefaultSpoolMaxTotalBytes.
+	SpoolMaxTotalBytes int64 `yaml:"spool_max_total_bytes"`
 }
+
+// DefaultSpoolMaxTotalBytes is passthrough.spool_max_total_bytes when 0:
+// four 512 MiB uploads.
+const DefaultSpoolMaxTotalBytes = 2 << 30
 
 // Route is one passthrough route's settings.
 type Route struct {
@@ -90,6 +101,9 @@ func (c *Config) validatePassthrough(p *problems) {
 	}
 	if c.Passthrough.SpoolMaxBytes < 0 {
 		p.add("passthrough.spool_max_bytes", "must be >= 0 (0 means no limit but the route's max_body_bytes)")
+	}
+	if c.Passthrough.SpoolMaxTotalBytes < 0 {
+		p.add("passthrough.spool_max_total_bytes", "must be >= 0 (0 means 2 GiB)")
 	}
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,16 +14,20 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
-// TestAdmissionBoundsBodiesInFlight (issue 15): a burst of 16 requests
-// with 1 MiB bodies under limits.max_inflight_bytes of 3.5 MiB. Three are
-// read and forwarded (the upstream holds them); the other thirteen wait
-// without their bodies being read, and get 503 gateway_overloaded with
-// Retry-After when their wait (an injected timer) runs out; the three
-// then answer 200. The bytes reserved never pass the bound, and the heap
-// grows by about the three bodies, not sixteen.
+// TestAdmissionBoundsBodiesInFlight (issue 15): 16 requests with 1 MiB
+// bodies under limits.max_inflight_bytes of 3.5 MiB. The first three are
+// read and forwarded (the upstream holds them); the other thirteen are
+// read only as far as the half MiB left lets them — bodies are reserved
+// as they arrive (BROKE-1) — wait for more, and get 503
+// gateway_overloaded with Retry-After when their wait (an injected timer)
+// runs out; the three then answer 200. The bytes reserved never pass the
+// bound, and the heap grows by about the bound, not sixteen bodies.
+// (The three go first: in a simultaneous burst, which bodies complete
+// depends on how their bytes interleave.)
 func TestAdmissionBoundsBodiesInFlight(t *testing.T) {
 	const n, size, admitted = 16, 1 << 20, 3
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("x", size-70) + `"}]}`
@@ -40,7 +45,7 @@ func TestAdmissionBoundsBodiesInFlight(t *testing.T) {
 	releaseAll := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseAll)
 	timers := make(chan chan time.Time, n)
-	bound := int64(admitted*len(body) + len(body)/2)
+	bound := int64(admitted*(len(body)+1) + len(body)/2)
 	h := newHarnessOptions(t, func(c *config.Config) {
 		c.Upstreams[0].BaseURL = up.URL + "/v1"
 		c.Limits.MaxBodyBytes = 2 << 20
@@ -60,26 +65,37 @@ func TestAdmissionBoundsBodiesInFlight(t *testing.T) {
 			hdr = key(fmt.Sprint("big-", i))
 		}
 		results[i] = h.chatAsync(body, hdr)
+		if i == admitted-1 {
+			for range admitted {
+				<-arrived
+			}
+			if got := h.gw.admit.InUse(); got != int64(admitted*(len(body)+1)) {
+				t.Errorf("bytes reserved %d with %d admitted, want %d", got, admitted, admitted*(len(body)+1))
+			}
+		}
 	}
-	for range admitted {
-		<-arrived
-	}
-	waiting := make([]chan time.Time, 0, n-admitted)
-	for range n - admitted {
-		waiting = append(waiting, <-timers)
-	}
-	if got := h.gw.admit.InUse(); got != int64(admitted*len(body)) || got > bound {
-		t.Fatalf("bytes reserved %d with %d admitted, want %d (bound %d)", got, admitted, admitted*len(body), bound)
+	first := <-timers // one of the thirteen waits for room ...
+	if got := h.gw.admit.InUse(); got > bound {
+		t.Fatalf("bytes reserved %d, over the bound %d", got, bound)
 	}
 	growth := heapInuse() - heap0
 	t.Logf("heap in use grew by %.1f MiB with %d bodies of 1 MiB sent, %d admitted", float64(growth)/(1<<20), n, admitted)
 	if growth > 2*bound {
 		t.Errorf("heap grew by %d bytes: more than twice the bound (%d)", growth, bound)
 	}
-	for _, c := range waiting {
-		c <- time.Time{}
-	}
-	// The waiters are refused while the admitted three are still held.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // ... and every wait runs out
+		for {
+			select {
+			case c := <-timers:
+				c <- time.Time{}
+			case <-stop:
+				return
+			}
+		}
+	}()
+	first <- time.Time{}
 	done := make(chan asyncResult, n)
 	for _, ch := range results {
 		go func() { done <- <-ch }()
@@ -117,6 +133,164 @@ func heapInuse() int64 {
 	return int64(ms.HeapInuse)
 }
 
+// TestSlowBodyHoldsOnlyWhatItSent (BROKE-1): two connections that declare
+// 32 MiB bodies and trickle them hold, under limits.max_inflight_bytes,
+// only about what they sent — not their declared lengths, which would fill
+// the 64 MiB bound until server.read_body_timeout — and another tenant's
+// small chat is admitted at once.
+func TestSlowBodyHoldsOnlyWhatItSent(t *testing.T) {
+	const declared = 32 << 20
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Limits.MaxBodyBytes = declared
+		c.Limits.MaxInflightBytes = 2 * declared
+		c.Clients = []config.Client{{Name: "mallory", Key: "key-mallory"}, {Name: "alice", Key: "key-alice"}}
+	}, nil, simupstream.Options{}, func(o *Options) {
+		o.AdmissionAfter = func(time.Duration) <-chan time.Time { // any wait ends at once: a refusal
+			c := make(chan time.Time, 1)
+			c <- time.Time{}
+			return c
+		}
+	})
+	for range 2 {
+		w, _ := h.trickle("/v1/chat/completions", "application/json", "key-mallory", declared)
+		if _, err := w.Write([]byte(`{"model":"gpt-4o-mini","messages":[`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitInUse(2 * (64 << 10)) // both handlers are reading: each reserved its first chunk
+	if got := h.gw.admit.InUse(); got > 2*(256<<10) {
+		t.Errorf("two bodies that sent 36 bytes each hold %d bytes under limits.max_inflight_bytes", got)
+	}
+	small := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("x", 4<<10) + `"}]}`
+	if r := h.chat(small, map[string]string{"Authorization": "Bearer key-alice"}); r.status != http.StatusOK {
+		t.Errorf("alice's 4 KiB chat while mallory trickles: %d %s", r.status, r.body)
+	}
+}
+
+// TestClientShare: one client may hold at most half of
+// limits.max_inflight_bytes (but one whole body): once four of mallory's
+// bodies hold 4 MiB of an 8 MiB bound, her fifth is refused at once with
+// 503 gateway_overloaded, while alice's chat is admitted.
+func TestClientShare(t *testing.T) {
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Limits.MaxBodyBytes = 1 << 20
+		c.Limits.MaxInflightBytes = 8 << 20
+		c.Clients = []config.Client{{Name: "mallory", Key: "key-mallory"}, {Name: "alice", Key: "key-alice"}}
+	}, nil, simupstream.Options{}, nil)
+	for range 4 { // each grows its buffer to 1 MiB: 64, 128, 256, 512 KiB, 1 MiB
+		w, _ := h.trickle("/v1/chat/completions", "application/json", "key-mallory", 1<<20)
+		if _, err := w.Write(make([]byte, 600<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitInUse(4 << 20)
+	fifth, status := h.trickle("/v1/chat/completions", "application/json", "key-mallory", 1<<20)
+	go fifth.Write([]byte("{")) // fails once the gateway has answered
+	// A deadline, not a synchronisation: the refusal comes at once.
+	select {
+	case got := <-status:
+		if got != http.StatusServiceUnavailable {
+			t.Errorf("mallory's fifth body past her share: status %d, want 503", got)
+		}
+	case <-time.After(requestLimit / 3):
+		t.Fatalf("mallory's fifth body past her share was admitted (%d bytes reserved)", h.gw.admit.InUse())
+	}
+	if got := h.gw.admit.InUse(); got > 4<<20 {
+		t.Errorf("mallory holds %d bytes, over her share of 4 MiB", got)
+	}
+	small := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	if r := h.chat(small, map[string]string{"Authorization": "Bearer key-alice"}); r.status != http.StatusOK {
+		t.Errorf("alice's chat while mallory holds her share: %d %s", r.status, r.body)
+	}
+}
+
+// trickle starts a POST to path that declares length body bytes and sends
+// what the test writes to the returned pipe; the test's end closes it.
+// The channel gets the answer's status (0: no answer).
+func (h *harness) trickle(path, contentType, key string, length int64) (*io.PipeWriter, <-chan int) {
+	pr, pw := io.Pipe()
+	h.t.Cleanup(func() { pw.CloseWithError(errors.New("test over")) })
+	req, err := http.NewRequest(http.MethodPost, h.srv.URL+path, pr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.ContentLength = length
+	req.Header.Set("Content-Type", contentType)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	status := make(chan int, 1)
+	go func() {
+		res, err := testClient.Do(req)
+		if err != nil {
+			status <- 0
+			return
+		}
+		res.Body.Close()
+		status <- res.StatusCode
+	}()
+	return pw, status
+}
+
+// waitInUse waits until at least n bytes are reserved under
+// limits.max_inflight_bytes: requests whose bodies the test controls have
+// reached the reading of them.
+func (h *harness) waitInUse(n int64) {
+	h.t.Helper()
+	waitBound(h.t, h.gw.admit, func(got int64) bool { return got >= n })
+}
+
+// waitBound waits until ok holds of the bytes reserved under b: a
+// condition polled, with a deadline.
+func waitBound(t *testing.T, b *admission.Bound, ok func(int64) bool) {
+	t.Helper()
+	for end := time.Now().Add(requestLimit); !ok(b.InUse()); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("bytes reserved: %d, still not as awaited", b.InUse())
+		}
+	}
+}
+
+// TestSpoolBoundsTotalBytes (L1): the bytes spooled to disk across
+// requests are bounded by passthrough.spool_max_total_bytes, reserved as
+// they are written: while a slow upload holds 48 KiB of a 64 KiB bound, a
+// 32 KiB upload gets 503 gateway_overloaded with Retry-After (its wait, an
+// injected timer, ends at once); when the slow one ends its bytes are
+// given back and the same upload is accepted.
+func TestSpoolBoundsTotalBytes(t *testing.T) {
+	rec := newRecorder(t, nil)
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = rec.srv.URL + "/v1"
+		c.Passthrough.SpoolDir = t.TempDir()
+		c.Passthrough.MemoryBodyBytes = 1 << 10
+		c.Passthrough.SpoolMaxTotalBytes = 64 << 10
+	}, nil, simupstream.Options{}, func(o *Options) {
+		o.AdmissionAfter = func(time.Duration) <-chan time.Time {
+			c := make(chan time.Time, 1)
+			c <- time.Time{}
+			return c
+		}
+	})
+	slow, _ := h.trickle("/v1/files", "application/octet-stream", "", 1<<20)
+	if _, err := slow.Write(make([]byte, 48<<10)); err != nil {
+		t.Fatal(err)
+	}
+	waitBound(t, h.gw.spooled, func(got int64) bool { return got >= 48<<10 })
+	r := h.sendRaw(http.MethodPost, "/v1/files", "application/octet-stream", make([]byte, 32<<10), nil)
+	if e := wantOpenAIError(t, r, http.StatusServiceUnavailable); e["code"] != "gateway_overloaded" ||
+		r.header.Get("Retry-After") == "" || !strings.Contains(fmt.Sprint(e["message"]), "passthrough.spool_max_total_bytes") {
+		t.Errorf("upload past the spool bound: %d %s", r.status, r.body)
+	}
+	slow.CloseWithError(errors.New("client gone"))
+	waitBound(t, h.gw.spooled, func(got int64) bool { return got == 0 })
+	if r := h.sendRaw(http.MethodPost, "/v1/files", "application/octet-stream", make([]byte, 32<<10), nil); r.status != http.StatusOK {
+		t.Errorf("upload after the slow one ended: %d %s", r.status, r.body)
+	}
+	if got := h.gw.spooled.InUse(); got != 0 {
+		t.Errorf("bytes spooled after every request ended: %d", got)
+	}
+}
+
 // A keyed call whose client's deadline passed runs on, holding its body
 // until it commits: the body's bytes stay reserved under
 // limits.max_inflight_bytes until then, not only until the handler
@@ -144,7 +318,9 @@ func TestDetachedCallKeepsItsBodyReserved(t *testing.T) {
 	if r.status != http.StatusGatewayTimeout {
 		t.Fatalf("at the client's deadline: %d %s", r.status, r.body)
 	}
-	if got := h.gw.admit.InUse(); got != int64(len(body)) {
+	// The buffer a body is read into is reserved whole: at least the body,
+	// at most twice it (it grows by doubling).
+	if got := h.gw.admit.InUse(); got < int64(len(body)) || got > 2*int64(len(body)) {
 		t.Errorf("the detached call holds its %d-byte body, but %d bytes are reserved", len(body), got)
 	}
 	releaseAll()

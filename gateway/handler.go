@@ -168,6 +168,7 @@ func (g *Gateway) readBodyUpTo(r *http.Request, held *admission.Reservation, lim
 	if r.ContentLength > limit {
 		return nil, &apierror.TooLarge{Limit: limit}
 	}
+	held.Client = clientOf(r)
 	body, err := held.Body(r.Context(), g.admit, r.Body, r.ContentLength, limit)
 	var ae *apierror.Error
 	switch {

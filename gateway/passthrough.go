@@ -145,7 +145,7 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 		// A JSON body's bytes count against limits.max_inflight_bytes
 		// until the request ends (or its detached keyed call does), as
 		// chat's do.
-		var held admission.Reservation
+		held := admission.Reservation{Client: clientOf(r)}
 		defer held.Release()
 		body, err := g.readPassBody(r, rt, key != "", &held)
 		if err != nil {

@@ -54,9 +54,10 @@ func (g *Gateway) readPassBody(r *http.Request, rt passRoute, keyed bool, held *
 	if mt == "application/json" {
 		return g.readPassJSON(r, rt, held)
 	}
-	// What is held in memory counts against limits.max_inflight_bytes: a
-	// declared length is reserved before the body is read.
-	sp := &spool{dir: g.spoolDir(), mem: g.memoryBodyBytes(), ctx: r.Context(), bound: g.admit, held: held}
+	// What is held in memory counts against limits.max_inflight_bytes (a
+	// declared length is reserved before the body is read); what is
+	// written to the file, against passthrough.spool_max_total_bytes.
+	sp := &spool{dir: g.spoolDir(), mem: g.memoryBodyBytes(), ctx: r.Context(), memBound: g.admit, memHeld: held, disk: g.spooled}
 	if err := sp.reserve(max(r.ContentLength, 0)); err != nil {
 		return passBody{}, refusal(err)
 	}
@@ -114,6 +115,10 @@ func readSpooled(body io.Reader, sp *spool, limit int64, mediaType, boundary str
 		return passBody{}, refusal(sp.refused)
 	case in.n > limit:
 		return passBody{}, &apierror.TooLarge{Limit: limit}
+	case errors.As(sp.err, new(*apierror.Error)): // no room under passthrough.spool_max_total_bytes
+		return passBody{}, sp.err
+	case errors.Is(sp.err, context.Canceled): // the client left while it waited
+		return passBody{}, apierror.ClientGone
 	case sp.err != nil:
 		return passBody{}, &apierror.Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "spool_failed",
 			Message: "The gateway could not spool the request body to disk; see its log.", Err: sp.err}
@@ -160,30 +165,34 @@ func (g *Gateway) spoolDir() string {
 // spool holds a body in memory up to mem bytes, then in a temp file in dir.
 // The file is unlinked as soon as it is created: it lives while it is
 // open, and nothing is left behind even by a crash. The bytes in memory
-// are reserved in held (limits.max_inflight_bytes) before they are
-// buffered, and given back when they move to the file.
+// are reserved in memHeld (limits.max_inflight_bytes) before they are
+// buffered, and given back when they move to the file; the bytes in the
+// file are reserved in diskHeld (passthrough.spool_max_total_bytes) before
+// they are written, and given back when the file is closed.
 type spool struct {
-	dir     string
-	mem     int64
-	buf     bytes.Buffer
-	f       *os.File
-	n       int64
-	err     error
-	ctx     context.Context
-	bound   *admission.Bound
-	held    *admission.Reservation
-	refused error // the reservation's error, which stopped the spool
+	dir      string
+	mem      int64
+	buf      bytes.Buffer
+	f        *os.File
+	n        int64
+	err      error
+	ctx      context.Context
+	memBound *admission.Bound
+	memHeld  *admission.Reservation
+	disk     *admission.Bound
+	diskHeld admission.Reservation
+	refused  error // the memory reservation's error, which stopped the spool
 }
 
-// reserve makes held cover n bytes in memory (at most mem), a chunk ahead.
+// reserve makes memHeld cover n bytes in memory (at most mem), a chunk ahead.
 func (s *spool) reserve(n int64) error {
-	if s.held == nil || s.f != nil {
+	if s.memHeld == nil || s.f != nil {
 		return nil
 	}
-	if n = min(n, s.mem); n <= s.held.Held() {
+	if n = min(n, s.mem); n <= s.memHeld.Held() {
 		return nil
 	}
-	return s.held.Reserve(s.ctx, s.bound, min(max(n, s.held.Held()+64<<10), s.mem)-s.held.Held())
+	return s.memHeld.Reserve(s.ctx, s.memBound, min(max(n, s.memHeld.Held()+64<<10), s.mem)-s.memHeld.Held())
 }
 
 func (s *spool) Write(p []byte) (int, error) {
@@ -201,6 +210,9 @@ func (s *spool) Write(p []byte) (int, error) {
 	}
 	var err error
 	if s.f != nil {
+		if s.err = s.diskHeld.Reserve(s.ctx, s.disk, int64(len(p))); s.err != nil {
+			return 0, s.err
+		}
 		_, err = s.f.Write(p)
 	} else {
 		s.buf.Write(p)
@@ -215,6 +227,9 @@ func (s *spool) Write(p []byte) (int, error) {
 
 // toFile moves what is held so far into a new unlinked temp file.
 func (s *spool) toFile() error {
+	if err := s.diskHeld.Reserve(s.ctx, s.disk, int64(s.buf.Len())); err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(s.dir, "llmgate-body-*")
 	if err != nil {
 		return fmt.Errorf("spool request body: %w", err)
@@ -226,14 +241,14 @@ func (s *spool) toFile() error {
 	}
 	s.buf = bytes.Buffer{}
 	s.f = f
-	s.held.Release() // nothing of the body is in memory any more
+	s.memHeld.Release() // nothing of the body is in memory any more
 	return nil
 }
 
 // body is what was spooled, for the proxy to send (and resend).
 func (s *spool) body() *proxy.Body {
 	if s.f != nil {
-		return proxy.FileBody(s.f, s.n)
+		return proxy.FileBody(s.f, s.n, s.diskHeld.Release)
 	}
 	return proxy.MemoryBody(s.buf.Bytes())
 }
@@ -243,4 +258,5 @@ func (s *spool) discard() {
 	if s.f != nil {
 		s.f.Close()
 	}
+	s.diskHeld.Release()
 }

@@ -217,6 +217,9 @@ func TestPassthroughKeyedSpooledOutlivesHandler(t *testing.T) {
 	ct, body := multipartBody(t, "late", [][2]string{{"purpose", "batch"}}, file)
 	r := h.sendRaw("POST", "/v1/files", ct, body, map[string]string{"Idempotency-Key": "late-upload", DeadlineHeader: "5s"}) // long enough for the body to reach the gateway first
 	wantOpenAIError(t, r, http.StatusGatewayTimeout)
+	if got := h.gw.spooled.InUse(); got != int64(len(body)) { // the running call keeps its spool reserved (L1)
+		t.Errorf("spooled bytes reserved after the handler returned: %d, want the body's %d", got, len(body))
+	}
 	close(release)
 	select { // the call runs on without its client and ends; its retry then replays
 	case <-finished:
@@ -230,4 +233,5 @@ func TestPassthroughKeyedSpooledOutlivesHandler(t *testing.T) {
 	if b, _ := got.Load().([]byte); !bytes.Equal(b, body) {
 		t.Fatalf("upstream received %d bytes, not the %d the client sent", len(b), len(body))
 	}
+	waitBound(t, h.gw.spooled, func(n int64) bool { return n == 0 }) // given back when the call ended
 }

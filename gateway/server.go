@@ -16,6 +16,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -114,6 +115,7 @@ type Gateway struct {
 	admin    *admin.Admin
 	limits   *limits.Limiter
 	admit    *admission.Bound // request bytes in memory, across requests
+	spooled  *admission.Bound // request bytes spooled to disk, across requests
 	work     *workSet
 	timeline *timeline.Timeline // the operator's page's charts
 	tracer   *tracing.Tracer
@@ -201,7 +203,9 @@ func New(o Options) (*Gateway, error) {
 	g.registerSpace()
 	g.limits = limits.New(limits.Options{Config: o.Config, Store: o.Store, Metrics: g.metrics, Logger: g.log, Now: o.LimitsNow})
 	g.admit = admission.New(admission.Options{Limit: o.Config.Limits.MaxInflightBytes, Wait: o.Config.Limits.AdmissionWait.D(),
-		After: o.AdmissionAfter, Registerer: g.registry})
+		After: o.AdmissionAfter, Registerer: g.registry, Share: clientShare(o.Config.Limits)})
+	g.spooled = admission.New(admission.Options{Limit: cmp.Or(o.Config.Passthrough.SpoolMaxTotalBytes, config.DefaultSpoolMaxTotalBytes),
+		Wait: o.Config.Limits.AdmissionWait.D(), After: o.AdmissionAfter, Setting: "passthrough.spool_max_total_bytes"})
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now,
 		OnRecord: g.timeline.DeadLetter})
 	eps := make([]string, len(postEndpoints))
@@ -492,4 +496,16 @@ func (g *Gateway) clientName(r *http.Request) (string, error) {
 			Message: "Incorrect API key provided."}
 	}
 	return name, nil
+}
+
+// clientShare is the most request bytes in memory one client may hold:
+// half of limits.max_inflight_bytes, so that one tenant trickling bodies
+// leaves the other half to the rest, but at least one body of
+// limits.max_body_bytes (and the byte read past it), so that any allowed
+// request can be read.
+func clientShare(l config.Limits) int64 {
+	if l.MaxInflightBytes <= 0 {
+		return 0
+	}
+	return max(l.MaxInflightBytes/2, l.MaxBodyBytes+1)
 }

@@ -2,9 +2,9 @@
 // requests: a burst of large bodies waits, or is refused with 503, instead
 // of growing the heap past the process's memory limit.
 //
-// A request reserves the bytes of its body before reading it — its
-// Content-Length, or, when the length is unknown, chunk by chunk as the
-// body arrives — and gives them back when it ends. A reservation that
+// A request reserves the bytes of its body as they arrive — chunk by
+// chunk, whatever Content-Length it declares, so that a client trickling a
+// large body holds only what it sent — and gives them back when it ends. A reservation that
 // does not fit waits, first come first served, for at most Options.Wait;
 // then the request is refused with a 503 server_error, code
 // gateway_overloaded, and Retry-After.
@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,7 +29,7 @@ import (
 // DefaultWait is Options.Wait when unset.
 const DefaultWait = 2 * time.Second
 
-// chunk is what a body of unknown length reserves at a time.
+// chunk is the first buffer, and reservation, of a body being read.
 const chunk = 64 << 10
 
 // Options configures New. The zero value admits everything.
@@ -41,6 +42,14 @@ type Options struct {
 	Wait time.Duration
 	// After is the timer of that wait. If nil, time.After.
 	After func(time.Duration) <-chan time.Time
+	// Share, if > 0, is the most bytes the requests of one client (see
+	// Reservation.Client) may hold at once, so that one tenant cannot take
+	// the whole Limit. A reservation past it is refused at once: what it
+	// would wait for is held by the client's own requests.
+	Share int64
+	// Setting is the configuration setting named in a refusal. If empty,
+	// limits.max_inflight_bytes.
+	Setting string
 	// Registerer, if not nil, gets the metrics
 	// llmgate_admission_inflight_bytes (gauge) and
 	// llmgate_admission_refused_total (counter).
@@ -53,6 +62,10 @@ type Bound struct {
 	limit   int64
 	wait    time.Duration
 	after   func(time.Duration) <-chan time.Time
+	setting string
+	share   int64
+	mu      sync.Mutex
+	clients map[string]int64 // bytes held per client, under share
 	inUse   atomic.Int64
 	refused atomic.Int64
 	gauge   prometheus.GaugeFunc
@@ -61,7 +74,10 @@ type Bound struct {
 
 // New returns a Bound.
 func New(o Options) *Bound {
-	b := &Bound{limit: o.Limit, wait: o.Wait, after: o.After}
+	b := &Bound{limit: o.Limit, wait: o.Wait, after: o.After, setting: o.Setting, share: o.Share, clients: map[string]int64{}}
+	if b.setting == "" {
+		b.setting = "limits.max_inflight_bytes"
+	}
 	if b.limit > 0 {
 		b.sem = semaphore.NewWeighted(b.limit)
 	}
@@ -95,6 +111,9 @@ func (b *Bound) Refused() int64 { return b.refused.Load() }
 type Reservation struct {
 	b *Bound
 	n int64
+	// Client is whose share (Options.Share) r counts against; "" none.
+	// Set it before the first Reserve.
+	Client string
 }
 
 // Reserve reserves n more bytes for r, waiting up to the bound's Wait.
@@ -108,7 +127,11 @@ func (r *Reservation) Reserve(ctx context.Context, b *Bound, n int64) error {
 		if n <= 0 {
 			return nil
 		}
+		if err := b.takeShare(r.Client, n); err != nil {
+			return err
+		}
 		if err := b.acquire(ctx, n); err != nil {
+			b.giveShare(r.Client, n)
 			return err
 		}
 	}
@@ -140,12 +163,42 @@ func (b *Bound) acquire(ctx context.Context, n int64) error {
 	}
 	b.refused.Add(1)
 	return &apierror.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "gateway_overloaded",
-		Message: fmt.Sprintf("The gateway is holding as many request bytes in memory as it may (limits.max_inflight_bytes), "+
-			"and this request's body did not fit within %v. Retry after the Retry-After interval.", b.wait),
+		Message: fmt.Sprintf("The gateway is holding as many request bytes as it may (%s), "+
+			"and this request's body did not fit within %v. Retry after the Retry-After interval.", b.setting, b.wait),
 		RetryAfter: time.Second, ShouldRetry: true, Err: errWaited}
 }
 
 var errWaited = errors.New("admission wait over")
+
+// takeShare counts n more bytes against client's share, or refuses them.
+func (b *Bound) takeShare(client string, n int64) error {
+	if b.share <= 0 || client == "" {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.clients[client]+n > b.share {
+		b.refused.Add(1)
+		return &apierror.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "gateway_overloaded",
+			Message: fmt.Sprintf("Your requests in progress already hold as many request bytes as one client may (%d, a share of %s). "+
+				"Retry after the Retry-After interval, or when they have ended.", b.share, b.setting),
+			RetryAfter: time.Second, ShouldRetry: true}
+	}
+	b.clients[client] += n
+	return nil
+}
+
+// giveShare gives back n bytes of client's share.
+func (b *Bound) giveShare(client string, n int64) {
+	if b.share <= 0 || client == "" {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.clients[client] -= n; b.clients[client] <= 0 {
+		delete(b.clients, client)
+	}
+}
 
 // Release gives back everything r holds. Safe to call more than once, and
 // on nil.
@@ -155,6 +208,7 @@ func (r *Reservation) Release() {
 	}
 	if r.b.sem != nil {
 		r.b.sem.Release(r.n)
+		r.b.giveShare(r.Client, r.n)
 	}
 	r.b.inUse.Add(-r.n)
 	r.n = 0
@@ -169,7 +223,7 @@ func (r *Reservation) Take() *Reservation {
 	if r == nil {
 		return nil
 	}
-	t := &Reservation{b: r.b, n: r.n}
+	t := &Reservation{b: r.b, n: r.n, Client: r.Client}
 	r.n = 0
 	return t
 }
@@ -178,27 +232,32 @@ func (r *Reservation) Take() *Reservation {
 func (r *Reservation) Held() int64 { return r.n }
 
 // Body reads body, which holds length bytes (-1: unknown), into memory
-// under r: the whole length is reserved first, and read into a buffer of
-// that size; an unknown length is reserved chunk by chunk as it is read.
-// It reads at most limit+1 bytes, so that the caller can tell a body over
-// limit.
+// under r, reserving as the bytes arrive, never the declared length up
+// front: a client that declares a large body and sends it slowly holds
+// only about what it sent. The buffer starts at one chunk and doubles as
+// it fills (capped at length+1 — one byte more to see EOF without
+// growing — or limit+1), and r reserves each growth before it is made, so
+// what r holds is what the buffer takes. It reads at most limit+1 bytes,
+// so that the caller can tell a body over limit.
 func (r *Reservation) Body(ctx context.Context, b *Bound, body io.Reader, length, limit int64) ([]byte, error) {
 	body = io.LimitReader(body, limit+1)
+	most := limit + 1
 	if length >= 0 {
-		n := min(length, limit+1)
-		if err := r.Reserve(ctx, b, n); err != nil {
-			return nil, err
-		}
-		return readAll(make([]byte, 0, n+1), body)
+		most = min(length+1, most)
 	}
-	return readAll(make([]byte, 0, 512), &reservingReader{ctx: ctx, r: r, b: b, in: body})
-}
-
-// readAll is io.ReadAll into buf: a buffer sized for the whole body (one
-// byte more, to see EOF without growing) is not reallocated.
-func readAll(buf []byte, r io.Reader) ([]byte, error) {
+	var buf []byte
 	for {
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) >= most {
+				return buf, nil // the limit's extra byte, or more than declared
+			}
+			n := min(max(2*int64(cap(buf)), chunk), most)
+			if err := r.Reserve(ctx, b, n-int64(cap(buf))); err != nil {
+				return buf, err
+			}
+			buf = append(make([]byte, 0, n), buf...)
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
 			return buf, nil
@@ -206,31 +265,5 @@ func readAll(buf []byte, r io.Reader) ([]byte, error) {
 		if err != nil {
 			return buf, err
 		}
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
 	}
-}
-
-// reservingReader reserves a chunk before reading past what it holds.
-type reservingReader struct {
-	ctx  context.Context
-	r    *Reservation
-	b    *Bound
-	in   io.Reader
-	read int64
-}
-
-func (rr *reservingReader) Read(p []byte) (int, error) {
-	if rr.read >= rr.r.n && (rr.b.sem == nil || rr.r.n < rr.b.limit) {
-		if err := rr.r.Reserve(rr.ctx, rr.b, chunk); err != nil {
-			return 0, err
-		}
-	}
-	if room := rr.r.n - rr.read; rr.b.sem != nil && room > 0 && int64(len(p)) > room {
-		p = p[:room]
-	}
-	n, err := rr.in.Read(p)
-	rr.read += int64(n)
-	return n, err
 }

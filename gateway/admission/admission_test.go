@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -101,8 +102,9 @@ func TestReserveContextEnds(t *testing.T) {
 	}
 }
 
-// Body reserves a known length before reading, and an unknown one chunk by
-// chunk, never more than the bound; the bytes read are the body's.
+// Body reserves as it reads, known length or not: its buffer, doubling
+// from one chunk up to the length and one byte (to see EOF), never more
+// than the bound; the bytes read are the body's.
 func TestBody(t *testing.T) {
 	body := bytes.Repeat([]byte("0123456789abcdef"), 20<<10) // 320 KiB
 	for _, tc := range []struct {
@@ -111,8 +113,8 @@ func TestBody(t *testing.T) {
 		limit  int64 // the bound
 		want   int64 // held after
 	}{
-		{"known length", int64(len(body)), 1 << 20, int64(len(body))},
-		{"unknown length", -1, 1 << 20, 384 << 10}, // 6 chunks of 64 KiB
+		{"known length", int64(len(body)), 1 << 20, int64(len(body)) + 1},
+		{"unknown length", -1, 1 << 20, 512 << 10}, // 64, 128, 256, 512 KiB
 		{"unknown length, at the bound", -1, int64(len(body)), int64(len(body))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,6 +143,62 @@ func TestNoLimit(t *testing.T) {
 		t.Fatalf("Reserve: %v, InUse %d", err, b.InUse())
 	}
 	r.Release()
+}
+
+// A body that declares 32 MiB and has sent 10 bytes holds one chunk, not
+// its declared length (BROKE-1): a slow client holds about what it sent.
+func TestBodyReservesAsItArrives(t *testing.T) {
+	b := New(Options{Limit: 64 << 20})
+	pr, pw := io.Pipe()
+	var r Reservation
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Body(context.Background(), b, pr, 32<<20, 32<<20)
+		done <- err
+	}()
+	if _, err := pw.Write([]byte("0123456789")); err != nil { // returns once Body has read it
+		t.Fatal(err)
+	}
+	if got := b.InUse(); got != chunk {
+		t.Errorf("after 10 bytes of a declared 32 MiB: %d bytes reserved, want one chunk (%d)", got, chunk)
+	}
+	pw.CloseWithError(io.ErrUnexpectedEOF)
+	if err := <-done; !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("Body: %v", err)
+	}
+	r.Release()
+}
+
+// With a Share, one client's reservations past it are refused at once
+// (503 gateway_overloaded, no wait), another client's fit, and a release
+// gives the share back.
+func TestShare(t *testing.T) {
+	timers := make(fakeTimers) // unbuffered: a wait would block the test
+	b := New(Options{Limit: 20, Share: 10, After: timers.after})
+	m1, m2, a := Reservation{Client: "mallory"}, Reservation{Client: "mallory"}, Reservation{Client: "alice"}
+	if err := m1.Reserve(context.Background(), b, 6); err != nil {
+		t.Fatal(err)
+	}
+	err := m2.Reserve(context.Background(), b, 5)
+	var ae *apierror.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Code != "gateway_overloaded" || ae.RetryAfter <= 0 {
+		t.Fatalf("past the share: %#v", err)
+	}
+	if err := a.Reserve(context.Background(), b, 9); err != nil {
+		t.Fatalf("another client: %v", err)
+	}
+	if b.InUse() != 15 || b.Refused() != 1 {
+		t.Fatalf("InUse %d, Refused %d; want 15, 1", b.InUse(), b.Refused())
+	}
+	m1.Release()
+	if err := m2.Reserve(context.Background(), b, 5); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	m2.Release()
+	a.Release()
+	if len(b.clients) != 0 || b.InUse() != 0 {
+		t.Fatalf("after every release: clients %v, InUse %d", b.clients, b.InUse())
+	}
 }
 
 // Take moves the bytes: the owner's Release after a Take gives back

@@ -21,15 +21,18 @@ type Body struct {
 	used atomic.Bool
 	// holders: Close closes the file when the last holder lets go.
 	holders atomic.Int32
+	// closed, if not nil, is called once the file is closed.
+	closed func()
 }
 
 // MemoryBody is a body held in memory.
 func MemoryBody(b []byte) *Body { return &Body{mem: b, size: int64(len(b))} }
 
 // FileBody is a body spooled to f, size bytes from its start. The Body
-// owns f: Close closes it.
-func FileBody(f *os.File, size int64) *Body {
-	b := &Body{file: f, size: size}
+// owns f: Close closes it, then calls closed if it is not nil (to give
+// back the spool's disk reservation).
+func FileBody(f *os.File, size int64, closed func()) *Body {
+	b := &Body{file: f, size: size, closed: closed}
 	b.holders.Store(1)
 	return b
 }
@@ -58,7 +61,11 @@ func (b *Body) Close() error {
 	if b == nil || b.file == nil || b.holders.Add(-1) != 0 {
 		return nil
 	}
-	return b.file.Close()
+	err := b.file.Close()
+	if b.closed != nil {
+		b.closed()
+	}
+	return err
 }
 
 // errBodySent: a body read from the client as it arrived cannot be resent.
