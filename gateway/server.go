@@ -149,15 +149,7 @@ func New(o Options) (*Gateway, error) {
 		g.now = time.Now
 	}
 	if g.registry == nil {
-		g.registry = prometheus.NewRegistry()
-		// The process's own registry also carries the Go runtime's figures:
-		// heap, heap goal, GC cycles and the CPU time GC takes (the load
-		// tool reads them; an operator sizing a memory limit needs them).
-		g.registry.MustRegister(
-			collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsGC,
-				collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/(gc/total|total):`)})),
-			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		)
+		g.registry = newProcessRegistry()
 	}
 	r, err := proxy.NewRouter(o.Config.Upstreams)
 	if err != nil {
@@ -190,16 +182,7 @@ func New(o Options) (*Gateway, error) {
 	g.keeper = idempotency.New(idempotency.Options{Store: o.Store, Metrics: g.metrics, Logger: g.log,
 		Lease: o.Config.Idempotency.Lease.D(), WaitTimeout: o.Config.Idempotency.WaitTimeout.D(), OpTimeout: o.Config.Store.OpTimeout.D()})
 	g.work = newWorkSet(o.Config.Idempotency.MaxDetached)
-	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "llmgate_detached_calls", Help: "Keyed calls running on after their client stopped waiting (idempotency.max_detached bounds them).",
-	}, func() float64 { return float64(g.work.detached.Load()) }))
-	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "llmgate_store_records", Help: "Idempotency records in the store (committed and in flight).",
-	}, func() float64 {
-		st := g.store.Stats()
-		g.timeline.StoreSize(st) // a sample for the page's chart, taken where Stats is read anyway
-		return float64(st.Records)
-	}))
+	g.registerGauges()
 	g.registerSpace()
 	g.limits = limits.New(limits.Options{Config: o.Config, Store: o.Store, Metrics: g.metrics, Logger: g.log, Now: o.LimitsNow})
 	g.admit = admission.New(admission.Options{Limit: o.Config.Limits.MaxInflightBytes, Wait: o.Config.Limits.AdmissionWait.D(),
@@ -218,6 +201,35 @@ func New(o Options) (*Gateway, error) {
 	g.dlq.SetHandler(g.echo)
 	g.ready.Store(true)
 	return g, nil
+}
+
+// newProcessRegistry is the registry a Gateway makes for itself: it also
+// carries the Go runtime's figures — heap, heap goal, GC cycles and the CPU
+// time GC takes (the load tool reads them; an operator sizing a memory
+// limit needs them) — and the process's.
+func newProcessRegistry() *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsGC,
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/(gc/total|total):`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return r
+}
+
+// registerGauges registers the gauges read from the gateway's own state:
+// detached keyed calls and the store's records.
+func (g *Gateway) registerGauges() {
+	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "llmgate_detached_calls", Help: "Keyed calls running on after their client stopped waiting (idempotency.max_detached bounds them).",
+	}, func() float64 { return float64(g.work.detached.Load()) }))
+	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "llmgate_store_records", Help: "Idempotency records in the store (committed and in flight).",
+	}, func() float64 {
+		st := g.store.Stats()
+		g.timeline.StoreSize(st) // a sample for the page's chart, taken where Stats is read anyway
+		return float64(st.Records)
+	}))
 }
 
 // exactModels are the configured model names without wildcards: each is

@@ -68,8 +68,6 @@ type Bound struct {
 	clients map[string]int64 // bytes held per client, under share
 	inUse   atomic.Int64
 	refused atomic.Int64
-	gauge   prometheus.GaugeFunc
-	counter prometheus.CounterFunc
 }
 
 // New returns a Bound.
