@@ -132,16 +132,8 @@ func (s *Store) DeleteDeadLetter(ctx context.Context, id string) error {
 func (s *Store) loadDeadLetterIDs() (map[string]uint64, error) {
 	ids := make(map[string]uint64)
 	prefix := deadLetterKeyPrefix
-	err := s.db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.PrefetchValues = false
-		opts.Prefix = prefix
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			ids[string(it.Item().Key()[len(prefix):])] = it.Item().ExpiresAt()
-		}
-		return nil
+	err := s.eachKey(prefix, func(item *badger.Item) {
+		ids[string(item.Key()[len(prefix):])] = item.ExpiresAt()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list dead-letter ids: %w", err)

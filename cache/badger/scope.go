@@ -211,19 +211,25 @@ func (f *flights) dropPrefix(prefix []byte) []string {
 	return gone
 }
 
-// keysWithPrefix lists the Badger keys under prefix, without their values.
+// keysWithPrefix lists the Badger keys under prefix.
 func (s *Store) keysWithPrefix(prefix []byte) ([][]byte, error) {
 	var keys [][]byte
-	err := s.db.View(func(txn *badger.Txn) error {
+	err := s.eachKey(prefix, func(item *badger.Item) { keys = append(keys, item.KeyCopy(nil)) })
+	return keys, err
+}
+
+// eachKey calls fn with every item under prefix, in one read transaction,
+// without reading values.
+func (s *Store) eachKey(prefix []byte, fn func(*badger.Item)) error {
+	return s.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.PrefetchValues = false
 		opts.Prefix = prefix
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			keys = append(keys, it.Item().KeyCopy(nil))
+			fn(it.Item())
 		}
 		return nil
 	})
-	return keys, err
 }

@@ -616,17 +616,7 @@ func (s *Store) Stats() cache.Stats {
 	defer unlock()
 	inFlight := s.flights.n.Load()
 	st := cache.Stats{At: now, Records: inFlight, InFlight: inFlight}
-	err = s.db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.PrefetchValues = false
-		opts.Prefix = recordKeyPrefix
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			st.Records++
-		}
-		return nil
-	})
+	err = s.eachKey(recordKeyPrefix, func(*badger.Item) { st.Records++ })
 	if err != nil {
 		s.log.Warn("cache stats", slog.Any("err", err))
 		return s.stats
