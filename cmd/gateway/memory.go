@@ -5,7 +5,7 @@ import (
 	"runtime"
 
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
-	"github.com/llmgate/llmgate/cmd/gateway/internal/memlimit"
+	"github.com/llmgate/llmgate/cmd/gateway/memlimit"
 	"github.com/llmgate/llmgate/config"
 )
 

@@ -25,9 +25,9 @@ func TestApplyMemory(t *testing.T) {
 		wantBudget, wantInfl int64
 		wantFrom             string
 	}{
-		{"256 MiB cgroup", "internal/memlimit/testdata/v2-limited", 0, 0, 64 * mib, 64 * mib, "cgroup"},
-		{"configured values kept", "internal/memlimit/testdata/v2-limited", 100 * mib, 40 * mib, 100 * mib, 40 * mib, "cgroup"},
-		{"no limit", "internal/memlimit/testdata/v2-max", 0, 0, badgerstore.DefaultMemoryBudget, 64 * mib, "none"},
+		{"256 MiB cgroup", "memlimit/testdata/v2-limited", 0, 0, 64 * mib, 64 * mib, "cgroup"},
+		{"configured values kept", "memlimit/testdata/v2-limited", 100 * mib, 40 * mib, 100 * mib, 40 * mib, "cgroup"},
+		{"no limit", "memlimit/testdata/v2-max", 0, 0, badgerstore.DefaultMemoryBudget, 64 * mib, "none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			debug.SetMemoryLimit(math.MaxInt64)

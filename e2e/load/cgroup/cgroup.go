@@ -13,7 +13,6 @@
 package cgroup
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -21,6 +20,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/llmgate/llmgate/cmd/gateway/memlimit"
 )
 
 // ErrUnavailable wraps every reason a memory cgroup cannot be made here
@@ -151,94 +152,21 @@ func noSwap() bool {
 	return err == nil && len(bytes.Split(bytes.TrimSpace(b), []byte("\n"))) <= 1
 }
 
-// ownDir finds the directory of the caller's memory cgroup: on the v2
-// hierarchy if it has the memory controller, else on v1's memory
-// hierarchy. Mount points come from /proc/self/mountinfo.
+// ownDir finds the directory of the caller's memory cgroup (see
+// memlimit.Find); on v2 its group must have the memory controller.
 func ownDir() (dir string, v2 bool, err error) {
-	paths, err := procCgroups()
+	cg, ok, err := memlimit.Find("/")
 	if err != nil {
 		return "", false, err
 	}
-	mounts, err := cgroupMounts()
-	if err != nil {
-		return "", false, err
-	}
-	if m, ok := mounts["cgroup2"]; ok {
-		if p, ok := paths[""]; ok {
-			d := join(m, p)
-			if c, err := os.ReadFile(filepath.Join(d, "cgroup.controllers")); err == nil &&
-				strings.Contains(" "+strings.TrimSpace(string(c))+" ", " memory ") {
-				return d, true, nil
-			}
-		}
-	}
-	if m, ok := mounts["memory"]; ok {
-		if p, ok := paths["memory"]; ok {
-			return join(m, p), false, nil
-		}
-	}
-	return "", false, errors.New("neither a v2 hierarchy with the memory controller nor a v1 memory hierarchy is mounted")
-}
-
-// mount is a cgroup filesystem mount: where, and which cgroup path is its
-// root (not "/" inside a cgroup namespace or a bind mount).
-type mount struct{ point, root string }
-
-func join(m mount, cgPath string) string {
-	rel, ok := strings.CutPrefix(cgPath, m.root)
 	if !ok {
-		rel = cgPath
+		return "", false, errors.New("neither a v2 hierarchy nor a v1 memory hierarchy is mounted")
 	}
-	return filepath.Join(m.point, rel)
-}
-
-// procCgroups maps each v1 controller (and "" for v2) to the caller's
-// cgroup path, from /proc/self/cgroup.
-func procCgroups() (map[string]string, error) {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for line := range bytes.Lines(b) {
-		f := strings.SplitN(strings.TrimSpace(string(line)), ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		for _, c := range strings.Split(f[1], ",") {
-			out[c] = f[2]
+	if cg.V2 {
+		c, err := os.ReadFile(filepath.Join(cg.Dir, "cgroup.controllers"))
+		if err != nil || !strings.Contains(" "+strings.TrimSpace(string(c))+" ", " memory ") {
+			return "", false, fmt.Errorf("the v2 group %s has no memory controller", cg.Dir)
 		}
 	}
-	return out, nil
-}
-
-// cgroupMounts maps "cgroup2" and each v1 controller to its mount.
-func cgroupMounts() (map[string]mount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]mount{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent maj:min root mountpoint options [optional...] - fstype source superoptions
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		pf, sf := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(pf) < 5 || len(sf) < 3 {
-			continue
-		}
-		m := mount{point: pf[4], root: pf[3]}
-		switch sf[0] {
-		case "cgroup2":
-			out["cgroup2"] = m
-		case "cgroup":
-			for _, o := range strings.Split(sf[2], ",") {
-				if _, dup := out[o]; !dup {
-					out[o] = m
-				}
-			}
-		}
-	}
-	return out, sc.Err()
+	return cg.Dir, cg.V2, nil
 }

@@ -56,21 +56,3 @@ func TestStats(t *testing.T) {
 		}
 	}
 }
-
-// TestJoin maps a cgroup path onto its mount, whose root is not "/"
-// inside a cgroup namespace or a bind mount of a subtree.
-func TestJoin(t *testing.T) {
-	for _, tc := range []struct {
-		m    mount
-		path string
-		want string
-	}{
-		{mount{"/sys/fs/cgroup/memory", "/"}, "/process_api/abc", "/sys/fs/cgroup/memory/process_api/abc"},
-		{mount{"/sys/fs/cgroup", "/kubepods/pod1"}, "/kubepods/pod1/ctr", "/sys/fs/cgroup/ctr"},
-		{mount{"/sys/fs/cgroup", "/"}, "/", "/sys/fs/cgroup"},
-	} {
-		if got := join(tc.m, tc.path); got != tc.want {
-			t.Errorf("join(%v, %q) = %q, want %q", tc.m, tc.path, got, tc.want)
-		}
-	}
-}

@@ -22,10 +22,7 @@ const unlimitedFrom = 1 << 62
 // CgroupLimit is the memory limit of the calling process's cgroup, read
 // under root ("/" on a live system; a fake tree in tests): the smallest
 // limit set on its cgroup or any ancestor visible in the mount, in bytes,
-// or 0 when none is set or the process is in no cgroup.
-//
-// It reads /proc/self/cgroup and /proc/self/mountinfo to find the memory
-// controller's directory, then walks up to the mount point:
+// or 0 when none is set or the process is in no cgroup:
 //
 //   - cgroup v1 (and hybrid hosts, where the memory controller is on v1):
 //     memory.limit_in_bytes, and memory.stat's hierarchical_memory_limit,
@@ -33,30 +30,66 @@ const unlimitedFrom = 1 << 62
 //     value counts as none;
 //   - cgroup v2: memory.max, "max" being none.
 func CgroupLimit(root string) (int64, error) {
-	cg, err := os.ReadFile(filepath.Join(root, "proc/self/cgroup"))
+	cg, ok, err := Find(root)
+	if err != nil || !ok {
+		return 0, err
+	}
+	if cg.V2 {
+		return walk(cg, readV2)
+	}
+	return walk(cg, readV1)
+}
+
+// Cgroup is the calling process's memory cgroup, as Find sees it.
+type Cgroup struct {
+	// Dir is its directory; Top, the mount point of its hierarchy, the
+	// highest directory this process can see.
+	Dir, Top string
+	V2       bool
+}
+
+// Find finds the calling process's memory cgroup under root, from
+// /proc/self/cgroup and /proc/self/mountinfo: on the v1 memory hierarchy
+// when the memory controller is on v1 (hybrid hosts too), else on the v2
+// unified hierarchy. ok is false when the process is in none.
+func Find(root string) (cg Cgroup, ok bool, err error) {
+	data, err := os.ReadFile(filepath.Join(root, "proc/self/cgroup"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil // not Linux, or no cgroups
+		return Cgroup{}, false, nil // not Linux, or no cgroups
 	}
 	if err != nil {
-		return 0, err
+		return Cgroup{}, false, err
 	}
 	mi, err := os.ReadFile(filepath.Join(root, "proc/self/mountinfo"))
 	if err != nil {
-		return 0, err
+		return Cgroup{}, false, err
 	}
 	mounts := parseMountInfo(mi)
-	v1, v2, hasV1, hasV2 := parseCgroup(cg)
+	v1, v2, hasV1, hasV2 := parseCgroup(data)
 	if hasV1 {
 		if m, ok := findMount(mounts, isV1Memory); ok {
-			return walk(root, m, v1, readV1)
+			return at(root, m, v1, false), true, nil
 		}
 	}
 	if hasV2 {
 		if m, ok := findMount(mounts, func(m mount) bool { return m.fsType == "cgroup2" }); ok {
-			return walk(root, m, v2, readV2)
+			return at(root, m, v2, true), true, nil
 		}
 	}
-	return 0, nil
+	return Cgroup{}, false, nil
+}
+
+// at is the cgroup at cgPath (as /proc/self/cgroup names it) in mount m.
+// Inside a cgroup namespace the mount's root is the process's own cgroup,
+// so it is the mount point; a path outside the mount's root (a namespace
+// entered after the mount) is taken to be the mount point too.
+func at(root string, m mount, cgPath string, v2 bool) Cgroup {
+	top := filepath.Join(root, m.point)
+	dir := top
+	if rel, err := filepath.Rel(m.root, path.Clean(cgPath)); err == nil && !strings.HasPrefix(rel, "..") {
+		dir = filepath.Join(top, rel)
+	}
+	return Cgroup{Dir: dir, Top: top, V2: v2}
 }
 
 // parseCgroup reads /proc/self/cgroup ("id:controllers:path" lines): the
@@ -122,17 +155,10 @@ func findMount(ms []mount, match func(mount) bool) (mount, bool) {
 	return mount{}, false
 }
 
-// walk reads the limit of the cgroup at cgPath (as /proc/self/cgroup names
-// it) and of each ancestor up to the mount point, and returns the smallest
-// (0 = none). Inside a cgroup namespace the mount's root is the process's
-// own cgroup, so the walk starts at the mount point; a path outside the
-// mount's root (a namespace entered after the mount) does too.
-func walk(root string, m mount, cgPath string, read func(dir string) (int64, error)) (int64, error) {
-	top := filepath.Join(root, m.point)
-	dir := top
-	if rel, err := filepath.Rel(m.root, path.Clean(cgPath)); err == nil && !strings.HasPrefix(rel, "..") {
-		dir = filepath.Join(top, rel)
-	}
+// walk reads the limit of cg and of each ancestor up to its Top, and
+// returns the smallest (0 = none).
+func walk(cg Cgroup, read func(dir string) (int64, error)) (int64, error) {
+	dir, top := cg.Dir, cg.Top
 	var least int64
 	for {
 		n, err := read(dir)

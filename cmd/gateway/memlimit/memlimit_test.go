@@ -104,3 +104,21 @@ func FuzzParseMountInfo(f *testing.F) {
 		}
 	})
 }
+
+// TestAt: a cgroup path joins its mount at the mount's root, which is not
+// "/" inside a cgroup namespace or a bind mount.
+func TestAt(t *testing.T) {
+	for _, tc := range []struct {
+		m    mount
+		path string
+		want string
+	}{
+		{mount{point: "/sys/fs/cgroup/memory", root: "/"}, "/process_api/abc", "/sys/fs/cgroup/memory/process_api/abc"},
+		{mount{point: "/sys/fs/cgroup", root: "/kubepods/pod1"}, "/kubepods/pod1/ctr", "/sys/fs/cgroup/ctr"},
+		{mount{point: "/sys/fs/cgroup", root: "/"}, "/", "/sys/fs/cgroup"},
+	} {
+		if got := at("", tc.m, tc.path, false).Dir; got != tc.want {
+			t.Errorf("at(%v, %q) = %q, want %q", tc.m, tc.path, got, tc.want)
+		}
+	}
+}
