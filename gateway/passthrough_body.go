@@ -115,10 +115,6 @@ func readSpooled(body io.Reader, sp *spool, limit int64, mediaType, boundary str
 		return passBody{}, refusal(sp.refused)
 	case in.n > limit:
 		return passBody{}, &apierror.TooLarge{Limit: limit}
-	case errors.As(sp.err, new(*apierror.Error)): // no room under passthrough.spool_max_total_bytes
-		return passBody{}, sp.err
-	case errors.Is(sp.err, context.Canceled): // the client left while it waited
-		return passBody{}, apierror.ClientGone
 	case sp.err != nil:
 		return passBody{}, &apierror.Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "spool_failed",
 			Message: "The gateway could not spool the request body to disk; see its log.", Err: sp.err}
@@ -181,7 +177,7 @@ type spool struct {
 	memHeld  *admission.Reservation
 	disk     *admission.Bound
 	diskHeld admission.Reservation
-	refused  error // the memory reservation's error, which stopped the spool
+	refused  error // a reservation's error (memory or disk), which stopped the spool
 }
 
 // reserve makes memHeld cover n bytes in memory (at most mem), a chunk ahead.
@@ -193,6 +189,16 @@ func (s *spool) reserve(n int64) error {
 		return nil
 	}
 	return s.memHeld.Reserve(s.ctx, s.memBound, min(max(n, s.memHeld.Held()+64<<10), s.mem)-s.memHeld.Held())
+}
+
+// reserveDisk reserves n more bytes of the file under
+// passthrough.spool_max_total_bytes.
+func (s *spool) reserveDisk(n int64) error {
+	err := s.diskHeld.Reserve(s.ctx, s.disk, n)
+	if err != nil {
+		s.refused = err
+	}
+	return err
 }
 
 func (s *spool) Write(p []byte) (int, error) {
@@ -210,7 +216,7 @@ func (s *spool) Write(p []byte) (int, error) {
 	}
 	var err error
 	if s.f != nil {
-		if s.err = s.diskHeld.Reserve(s.ctx, s.disk, int64(len(p))); s.err != nil {
+		if s.err = s.reserveDisk(int64(len(p))); s.err != nil {
 			return 0, s.err
 		}
 		_, err = s.f.Write(p)
@@ -227,7 +233,7 @@ func (s *spool) Write(p []byte) (int, error) {
 
 // toFile moves what is held so far into a new unlinked temp file.
 func (s *spool) toFile() error {
-	if err := s.diskHeld.Reserve(s.ctx, s.disk, int64(s.buf.Len())); err != nil {
+	if err := s.reserveDisk(int64(s.buf.Len())); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(s.dir, "llmgate-body-*")
