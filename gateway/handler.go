@@ -48,19 +48,20 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 		}
 		cl := &proxy.Call{In: r, Suffix: ep.suffix, Kind: ep.kind, Body: body, Model: rt.Model,
 			Stream: rt.Stream, Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
-		cl.APIKeys, cl.StoreFalseBody = g.apiKeys[clientOf(r)], g.storeFalseBody(ep.suffix, body)
-		if u, err = g.checkObjects(r, cl, body, u); err != nil {
+		view := sharedView{path: r.URL.Path, body: body, storeFalse: g.storeFalseBody(ep.suffix, body)}
+		if err := g.plan(r, cl, u, view); err != nil {
 			return err
 		}
+		u = cl.Hops[0].Upstream
 		s.upstream = u.Cfg.Name
 		kr, err := g.keyFor(r, ep, u, body)
 		if err != nil {
 			return err
 		}
 		if kr != nil {
-			return g.serveKeyed(w, r, cl, u, kr, dl, s, hold{slot, &held})
+			return g.serveKeyed(w, r, cl, kr, dl, s, hold{slot, &held})
 		}
-		return g.serveUnkeyed(w, r, cl, u, dl, s)
+		return g.serveUnkeyed(w, r, cl, dl, s)
 	})
 }
 
@@ -81,7 +82,7 @@ func (g *Gateway) admitClient(r *http.Request, s *summary) (*limits.Slot, error)
 // serveUnkeyed serves a request with no idempotency record: the answer is
 // relayed as it comes, and the call ends with the client — its departure
 // or its deadline.
-func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, dl deadlines, s *summary) error {
+func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, dl deadlines, s *summary) error {
 	ctx := r.Context()
 	if !dl.operator.IsZero() {
 		var cancel context.CancelFunc
@@ -94,7 +95,7 @@ func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy
 		defer cancel()
 	}
 	start := g.now()
-	resp, err := g.proxy.Execute(ctx, cl, u)
+	resp, err := g.proxy.Execute(ctx, cl)
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func (g *Gateway) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 
 // serveKeyed runs a keyed request: replay a committed response, wait for
 // an in-flight duplicate, or claim the key and run the call.
-func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, dl deadlines, s *summary, hd hold) error {
+func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, kr *idempotency.Request, dl deadlines, s *summary, hd hold) error {
 	s.idemKey = idempotency.HashKey(kr.Key.ID)
 	kr.Model = cl.Model
 	if kr.Cache {
@@ -102,7 +102,7 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 			s.replay(ev, kr)
 			return nil
 		}
-		return g.serveUnkeyed(w, r, cl, u, dl, s)
+		return g.serveUnkeyed(w, r, cl, dl, s)
 	}
 	lease, ev, err := g.keeper.Claim(w, r, kr, dl.client)
 	if ev.Class != "" {
@@ -114,12 +114,12 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 		// asked for, so with the store down it is skipped, not required.
 		s.cache = "unavailable"
 		w.Header().Del(idempotency.CacheHeader)
-		return g.serveUnkeyed(w, r, cl, u, dl, s)
+		return g.serveUnkeyed(w, r, cl, dl, s)
 	}
 	if err != nil || lease == nil {
 		return err
 	}
-	return g.runClaimed(w, r, cl, u, kr, lease, dl, s, hd)
+	return g.runClaimed(w, r, cl, kr, lease, dl, s, hd)
 }
 
 // storageCheck is the client's storage quota for a request that would
@@ -144,7 +144,7 @@ func (g *Gateway) storageCheck(kr *idempotency.Request) error {
 // finishes and commits, and the client's retry gets this answer instead of
 // paying for a second, different one. The handler waits for it, or for the
 // client's deadline.
-func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, u *proxy.Upstream, kr *idempotency.Request, lease *idempotency.Lease, dl deadlines, s *summary, hd hold) error {
+func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, kr *idempotency.Request, lease *idempotency.Lease, dl deadlines, s *summary, hd hold) error {
 	work, it, done := g.work.start(r.Context(), dl.operator)
 	// The call holds its client's concurrency slot and its body's bytes
 	// until it ends, also after the handler has returned.
@@ -161,7 +161,7 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 		defer held()
 		stopRenew := lease.Renew(work)
 		defer stopRenew()
-		ended <- k.run(u)
+		ended <- k.run()
 	}()
 	var deadline <-chan time.Time
 	if !dl.client.IsZero() {
@@ -283,7 +283,7 @@ type keyedCall struct {
 	resp *proxy.Response
 }
 
-func (k *keyedCall) run(u *proxy.Upstream) (e workEnd) {
+func (k *keyedCall) run() (e workEnd) {
 	defer func() {
 		if p := recover(); p != nil {
 			if p != http.ErrAbortHandler {
@@ -303,7 +303,7 @@ func (k *keyedCall) run(u *proxy.Upstream) (e workEnd) {
 		}
 	}()
 	failpoint("before-upstream")
-	resp, err := k.g.proxy.Execute(k.work, k.cl, u)
+	resp, err := k.g.proxy.Execute(k.work, k.cl)
 	if err != nil {
 		// It never reached an upstream (or none answered): released at once.
 		k.release(outcome.Settle(outcome.Result{Err: err, Tried: k.cl.Tried}))

@@ -97,7 +97,10 @@ func (g *Gateway) handleModel(c echo.Context) error {
 		}
 		cl := &proxy.Call{In: r, Suffix: suffix, Model: id, Passthrough: true,
 			Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
-		return g.serveUnkeyed(w, r, cl, u, dl, s)
+		if err := g.plan(r, cl, u, sharedView{}); err != nil {
+			return err
+		}
+		return g.serveUnkeyed(w, r, cl, dl, s)
 	})(c)
 }
 

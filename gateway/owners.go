@@ -44,68 +44,136 @@ func (g *Gateway) sharedKey(client string, u *proxy.Upstream) bool {
 	return !own
 }
 
-// checkObjects checks that every object r names — in its path, or in its
-// JSON body (nil for none) — is client's, before anything is forwarded, and returns the
-// upstream that holds them (u when r names none), which the call then
-// keeps to: cl.NoFallback. Under the client's own key for u nothing is
-// checked.
-func (g *Gateway) checkObjects(r *http.Request, cl *proxy.Call, body []byte, u *proxy.Upstream) (*proxy.Upstream, error) {
+// sharedView is what a request would show a provider under a key clients
+// share: the objects it names (in its path or JSON body), or why it must
+// not go under such a key at all.
+type sharedView struct {
+	path string
+	// body is the JSON scanned for object ids (nil for none).
+	body []byte
+	// refused, when set, is why the request cannot go under a shared key:
+	// a list of every tenant's objects, or a body that cannot be scanned.
+	refused error
+	// storeFalse, when set, is the body a force_store_false upstream gets.
+	storeFalse []byte
+}
+
+// plan sets cl.Hops: the upstreams of u's chain the request may reach,
+// each under the credential the client reaches it with. A hop under the
+// client's own key (or, with one tenant, the upstream's) goes as it is;
+// a hop under a shared key only when the objects the request names were
+// checked to be the client's on that upstream. When the routed upstream
+// itself is shared and the request names objects, the plan is the one
+// hop to the upstream that holds them (whatever the model routes to); a
+// fallback under a shared key that does not hold them is left out, never
+// sent.
+func (g *Gateway) plan(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view sharedView) error {
 	client := clientOf(r)
-	if !g.sharedKey(client, u) {
-		return u, nil
+	chain := u.Chain()
+	if !slices.ContainsFunc(chain, func(cu *proxy.Upstream) bool { return g.sharedKey(client, cu) }) {
+		cl.Hops = make([]proxy.Hop, 0, len(chain))
+		for _, cu := range chain {
+			cl.Hops = append(cl.Hops, g.privateHop(client, cu, view))
+		}
+		return nil
+	}
+	checked, refs, err := g.verify(r, view)
+	if g.sharedKey(client, u) {
+		if err != nil {
+			return err
+		}
+		if holder, named := checked.Holder(); named {
+			hu := g.router.Upstream(holder)
+			if hu == nil {
+				// Its upstream is no longer configured: the object is out of reach.
+				return ownership.NotFound(refs[0])
+			}
+			hop, _ := proxy.SharedHop(hu, checked)
+			cl.Hops = []proxy.Hop{withStoreFalse(hop, view)}
+			return nil
+		}
+	}
+	cl.Hops = make([]proxy.Hop, 0, len(chain))
+	for _, cu := range chain {
+		if !g.sharedKey(client, cu) {
+			cl.Hops = append(cl.Hops, g.privateHop(client, cu, view))
+			continue
+		}
+		hop, ok := proxy.SharedHop(cu, checked)
+		if !ok {
+			g.log.Debug("fallback left out of the plan: under the shared key the request's objects are not the client's there",
+				"upstream", cu.Cfg.Name, "err", err)
+			continue
+		}
+		cl.Hops = append(cl.Hops, withStoreFalse(hop, view))
+	}
+	return nil
+}
+
+// verify checks the objects view names against the client's records.
+// A refused view, or an object that is not the client's, is an error and
+// a zero Checked (it allows nothing).
+func (g *Gateway) verify(r *http.Request, view sharedView) (ownership.Checked, []ownership.Ref, error) {
+	if view.refused != nil {
+		return ownership.Checked{}, nil, view.refused
 	}
 	var refs []ownership.Ref
-	if ref, ok := ownership.FromPath(r.URL.Path); ok {
+	if ref, ok := ownership.FromPath(view.path); ok {
 		refs = append(refs, ref)
 	}
-	refs = append(refs, ownership.FromBody(body)...)
-	if len(refs) == 0 {
-		return u, nil
-	}
+	refs = append(refs, ownership.FromBody(view.body)...)
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Store.OpTimeout.D())
 	defer cancel()
-	name, err := g.owners.Check(ctx, client, refs)
-	if err != nil {
-		return nil, err
-	}
-	cl.NoFallback = true
-	holder := g.router.Upstream(name)
-	if holder == nil {
-		// Its upstream is no longer configured: the object is out of reach.
-		return nil, ownership.NotFound(refs[0])
-	}
-	return holder, nil
+	checked, err := g.owners.Verify(ctx, clientOf(r), refs)
+	return checked, refs, err
 }
 
-// passOwnership runs a passthrough request's tenant checks (see
-// listAllowed, passBodyJSON, checkObjects) and returns the upstream the
-// call keeps to.
-func (g *Gateway) passOwnership(r *http.Request, cl *proxy.Call, pb passBody, u *proxy.Upstream) (*proxy.Upstream, error) {
-	if err := g.listAllowed(r, u); err != nil {
-		return nil, err
+// privateHop is the hop to u under the key only client uses there: its
+// own, or u's when the gateway has one tenant.
+func (g *Gateway) privateHop(client string, u *proxy.Upstream, view sharedView) proxy.Hop {
+	key, ok := g.apiKeys[client][u.Cfg.Name]
+	if !ok {
+		key = u.Cfg.APIKey
 	}
-	scan, err := g.passBodyJSON(r, pb, u)
-	if err != nil {
-		return nil, err
-	}
-	return g.checkObjects(r, cl, scan, u)
+	return withStoreFalse(proxy.PrivateHop(u, key), view)
 }
 
-// passBodyJSON is the JSON checkObjects scans in a passthrough body. Under
-// a shared key, a body that was not read as JSON — sent with another
-// Content-Type, or none, or streamed unread past
+// withStoreFalse gives a force_store_false upstream's hop the body with
+// "store" forced to false.
+func withStoreFalse(h proxy.Hop, view sharedView) proxy.Hop {
+	if view.storeFalse != nil && h.Upstream.Cfg.ForceStoreFalse {
+		return h.WithBody(view.storeFalse)
+	}
+	return h
+}
+
+// passView is a passthrough request's sharedView (see listAllowed,
+// passBodyJSON).
+func (g *Gateway) passView(r *http.Request, pb passBody) sharedView {
+	view := sharedView{path: r.URL.Path}
+	if ownership.TenantList(r.Method, r.URL.Path) {
+		view.refused = ownership.ListRefused(strings.TrimSuffix(r.URL.Path, "/"))
+		return view
+	}
+	view.body, view.refused = g.passBodyJSON(r.URL.Path, pb)
+	return view
+}
+
+// passBodyJSON is the JSON the ownership check scans in a passthrough
+// body. Under a shared key, a body that was not read as JSON — sent with
+// another Content-Type, or none, or streamed unread past
 // passthrough.spool_max_bytes — must not go upstream unchecked, since the
 // upstream may read it as JSON whatever its Content-Type says: held in
 // memory and valid JSON, it is scanned; else it is refused (415, or 413
 // when streamed unread). A multipart body is passed on the upload paths
 // only (ownership.UploadPath), whose form fields name no stored objects
 // (file, purpose, model, prompt, ...): their values are not scanned.
-func (g *Gateway) passBodyJSON(r *http.Request, pb passBody, u *proxy.Upstream) ([]byte, error) {
-	if pb.json != nil || !g.sharedKey(clientOf(r), u) {
+func (g *Gateway) passBodyJSON(path string, pb passBody) ([]byte, error) {
+	if pb.json != nil {
 		return pb.json, nil
 	}
 	switch {
-	case pb.mediaType == "multipart/form-data" && ownership.UploadPath(r.URL.Path):
+	case pb.mediaType == "multipart/form-data" && ownership.UploadPath(path):
 		return nil, nil
 	case pb.once:
 		return nil, &apierror.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
@@ -129,7 +197,7 @@ func (g *Gateway) passBodyJSON(r *http.Request, pb passBody, u *proxy.Upstream) 
 // not be sent (its ids would be refused to their owner). Only the paths
 // that create objects are scanned.
 func (g *Gateway) recordObjects(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
-	if resp.Status < 200 || resp.Status > 299 || !ownership.Creates(cl.In.URL.Path) || !g.sharedKey(client, resp.Upstream) {
+	if resp.Status < 200 || resp.Status > 299 || !ownership.Creates(cl.In.URL.Path) || !resp.Hop.Shared() {
 		return nil
 	}
 	unstored := cl.Suffix == "/responses" && (resp.Upstream.Cfg.ForceStoreFalse || !ownership.Stored(cl.Body))
@@ -174,22 +242,14 @@ func (g *Gateway) recordOrDrop(ctx context.Context, client string, cl *proxy.Cal
 	return err
 }
 
-// listAllowed refuses a list that would show every tenant's objects
-// (ownership.TenantList) to a client that reaches u with a shared key.
-func (g *Gateway) listAllowed(r *http.Request, u *proxy.Upstream) error {
-	if ownership.TenantList(r.Method, r.URL.Path) && g.sharedKey(clientOf(r), u) {
-		return ownership.ListRefused(strings.TrimSuffix(r.URL.Path, "/"))
-	}
-	return nil
-}
-
 // buffersObjects reports whether a passthrough answer must be buffered
 // (up to its record limit) rather than relayed as it arrives, so that the
 // ids it hands out can be recorded before the client sees them: an
-// answer on a path that creates objects, to a client on a shared key.
-// File contents are not objects and stream as they come.
-func (g *Gateway) buffersObjects(r *http.Request, u *proxy.Upstream) bool {
-	return ownership.Creates(r.URL.Path) && !strings.HasSuffix(r.URL.Path, "/content") && g.sharedKey(clientOf(r), u)
+// answer on a path that creates objects, when a hop of the plan is under
+// a shared key. File contents are not objects and stream as they come.
+func buffersObjects(r *http.Request, hops []proxy.Hop) bool {
+	return ownership.Creates(r.URL.Path) && !strings.HasSuffix(r.URL.Path, "/content") &&
+		slices.ContainsFunc(hops, proxy.Hop.Shared)
 }
 
 // storeFalseBody is body with "store" forced to false, when the call is a

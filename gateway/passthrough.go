@@ -163,21 +163,20 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 		cl := &proxy.Call{In: r, Suffix: strings.TrimPrefix(r.URL.EscapedPath(), "/v1"), Query: r.URL.RawQuery,
 			Source: body.src, Model: body.model, Passthrough: true, RecordLimit: rt.maxRecord,
 			Unbuffered: key == "", Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
-		cl.APIKeys = g.apiKeys[clientOf(r)]
-		if u, err = g.passOwnership(r, cl, body, u); err != nil {
+		if err := g.plan(r, cl, u, g.passView(r, body)); err != nil {
 			return err
 		}
-		s.upstream = u.Cfg.Name
-		cl.Unbuffered = cl.Unbuffered && !g.buffersObjects(r, u)
+		s.upstream = cl.Hops[0].Upstream.Cfg.Name
+		cl.Unbuffered = cl.Unbuffered && !buffersObjects(r, cl.Hops)
 		if key == "" {
-			return g.serveUnkeyed(flushWriter{w}, r, cl, u, dl, s)
+			return g.serveUnkeyed(flushWriter{w}, r, cl, dl, s)
 		}
 		cl.Body = body.json // a dead letter keeps a JSON body (and replays it)
 		kr := &idempotency.Request{
 			Key: cache.Key{Scope: clientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
 			Raw: key, Fingerprint: idempotency.WithQuery(body.fingerprint, r.URL.RawQuery), TTL: g.cfg.Idempotency.TTL.D(),
 		}
-		return g.serveKeyed(w, r, cl, u, kr, dl, s, hold{slot, &held})
+		return g.serveKeyed(w, r, cl, kr, dl, s, hold{slot, &held})
 	})(c)
 }
 

@@ -18,8 +18,9 @@ import (
 const maxErrorBody = 1 << 20
 
 // attempt sends one request to u. It never retries.
-func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
-	resp := &Response{Upstream: u}
+func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
+	u := hop.Upstream
+	resp := &Response{Upstream: u, Hop: hop}
 	actx, cancel := context.WithCancelCause(ctx)
 	// One timer bounds the attempt until its response (for a stream, its
 	// first event) and then, for a stream, the gap between events.
@@ -29,16 +30,12 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
 	if err != nil {
 		return a.fail(err)
 	}
-	if c.StoreFalseBody != nil && u.Cfg.ForceStoreFalse {
-		body, n = bytes.NewReader(c.StoreFalseBody), int64(len(c.StoreFalseBody))
+	if hop.body != nil {
+		body, n = bytes.NewReader(hop.body), int64(len(hop.body))
 	}
-	req, err := u.newUpstreamRequest(actx, c.In, c.Suffix, c.Query, body, n, c.IdemKey)
+	req, err := u.newUpstreamRequest(actx, c.In, outgoing{suffix: c.Suffix, query: c.Query, key: hop.key, idemKey: c.IdemKey}, body, n)
 	if err != nil {
 		return a.fail(err)
-	}
-	if k, ok := c.APIKeys[u.Cfg.Name]; ok {
-		// The client's own key for this upstream, instead of the shared one.
-		req.Header.Set("Authorization", "Bearer "+k)
 	}
 	res, err := u.client.Do(req)
 	if err != nil {

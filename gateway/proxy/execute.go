@@ -105,16 +105,11 @@ type Call struct {
 	Stream bool
 	// IdemKey is forwarded to the upstream when set.
 	IdemKey string
-	// APIKeys maps an upstream's name to the client's own key for it
-	// (config clients[].upstream_api_keys), sent instead of the upstream's
-	// api_key. Nil: every upstream's own.
-	APIKeys map[string]string
-	// StoreFalseBody, when set, is Body with "store" forced to false: what
-	// an upstream with force_store_false gets instead of Body.
-	StoreFalseBody []byte
-	// NoFallback: only the routed upstream is tried (a request naming an
-	// object goes to the upstream that holds it).
-	NoFallback bool
+	// Hops are the request's plan: the upstreams Execute may send it to,
+	// in order, each with its credential and body (see Hop). The first is
+	// the routed upstream (or the one holding the objects the request
+	// names); the rest are the fallbacks the plan kept.
+	Hops []Hop
 	// Deadline: no attempt or fallback starts after it. ClientDeadline
 	// says it is the client's own (X-Llmgate-Deadline), not the
 	// operator's: a retry it stops says nothing about the upstream.
@@ -133,9 +128,11 @@ type Call struct {
 // (Outcome says why).
 type Response struct {
 	Upstream *Upstream
-	Status   int
-	Header   http.Header
-	Body     []byte
+	// Hop is the hop that produced it (Upstream is its upstream).
+	Hop    Hop
+	Status int
+	Header http.Header
+	Body   []byte
 	// Rest, when set, is the remainder of a body too large to buffer.
 	Rest io.ReadCloser
 	// Stream, when set, is a live SSE stream.
@@ -185,25 +182,26 @@ func (r *Response) Discard() {
 	}
 }
 
-// Execute runs c against primary's chain. It returns the response to give
-// the client, or a typed error (package apierror) when no upstream produced
+// Execute walks c's hops in order. It returns the response to give the
+// client, or a typed error (package apierror) when no upstream produced
 // one. The last upstream's breaker learns the outcome when the caller
 // calls Report.
-func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Response, error) {
+func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 	// Live traffic for the retry budget: requests that reach an upstream
 	// (replays and rejections do not).
 	p.budget.Request()
 	var last *Response
 	var lastErr error
-	for i, u := range primary.chain() {
+	for i, hop := range c.Hops {
+		u := hop.Upstream
 		if i > 0 {
-			if !c.resendable() || c.NoFallback {
-				break // the body was sent once and is gone, or must stay here
+			if !c.resendable() {
+				break // the body was sent once and is gone
 			}
 			if !c.Deadline.IsZero() && !p.now().Before(c.Deadline) {
 				break
 			}
-			p.metrics.Fallback(primary.Cfg.Name, u.Cfg.Name)
+			p.metrics.Fallback(c.Hops[0].Upstream.Cfg.Name, u.Cfg.Name)
 			tracing.Fallback(ctx, c.Tried[len(c.Tried)-1], u.Cfg.Name)
 		}
 		c.Tried = append(c.Tried, u.Cfg.Name)
@@ -218,7 +216,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Respo
 			}
 			return nil, err
 		}
-		resp, stop := p.runUpstream(ctx, c, u)
+		resp, stop := p.runUpstream(ctx, c, hop)
 		resp.done, resp.reqCtx = done, ctx
 		if resp.Stream != nil {
 			return resp, nil
@@ -273,14 +271,15 @@ func (p *Proxy) shuttingDown() bool {
 }
 
 // runUpstream is the one retry loop around attempts at u.
-func (p *Proxy) runUpstream(ctx context.Context, c *Call, u *Upstream) (*Response, retry.StopReason) {
+func (p *Proxy) runUpstream(ctx context.Context, c *Call, hop Hop) (*Response, retry.StopReason) {
+	u := hop.Upstream
 	var resp *Response
 	c.backoff = 0
 	loop := p.retryLoop(u.Cfg.Name, c)
 	_, stats := loop.Run(ctx, c.Deadline, func(actx context.Context, n int) classify.Outcome {
 		resp.Discard()
 		actx, span := p.tracer.StartAttempt(actx, u.attemptSpan(c, n))
-		resp = p.attempt(actx, c, u)
+		resp = p.attempt(actx, c, hop)
 		resp.traced(span)
 		p.metrics.Attempt(u.Cfg.Name, resp.Outcome)
 		return resp.Outcome
