@@ -46,7 +46,7 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		cl := &proxy.Call{In: r, Suffix: ep.suffix, Kind: ep.kind, Body: body, Model: rt.Model,
+		cl := &proxy.Call{In: r, Suffix: ep.suffix, API: ep.api, Body: body, Model: rt.Model,
 			Stream: rt.Stream, Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		view := sharedView{path: r.URL.Path, body: body, storeFalse: g.storeFalseBody(ep.suffix, body)}
 		if err := g.plan(r, cl, u, view); err != nil {

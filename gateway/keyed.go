@@ -188,7 +188,7 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 			default:
 			}
 			goesOn := g.detach(it, s)
-			abort := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn, cl.Kind) })
+			abort := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn, cl) })
 			k.cut.Store(true)
 			s.class = "client_deadline"
 			s.idemEvent = "detached" // the call runs on, to be committed
@@ -239,7 +239,7 @@ func (g *Gateway) detach(it *workItem, s *summary) bool {
 // headers are out (one too large to buffer, being copied) is aborted: the
 // client must not see it end as if whole. goesOn says whether the call runs
 // on to be committed.
-func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool, kind proxy.Kind) (abort bool) {
+func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool, cl *proxy.Call) (abort bool) {
 	err := &apierror.ClientDeadline{Keyed: goesOn}
 	if !wrote {
 		apierror.Write(w, err)
@@ -249,7 +249,7 @@ func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool, kind proxy.K
 		return true
 	}
 	e := apierror.Wire(err)
-	_, _ = w.Write(kind.StreamEvent(e.Message, e.Code))
+	_, _ = w.Write(cl.StreamEvent(e.Message, e.Code))
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -418,7 +418,7 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 		return
 	}
 	if err != nil {
-		tail.Fail(storeFailedEvent(k.cl.Kind))
+		tail.Fail(storeFailedEvent(k.cl))
 		return
 	}
 	tail.Release()
@@ -426,8 +426,8 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 
 // storeFailedEvent ends a keyed stream whose commit failed, in place of its
 // held-back tail: the client's SDK raises, and its retry runs again.
-func storeFailedEvent(kind proxy.Kind) []byte {
-	return kind.StreamEvent("The answer could not be stored, so this stream did not complete. Retry with the same Idempotency-Key.",
+func storeFailedEvent(cl *proxy.Call) []byte {
+	return cl.StreamEvent("The answer could not be stored, so this stream did not complete. Retry with the same Idempotency-Key.",
 		"idempotency_store_unavailable")
 }
 

@@ -308,15 +308,15 @@ type endpoint struct {
 	path   string // "/v1/chat/completions"
 	suffix string // "/chat/completions", appended to an upstream's base_url
 	label  string // metrics label
-	// kind is what its answers are, for classification and streams.
-	kind proxy.Kind
+	// api is the provider API it speaks, for classification and streams.
+	api *proxy.API
 }
 
 var postEndpoints = []endpoint{
-	{path: "/v1/chat/completions", suffix: "/chat/completions", label: "chat_completions", kind: proxy.Completion},
-	{path: "/v1/completions", suffix: "/completions", label: "completions", kind: proxy.Completion},
-	{path: "/v1/embeddings", suffix: "/embeddings", label: "embeddings"},
-	{path: "/v1/responses", suffix: "/responses", label: "responses", kind: proxy.Responses},
+	{path: "/v1/chat/completions", suffix: "/chat/completions", label: "chat_completions", api: proxy.ChatCompletions},
+	{path: "/v1/completions", suffix: "/completions", label: "completions", api: proxy.Completions},
+	{path: "/v1/embeddings", suffix: "/embeddings", label: "embeddings", api: proxy.Plain},
+	{path: "/v1/responses", suffix: "/responses", label: "responses", api: proxy.Responses},
 }
 
 func (g *Gateway) routes() *echo.Echo {

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/gateway/proxy"
 )
 
@@ -21,11 +20,7 @@ func (g *Gateway) countUsage(endpoint string, cl *proxy.Call, resp *proxy.Respon
 	if resp.Status < 200 || resp.Status > 299 || cl.Passthrough {
 		return
 	}
-	t := resp.Outcome.Usage
-	if !resp.Streamed() && cl.Kind == proxy.Plain && resp.Rest == nil {
-		t = classify.Usage(resp.Body)
-	}
-	g.metrics.Usage(resp.Upstream.Cfg.Name, endpoint, cl.Model, clientOf(cl.In), t)
+	g.metrics.Usage(resp.Upstream.Cfg.Name, endpoint, cl.Model, clientOf(cl.In), cl.Usage(resp))
 }
 
 // clientNames are the configured clients' names: the values of the

@@ -55,7 +55,7 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 		return resp
 	}
 	if c.Stream && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
-		return p.startStream(a, c.Kind, res.Body)
+		return p.startStream(a, c.api(), res.Body)
 	}
 	return p.readBody(a, c, res.Body)
 }
@@ -123,7 +123,7 @@ func (a *inAttempt) failWith(o classify.Outcome) *Response {
 // the event after them: when that one is a transient failure (an error
 // event, response.failed with server_error), the client has seen nothing
 // and the attempt is retried.
-func (p *Proxy) startStream(a *inAttempt, kind Kind, body io.ReadCloser) *Response {
+func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Response {
 	rd := sse.NewReader(body, p.maxEventBytes())
 	var first [][]byte
 	for {
@@ -137,11 +137,11 @@ func (p *Proxy) startStream(a *inAttempt, kind Kind, body io.ReadCloser) *Respon
 			return a.fail(err)
 		}
 		first = append(first, append([]byte(nil), ev...))
-		if kind != Responses || len(first) == maxPreamble || !classify.ResponsesPreamble(sse.Data(ev)) {
+		if api.stream.preamble == nil || len(first) == maxPreamble || !api.stream.preamble(sse.Data(ev)) {
 			break
 		}
 	}
-	if kind == Responses {
+	if api.stream.observer == typedResponses {
 		if o, failed := failedStart(first); failed {
 			body.Close()
 			rd.Release()
@@ -149,7 +149,7 @@ func (p *Proxy) startStream(a *inAttempt, kind Kind, body io.ReadCloser) *Respon
 		}
 	}
 	resp := a.resp
-	resp.Stream = &LiveStream{body: body, rd: rd, first: first, kind: kind,
+	resp.Stream = &LiveStream{body: body, rd: rd, first: first, api: api,
 		timer: a.timer, cancel: a.cancel, ctx: a.actx, idle: p.cfg.Limits.StreamIdleTimeout.D()}
 	resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
 	return resp
@@ -192,14 +192,7 @@ func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
 	body.Close()
 	a.end()
 	resp.Body = b
-	switch c.Kind {
-	case Completion:
-		resp.Outcome = classify.FromCompletion(b)
-	case Responses:
-		resp.Outcome = classify.FromResponses(b, resp.Header, p.now())
-	default:
-		resp.Outcome = classify.Outcome{Class: classify.Success}
-	}
+	resp.Outcome = c.api().Classify(b, resp.Header, p.now())
 	resp.Outcome.Status = resp.Status
 	return resp
 }

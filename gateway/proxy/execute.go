@@ -79,9 +79,9 @@ type Call struct {
 	// Suffix is appended to an upstream's base_url ("/chat/completions"),
 	// escaped as it is sent: a segment's "/" is "%2F".
 	Suffix string
-	// Kind is what the endpoint's answers are: how a 2xx body is
-	// classified, how a stream ends.
-	Kind Kind
+	// API is the provider API the endpoint speaks: how a 2xx body is
+	// classified, how a stream ends. If nil, Plain.
+	API  *API
 	Body []byte
 	// Source, when set, is the body instead of Body: spooled to a file, or
 	// read once from the client (then the call makes one attempt, at the
@@ -153,6 +153,27 @@ type Response struct {
 func (r *Response) Result(tried []string) outcome.Result {
 	return outcome.Result{Outcome: r.Outcome, Upstream: r.Upstream.Cfg.Name, Status: r.Status, Unrecordable: r.Rest != nil,
 		End: r.end, Streamed: r.Streamed(), Attempts: r.Attempts, Tried: tried}
+}
+
+// api is c's API: Plain when the endpoint names none.
+func (c *Call) api() *API {
+	if c.API == nil {
+		return Plain
+	}
+	return c.API
+}
+
+// StreamEvent is the one error event ending a stream of c's API early.
+func (c *Call) StreamEvent(msg, code string) []byte { return c.api().StreamEvent(msg, code) }
+
+// Usage is the token usage resp reported: its stream's, or its body's as
+// c's API reads it. A body too large to buffer was never read whole, and
+// reports none.
+func (c *Call) Usage(resp *Response) classify.Tokens {
+	if resp.Streamed() || resp.Rest != nil {
+		return resp.Outcome.Usage
+	}
+	return c.api().Usage(resp.Body, resp.Outcome)
 }
 
 // Streamed reports whether the response was a stream (now relayed).

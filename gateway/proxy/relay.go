@@ -23,7 +23,7 @@ type LiveStream struct {
 	// first is the first event, or for a Responses stream the events up
 	// to and including its first that is more than an announcement.
 	first  [][]byte
-	kind   Kind
+	api    *API
 	timer  *time.Timer
 	cancel context.CancelCauseFunc
 	ctx    context.Context
@@ -172,7 +172,7 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Reco
 		h.Set("Trailer", trailer)
 	}
 	w.WriteHeader(resp.Status)
-	r := newRelay(&clientOut{w: w}, rec, hold, &s.span, s.kind)
+	r := newRelay(&clientOut{w: w}, rec, hold, &s.span, s.api)
 	for _, ev := range s.first {
 		r.event(ev)
 	}
@@ -198,7 +198,7 @@ type relay struct {
 	out  *clientOut
 	rec  *sse.Recorder
 	obs  observer
-	kind Kind
+	api  *API
 	hold bool
 	tail Tail
 	span *tracing.Attempt
@@ -208,13 +208,15 @@ type relay struct {
 	responses responsesObserver
 }
 
-func newRelay(out *clientOut, rec *sse.Recorder, hold bool, span *tracing.Attempt, kind Kind) *relay {
-	r := &relay{out: out, rec: rec, hold: hold, span: span, kind: kind}
-	r.obs = &r.chat
-	if kind == Responses {
+func newRelay(out *clientOut, rec *sse.Recorder, hold bool, span *tracing.Attempt, api *API) *relay {
+	r := &relay{out: out, rec: rec, hold: hold, span: span, api: api}
+	switch api.stream.observer {
+	case dataOnly:
+		r.obs = &r.chat
+	case typedResponses:
 		r.obs = &r.responses
 	}
-	r.tail.out, r.tail.kind = out, kind
+	r.tail.out, r.tail.api = out, api
 	return r
 }
 
@@ -254,7 +256,7 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 		case errors.Is(err, io.EOF):
 			// A stream that ends without [DONE] (a terminal event) was
 			// cut short.
-			o = classify.Outcome{Class: classify.Transient, Reason: r.kind.cutReason(), Status: status}
+			o = classify.Outcome{Class: classify.Transient, Reason: r.api.stream.cutReason, Status: status}
 		case errors.Is(err, sse.ErrEventTooLarge):
 			o = classify.Outcome{Class: classify.Transient, Reason: "stream event too large", Status: status}
 		default:
@@ -265,7 +267,7 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 			if o.Timeout {
 				msg = "The upstream stream stalled and was ended by the gateway."
 			}
-			r.failed(r.kind.StreamEvent(msg, "upstream_stream_error"))
+			r.failed(r.api.StreamEvent(msg, "upstream_stream_error"))
 		}
 		return o
 	}
@@ -277,7 +279,7 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 func (r *relay) done() classify.Outcome {
 	o := r.obs.Outcome()
 	if !outcome.Committable(o) && len(r.tail.events) > 0 {
-		r.tail.failure = r.kind.StreamEvent("The upstream stream failed before it finished: "+o.Reason+".", "upstream_stream_error")
+		r.tail.failure = r.api.StreamEvent("The upstream stream failed before it finished: "+o.Reason+".", "upstream_stream_error")
 	}
 	return o
 }
@@ -298,7 +300,7 @@ func (r *relay) failed(ev []byte) {
 // or replaced by one error event when the stream failed or its commit did.
 type Tail struct {
 	out     *clientOut
-	kind    Kind
+	api     *API
 	events  [][]byte
 	failure []byte
 }
@@ -322,7 +324,7 @@ func (t *Tail) Fail(ev []byte) {
 	}
 	if ev == nil {
 		// Never drop a held tail silently: the client would see a clean end.
-		ev = t.kind.StreamEvent("The upstream stream did not end with an answer.", "upstream_stream_error")
+		ev = t.api.StreamEvent("The upstream stream did not end with an answer.", "upstream_stream_error")
 	}
 	if t.events != nil {
 		t.out.send(ev)
