@@ -370,13 +370,22 @@ func Write(w http.ResponseWriter, err error) *Error {
 	e := Wire(err)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", RetryAfterSeconds(e.RetryAfter))
-	}
-	h.Set("X-Should-Retry", strconv.FormatBool(e.ShouldRetry))
+	SetRetry(h, e.ShouldRetry, e.RetryAfter)
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(Body(e))
 	return e
+}
+
+// SetRetry writes what a client's SDK reads to decide on a retry of its
+// own: x-should-retry (the gateway is the retry layer, so SDKs that honour
+// it do not multiply its retries) and, when retryAfter > 0, Retry-After.
+// It is the one place the gateway writes either header; a relayed
+// answer's own Retry-After (headers.Response) is the provider's.
+func SetRetry(h http.Header, shouldRetry bool, retryAfter time.Duration) {
+	if retryAfter > 0 {
+		h.Set("Retry-After", RetryAfterSeconds(retryAfter))
+	}
+	h.Set("X-Should-Retry", strconv.FormatBool(shouldRetry))
 }
 
 // StreamEvent is the SSE event that ends a stream which broke after its

@@ -108,6 +108,11 @@ func Settle(r Result) Verdict {
 		// retry.
 		v.NoRetry = false
 	}
+	if r.Status == 0 {
+		// No upstream answered the last attempt: the client gets the
+		// failure itself.
+		v.Replace = noAnswer(r)
+	}
 	if !v.Commit && (o.Class.BreakerFailure() || r.End == EndGateway) {
 		class := string(o.Class)
 		if r.End == EndGateway {
@@ -116,6 +121,15 @@ func Settle(r Result) Verdict {
 		v.DeadLetter = &Failure{Class: class, Message: o.Reason, Status: r.Status, Attempts: r.Attempts, Tried: r.Tried}
 	}
 	return v
+}
+
+// noAnswer is the client's error when the last attempt got no response:
+// its client left, or the transport failed.
+func noAnswer(r Result) error {
+	if r.Outcome.Class == classify.Canceled {
+		return apierror.ClientGone
+	}
+	return &apierror.Transport{Upstream: r.Upstream, Reason: r.Outcome.Reason, Timeout: r.Outcome.Timeout}
 }
 
 // End is what ended a request's context, other than its upstream.

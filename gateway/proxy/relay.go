@@ -76,12 +76,6 @@ func SetGatewayHeaders(h http.Header, upstream string, o classify.Outcome) {
 // body's size, and before the response ends; if it fails, the response is
 // aborted, so the client sees a cut answer rather than a complete one.
 func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict, beforeEnd func(size int64) error) error {
-	if resp.Status == 0 {
-		if resp.Outcome.Class == classify.Canceled {
-			return apierror.ClientGone
-		}
-		return &apierror.Transport{Upstream: resp.Upstream.Cfg.Name, Reason: resp.Outcome.Reason, Timeout: resp.Outcome.Timeout}
-	}
 	if v.Replace != nil {
 		return v.Replace
 	}
@@ -91,7 +85,7 @@ func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict, beforeE
 	}
 	SetGatewayHeaders(h, resp.Upstream.Cfg.Name, resp.Outcome)
 	if v.NoRetry {
-		h.Set("X-Should-Retry", "false")
+		apierror.SetRetry(h, false, 0)
 	}
 	if resp.Rest == nil {
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
