@@ -237,10 +237,23 @@ func (m *Metrics) ModelLabel(model string, routed, learn bool) string {
 	return "other"
 }
 
-func (m *Metrics) Request(endpoint, model, upstream string, status int, outcome string, d time.Duration) {
-	s := strconv.Itoa(status)
-	m.requests.WithLabelValues(endpoint, model, upstream, s, outcome).Inc()
-	m.duration.WithLabelValues(endpoint, model, upstream, s, outcome).Observe(d.Seconds())
+// RequestDone is one finished client request as Request counts it. The
+// strings are label values, bounded as Metrics says (Model from
+// ModelLabel).
+type RequestDone struct {
+	Endpoint string
+	Model    string
+	Upstream string // the upstream that answered, or "none"
+	Status   int    // the status sent to the client
+	Outcome  string // the outcome class
+	Duration time.Duration
+}
+
+// Request counts a finished client request and observes its latency.
+func (m *Metrics) Request(r RequestDone) {
+	s := strconv.Itoa(r.Status)
+	m.requests.WithLabelValues(r.Endpoint, r.Model, r.Upstream, s, r.Outcome).Inc()
+	m.duration.WithLabelValues(r.Endpoint, r.Model, r.Upstream, s, r.Outcome).Observe(r.Duration.Seconds())
 }
 
 func (m *Metrics) Attempt(upstream string, o classify.Outcome) {
