@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
@@ -59,9 +60,10 @@ func (g *Gateway) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 		defer func() {
 			g.metrics.Inflight.Dec()
 			p := recover()
-			class := g.logRequest(c, id, s, err, p != nil, g.now().Sub(start))
+			end := requestEnd{id: id, err: err, aborted: p != nil, duration: g.now().Sub(start)}
+			class := g.logRequest(c, s, end)
 			if span != nil {
-				tracing.End(span, s.span(c, id, class, p != nil))
+				tracing.End(span, s.span(c, end, class))
 			}
 			if p != nil {
 				panic(p)
@@ -74,10 +76,18 @@ func (g *Gateway) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// requestEnd is how a /v1 request ended, as requestLog's defer saw it.
+type requestEnd struct {
+	id       string // the request id
+	err      error  // what the handler returned, if anything
+	aborted  bool   // the handler panicked (http.ErrAbortHandler included)
+	duration time.Duration
+}
+
 // logRequest writes the request's line and counts it, and returns the
 // class it logged.
-func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, aborted bool, d time.Duration) classify.Class {
-	r := c.Request()
+func (g *Gateway) logRequest(c echo.Context, s *summary, end requestEnd) classify.Class {
+	r, err, aborted, d := c.Request(), end.err, end.aborted, end.duration
 	status := c.Response().Status
 	class := s.class
 	switch {
@@ -91,7 +101,7 @@ func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, a
 		level = slog.LevelWarn
 	}
 	attrs := []slog.Attr{
-		slog.String("request_id", id),
+		slog.String("request_id", end.id),
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
 		slog.String("client", clientOf(r)),
@@ -130,7 +140,8 @@ func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, a
 		if up == "" {
 			up = "none"
 		}
-		g.metrics.Request(s.endpoint, model, up, status, string(class), d)
+		g.metrics.Request(metrics.RequestDone{Endpoint: s.endpoint, Model: model, Upstream: up,
+			Status: status, Outcome: string(class), Duration: d})
 		// The retries the answering upstream took; an upstream the request
 		// fell back from counts its own in llmgate_upstream_retries_total.
 		g.timeline.Request(s.upstream, string(class), d, s.attempts-1)
@@ -139,10 +150,10 @@ func (g *Gateway) logRequest(c echo.Context, id string, s *summary, err error, a
 }
 
 // span is what the request's span records: what its log line says.
-func (s *summary) span(c echo.Context, id string, class classify.Class, aborted bool) tracing.Request {
-	return tracing.Request{RequestID: id, Client: clientOf(c.Request()), Model: s.model, Upstream: s.upstream,
+func (s *summary) span(c echo.Context, end requestEnd, class classify.Class) tracing.Request {
+	return tracing.Request{RequestID: end.id, Client: clientOf(c.Request()), Model: s.model, Upstream: s.upstream,
 		Status: c.Response().Status, Class: string(class), Attempts: s.attempts, IdempotencyKeyHash: s.idemKey,
-		IdempotencyEvent: s.idemEvent, Cache: s.cache, Aborted: aborted}
+		IdempotencyEvent: s.idemEvent, Cache: s.cache, Aborted: end.aborted}
 }
 
 // post adapts a handler of plain net/http types to echo, giving it the
