@@ -1,4 +1,4 @@
-package simupstream_test
+package fakeprovider_test
 
 import (
 	"bufio"

@@ -16,7 +16,7 @@
 //
 // Every wait (latency, chunk delay, hang, stall) selects on the request's
 // context and on Close, so no handler outlives its client or the Server.
-package simupstream
+package fakeprovider
 
 import (
 	"context"

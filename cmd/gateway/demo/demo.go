@@ -1,4 +1,4 @@
-package simupstream
+package demo
 
 // The demo models. With Options.DemoModels a request for one of them is
 // answered by its script below, not by the queue, so that `gateway -demo`

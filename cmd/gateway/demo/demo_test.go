@@ -1,4 +1,4 @@
-package simupstream_test
+package demo_test
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package simupstream_test
+package fakeprovider_test
 
 // The Responses API and the models and structured-output answers, driven
 // with the official SDK, github.com/openai/openai-go: if the SDK parses
