@@ -1,18 +1,18 @@
-// Package simupstream is a scriptable, OpenAI-compatible upstream: a real
-// http.Handler that answers /v1/chat/completions, /v1/completions,
-// /v1/embeddings, /v1/responses (and the responses it stored) and
-// /v1/models with generated answers, and can be told, request by request,
-// to fail in the ways real providers fail (error statuses, hangs,
-// connection resets, truncated bodies, streams that stop, stall or end in
-// an error event).
+// Package fakeprovider is test support: a scripted fake provider for tests
+// and the load tool; not part of the product.
 //
-// It serves three callers: the e2e tests, which start it with
+// Its Server is an OpenAI-compatible upstream — the simulated provider of
+// `gateway -demo` (package cmd/gateway/demo), which generates the answers
+// of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses
+// (and the responses it stored) and /v1/models — that can be told,
+// request by request, to fail in the ways real providers fail (error
+// statuses, hangs, connection resets, truncated bodies, streams that stop,
+// stall or end in an error event), and that records what it saw.
+//
+// It serves two callers: the e2e and gateway tests, which start it with
 // httptest.NewServer, script it per test and assert on what it recorded;
-// `gateway -demo`, which serves it in-process so a newcomer without an API
-// key sees a completion, and with Options.DemoModels a retry, an open
-// breaker and a dead letter (demo.go); and the load tool, which uses
-// Options.Latency, Options.ChunkDelay and Options.ContentBytes to shape its
-// answers.
+// and the load tool, which uses Options.Latency, Options.ChunkDelay and
+// Options.ContentBytes to shape its answers.
 //
 // Every wait (latency, chunk delay, hang, stall) selects on the request's
 // context and on Close, so no handler outlives its client or the Server.
@@ -20,32 +20,29 @@ package fakeprovider
 
 import (
 	"context"
-	"crypto/subtle"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/llmgate/llmgate/cmd/gateway/demo"
 )
 
 // maxPaths bounds how many distinct paths Calls counts separately.
 const maxPaths = 1024
 
-var defaultModels = []string{"gpt-4o-mini", "gpt-4o", "text-embedding-3-small"}
-
-// Options shapes a Server's generated answers. The zero value is a healthy,
-// instant upstream that keeps every request it records.
+// Options shapes a Server's generated answers (each field as in
+// demo.Options) and what it records. The zero value is a healthy, instant
+// upstream that keeps every request it records.
 type Options struct {
 	// Models are listed by GET /v1/models. If nil, gpt-4o-mini, gpt-4o and
 	// text-embedding-3-small are; with DemoModels, the demo models follow.
 	// Completion and embedding requests are answered for any model name.
 	Models []string
 
-	// DemoModels makes the demo models (see Demos: demo-flaky,
+	// DemoModels makes the demo models (see demo.Demos: demo-flaky,
 	// demo-ratelimited, demo-down, demo-filtered, demo-empty, demo-cut)
 	// fail as their names say. A request for one of them is answered by its
 	// script and consumes no Step; other models are answered as before. Off
@@ -53,7 +50,8 @@ type Options struct {
 	// whatever the model.
 	DemoModels bool
 	// DemoOutage is how long demo-down answers 503, counted from the first
-	// request for it. If DemoOutage <= 0, DefaultDemoOutage (30s) is used.
+	// request for it. If DemoOutage <= 0, demo.DefaultDemoOutage (30s)
+	// is used.
 	DemoOutage time.Duration
 
 	// Latency is the delay before answering each request. A Step's Delay
@@ -92,90 +90,27 @@ type Options struct {
 
 	// KeepRequests is how many of the most recent requests Requests returns.
 	// If KeepRequests == 0, all are kept (what tests want); if it is
-	// negative, none are (what the demo and the load tool want, so memory
-	// stays flat). Calls and WaitForCalls count every request regardless.
+	// negative, none are (what the load tool wants, so memory stays
+	// flat). Calls and WaitForCalls count every request regardless.
 	KeepRequests int
 }
 
 // Step scripts the answer to one POST request. The zero Step is a normal
-// generated answer.
-type Step struct {
-	// Status 0 or 200 gives a generated successful answer; any other status
-	// gives an error response (or Body, if set).
-	Status int
-	// Header holds extra response headers, e.g. "Retry-After": "1". They
-	// are set last, so they override the Server's own.
-	Header map[string]string
-	// Body is sent verbatim instead of a generated body. If Body is empty and
-	// Status >= 400, an OpenAI error object is generated from ErrType and
-	// ErrCode. Its Content-Type is application/json, or text/event-stream
-	// when the request asked to stream and Status < 400, unless Header says
-	// otherwise.
-	Body    string
-	ErrType string // error.type of a generated error; if empty, derived from Status
-	ErrCode string // error.code of a generated error; if empty, derived from Status
+// generated answer. See demo.Step for its fields.
+type Step = demo.Step
 
-	// Delay is the wait before writing headers. If Delay <= 0,
-	// Options.Latency is used.
-	Delay time.Duration
-	// Hang never answers: the request blocks until the client goes away
-	// (or Close is called).
-	Hang bool
-	// Reset closes the TCP connection abruptly after Delay, with no
-	// response: the client sees ECONNRESET or EOF.
-	Reset bool
-	// ResetAfter, if > 0, writes the headers and this many body bytes
-	// (Content-Length announces the whole body), then resets the
-	// connection, so the client reads a truncated body.
-	ResetAfter int
-
-	// FinishReason is the finish_reason of a generated answer. If empty,
-	// "stop". "tool_calls" makes a chat answer a call of the request's first
-	// tool (or of "lookup") instead of content.
-	FinishReason string
-	// Empty makes a generated answer's content "" (and no tool calls).
-	Empty bool
-
-	// ChunkDelay is the wait between stream events. If ChunkDelay <= 0,
-	// Options.ChunkDelay is used.
-	ChunkDelay time.Duration
-	// StopAfter, if > 0, ends a stream cleanly after this many events (the
-	// first being the role chunk), with no [DONE] and Connection: close.
-	StopAfter int
-	// StallAfter, if > 0, stops sending after this many events and blocks
-	// until the client goes away. If both are set, the smaller wins.
-	StallAfter int
-	// ErrorInStream ends a stream, after its content chunks, with an event
-	// carrying an OpenAI error object (from ErrType and ErrCode, default
-	// server_error) instead of the finish chunk and [DONE]. A Responses
-	// stream ends with an "error" typed event instead of its done events.
-	ErrorInStream bool
-	// Failed makes a Responses answer a failed response (status "failed",
-	// error.code from ErrCode, default server_error), sent with HTTP 200;
-	// streamed, it ends with response.failed after the text deltas. Other
-	// endpoints ignore it.
-	Failed bool
-}
-
-func (st Step) clone() Step {
+func cloneStep(st Step) Step {
 	st.Header = maps.Clone(st.Header)
 	return st
 }
 
 // Request is what the Server recorded about one request.
-type Request struct {
-	Method string
-	Path   string
-	Header http.Header
-	Body   []byte    // exactly as received
-	At     time.Time // arrival, before any delay
-	Step   Step      // the Step it consumed; zero for requests that consume none
-}
+type Request = demo.Request
 
-func (r Request) clone() Request {
+func cloneRequest(r Request) Request {
 	r.Header = r.Header.Clone()
 	r.Body = slices.Clone(r.Body)
-	r.Step = r.Step.clone()
+	r.Step = cloneStep(r.Step)
 	return r
 }
 
@@ -183,11 +118,7 @@ func (r Request) clone() Request {
 // with New.
 type Server struct {
 	opts   Options
-	models []string
-	seq    atomic.Uint64 // numbers ids, so two answers never share one
-
-	done      chan struct{} // closed by Close
-	closeOnce sync.Once
+	engine *demo.Server // generates the answers; s is its Script
 
 	mu      sync.Mutex
 	queue   []Step
@@ -195,12 +126,6 @@ type Server struct {
 	reqs    []Request
 	total   int
 	perPath map[string]int
-	demo    demoState
-	// stored holds the Responses kept for GET /v1/responses/{id}, at most
-	// maxStoredResponses; storedOrder is their creation order, for
-	// eviction (it may name ids already deleted).
-	stored      map[string]*storedResponse
-	storedOrder []string
 	// arrived is created by a waiting WaitForCalls and closed (then
 	// forgotten) by the next arrival, so waiters wake without polling and
 	// nobody pays for it when nobody waits.
@@ -209,19 +134,26 @@ type Server struct {
 
 // New returns a Server answering as o says.
 func New(o Options) *Server {
-	models := slices.Clone(o.Models)
-	if o.Models == nil {
-		models = slices.Clone(defaultModels)
-	}
-	if o.DemoModels {
-		models = append(models, demoModelNames()...)
-	}
-	return &Server{
-		opts:    o,
-		models:  models,
-		done:    make(chan struct{}),
-		perPath: make(map[string]int),
-	}
+	s := &Server{opts: o, perPath: make(map[string]int)}
+	s.engine = demo.New(demo.Options{
+		Models:          o.Models,
+		DemoModels:      o.DemoModels,
+		DemoOutage:      o.DemoOutage,
+		Latency:         o.Latency,
+		ChunkDelay:      o.ChunkDelay,
+		ContentBytes:    o.ContentBytes,
+		Chunks:          o.Chunks,
+		APIKey:          o.APIKey,
+		BackgroundPolls: o.BackgroundPolls,
+		MaxModelLen:     o.MaxModelLen,
+		Script:          (*script)(s),
+	})
+	return s
+}
+
+// ServeHTTP records the request, then answers it as its Step says.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.engine.ServeHTTP(w, r)
 }
 
 // Enqueue appends steps to the script: each scripted POST (chat
@@ -231,7 +163,7 @@ func (s *Server) Enqueue(steps ...Step) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range steps {
-		s.queue = append(s.queue, st.clone())
+		s.queue = append(s.queue, cloneStep(st))
 	}
 }
 
@@ -241,7 +173,7 @@ func (s *Server) Enqueue(steps ...Step) {
 func (s *Server) SetDefault(st Step) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.def = st.clone()
+	s.def = cloneStep(st)
 }
 
 // ClearQueue drops the steps not yet consumed.
@@ -255,10 +187,9 @@ func (s *Server) ClearQueue() {
 // and the stored Responses, drops the queue and makes the default Step
 // healthy again.
 func (s *Server) Reset() {
+	s.engine.Reset()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.demo = demoState{}
-	s.stored, s.storedOrder = nil, nil
 	s.queue = nil
 	s.def = Step{}
 	s.reqs = nil
@@ -276,7 +207,7 @@ func (s *Server) Requests() []Request {
 	}
 	out := make([]Request, len(kept))
 	for i, r := range kept {
-		out[i] = r.clone()
+		out[i] = cloneRequest(r)
 	}
 	return out
 }
@@ -322,11 +253,15 @@ func (s *Server) WaitForCalls(ctx context.Context, n int) error {
 // httptest.Server) so shutdown does not wait on a client that never gives
 // up.
 func (s *Server) Close() {
-	s.closeOnce.Do(func() { close(s.done) })
+	s.engine.Close()
 }
 
-// next returns the Step for a scripted request.
-func (s *Server) next() Step {
+// script is the Server as the engine's demo.Script: its methods are the
+// engine's to call, not the tests'.
+type script Server
+
+// Next returns the Step for a scripted request.
+func (s *script) Next() Step {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.queue) == 0 {
@@ -338,13 +273,13 @@ func (s *Server) next() Step {
 	return st
 }
 
-// record stores r and returns its arrival number since the last Reset.
-func (s *Server) record(r Request) int {
+// Arrived records r.
+func (s *script) Arrived(r Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.total++
-	// Bound the per-path counts: a demo server on an open port must not
-	// grow a map entry for every path a scanner tries.
+	// Bound the per-path counts: a fake serving a long load run must not
+	// grow a map entry for every path it is sent.
 	if _, ok := s.perPath[r.Path]; ok || len(s.perPath) < maxPaths {
 		s.perPath[r.Path]++
 	}
@@ -358,45 +293,5 @@ func (s *Server) record(r Request) int {
 	if s.arrived != nil {
 		close(s.arrived)
 		s.arrived = nil
-	}
-	return s.total
-}
-
-func (s *Server) authorized(r *http.Request) bool {
-	if s.opts.APIKey == "" {
-		return true
-	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(token), []byte(s.opts.APIKey)) == 1
-}
-
-// errAbort means the connection must be dropped without (the rest of) a
-// response; ServeHTTP turns it into panic(http.ErrAbortHandler).
-var errAbort = errors.New("simupstream: abort connection")
-
-// pause waits d, or until the client goes away or the Server is closed.
-func (s *Server) pause(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.done:
-		return errAbort
-	}
-}
-
-// hang blocks until the client goes away or the Server is closed.
-func (s *Server) hang(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.done:
-		return errAbort
 	}
 }
