@@ -17,7 +17,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // Tenants and the provider objects they create (issue 14, "Stateful
@@ -129,7 +129,7 @@ func ownersHarnessStore(t *testing.T, mutate func(*config.Config), wrap func(Sto
 		if mutate != nil {
 			mutate(c)
 		}
-	}, wrap, simupstream.Options{})
+	}, wrap, fakeprovider.Options{})
 	return h, up
 }
 

@@ -13,8 +13,8 @@ import (
 	"github.com/llmgate/llmgate/cache"
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/cache/storetest"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/apierror"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // TestStoreFullState walks a gateway on a real Badger store, whose statfs
@@ -33,7 +33,7 @@ func TestStoreFullState(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bs.Close() })
-	h := newHarnessStore(t, nil, func(Store) Store { return bs }, simupstream.Options{})
+	h := newHarnessStore(t, nil, func(Store) Store { return bs }, fakeprovider.Options{})
 	key := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
 
 	first := h.chat(chatBody, key("before"))

@@ -16,9 +16,9 @@ import (
 
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	redisstore "github.com/llmgate/llmgate/cache/redis"
+	"github.com/llmgate/llmgate/cmd/gateway/demo"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
@@ -31,7 +31,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	configPath := fs.String("config", "", "YAML configuration `file` (default: built-in defaults and the environment)")
 	checkOnly := fs.Bool("check-config", false, "validate the configuration, print it with secrets redacted, and exit")
 	demoFlag := fs.Bool("demo", false, "serve a built-in simulated upstream, with models that fail on purpose, and open the admin API and page: a tour of llmgate with no API key and no network")
-	demoOutage := fs.Duration("demo-outage", simupstream.DefaultDemoOutage, "with -demo, how long the model demo-down is down, from its first request")
+	demoOutage := fs.Duration("demo-outage", demo.DefaultDemoOutage, "with -demo, how long the model demo-down is down, from its first request")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -19,8 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/e2e/load/cgroup"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // childLine prefixes the line a child prints once it listens; the address
@@ -52,7 +52,7 @@ func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	addr := *fakeAddr
 	switch {
 	case *fakeAddr != "" && *floorAddr == "":
-		fake := simupstream.New(simupstream.Options{
+		fake := fakeprovider.New(fakeprovider.Options{
 			Latency: *latency, ChunkDelay: *chunkDelay, ContentBytes: *content, Chunks: *chunks,
 			KeepRequests: -1,
 		})

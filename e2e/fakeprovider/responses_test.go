@@ -1,4 +1,4 @@
-package simupstream_test
+package fakeprovider_test
 
 // The Responses API and the models and structured-output answers, driven
 // with the official SDK, github.com/openai/openai-go: if the SDK parses
@@ -20,7 +20,8 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/cmd/gateway/demo"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // sdk is an official-SDK client of the fake that never retries, so every
@@ -46,7 +47,7 @@ func apiStatus(err error) (int, string) {
 }
 
 func TestResponsesJSON(t *testing.T) {
-	_, srv := start(t, simupstream.Options{})
+	_, srv := start(t, fakeprovider.Options{})
 	c := sdk(srv)
 	p := askParams("hello there")
 	p.Instructions = openai.String("Be brief.")
@@ -116,7 +117,7 @@ func eventTypes(events []responses.ResponseStreamEventUnion) []string {
 }
 
 func TestResponsesStream(t *testing.T) {
-	_, srv := start(t, simupstream.Options{})
+	_, srv := start(t, fakeprovider.Options{})
 	events, err := streamed(t, sdk(srv), askParams("hello there"))
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ func typesOf(events []responses.ResponseStreamEventUnion) []string {
 // TestResponsesStreamWire checks what the SDK does not show: event: lines
 // that match the data's type, and no [DONE].
 func TestResponsesStreamWire(t *testing.T) {
-	_, srv := start(t, simupstream.Options{})
+	_, srv := start(t, fakeprovider.Options{})
 	resp, err := post(testCtx(t), srv, "/v1/responses", `{"model":"m","input":"hi","stream":true}`)
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +198,7 @@ func TestResponsesStreamWire(t *testing.T) {
 }
 
 func TestResponsesBackground(t *testing.T) {
-	_, srv := start(t, simupstream.Options{BackgroundPolls: 2})
+	_, srv := start(t, fakeprovider.Options{BackgroundPolls: 2})
 	c := sdk(srv)
 	p := askParams("in the background")
 	p.Background = openai.Bool(true)
@@ -245,7 +246,7 @@ func TestResponsesBackground(t *testing.T) {
 }
 
 func TestResponsesPreviousResponseID(t *testing.T) {
-	_, srv := start(t, simupstream.Options{})
+	_, srv := start(t, fakeprovider.Options{})
 	c := sdk(srv)
 	first, err := c.Responses.New(testCtx(t), askParams("first"))
 	if err != nil {
@@ -279,17 +280,17 @@ func TestResponsesPreviousResponseID(t *testing.T) {
 // TestResponsesScripted holds each scripted failure to the shape the SDK
 // sees, as JSON and streamed.
 func TestResponsesScripted(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
+	fake, srv := start(t, fakeprovider.Options{})
 	c := sdk(srv)
 	t.Run("5xx", func(t *testing.T) {
-		fake.Enqueue(simupstream.Step{Status: 503})
+		fake.Enqueue(fakeprovider.Step{Status: 503})
 		_, err := c.Responses.New(testCtx(t), askParams("x"))
 		if status, _ := apiStatus(err); status != 503 {
 			t.Errorf("err %v, want 503", err)
 		}
 	})
 	t.Run("429", func(t *testing.T) {
-		fake.Enqueue(simupstream.Step{Status: 429, Header: map[string]string{"Retry-After": "2"}})
+		fake.Enqueue(fakeprovider.Step{Status: 429, Header: map[string]string{"Retry-After": "2"}})
 		resp, err := post(testCtx(t), srv, "/v1/responses", `{"model":"m","input":"x"}`)
 		if err != nil {
 			t.Fatal(err)
@@ -300,7 +301,7 @@ func TestResponsesScripted(t *testing.T) {
 		}
 	})
 	t.Run("content_filter", func(t *testing.T) {
-		fake.Enqueue(simupstream.Step{FinishReason: "content_filter"}, simupstream.Step{FinishReason: "content_filter"})
+		fake.Enqueue(fakeprovider.Step{FinishReason: "content_filter"}, fakeprovider.Step{FinishReason: "content_filter"})
 		res, err := c.Responses.New(testCtx(t), askParams("x"))
 		if err != nil || res.Status != "incomplete" || res.IncompleteDetails.Reason != "content_filter" {
 			t.Errorf("JSON: %v, %v", res, err)
@@ -312,14 +313,14 @@ func TestResponsesScripted(t *testing.T) {
 		}
 	})
 	t.Run("max_output_tokens", func(t *testing.T) {
-		fake.Enqueue(simupstream.Step{FinishReason: "length"})
+		fake.Enqueue(fakeprovider.Step{FinishReason: "length"})
 		res, err := c.Responses.New(testCtx(t), askParams("x"))
 		if err != nil || res.Status != "incomplete" || res.IncompleteDetails.Reason != "max_output_tokens" {
 			t.Errorf("JSON: %v, %v", res, err)
 		}
 	})
 	t.Run("empty", func(t *testing.T) {
-		fake.Enqueue(simupstream.Step{Empty: true}, simupstream.Step{Empty: true})
+		fake.Enqueue(fakeprovider.Step{Empty: true}, fakeprovider.Step{Empty: true})
 		res, err := c.Responses.New(testCtx(t), askParams("x"))
 		if err != nil || res.Status != "completed" || len(res.Output) != 0 || res.JSON.Output.Raw() != "[]" {
 			t.Errorf("JSON: %v, %v", res, err)
@@ -330,7 +331,7 @@ func TestResponsesScripted(t *testing.T) {
 		}
 	})
 	t.Run("failed", func(t *testing.T) {
-		fake.Enqueue(simupstream.Step{Failed: true, ErrCode: "rate_limit_exceeded"}, simupstream.Step{Failed: true})
+		fake.Enqueue(fakeprovider.Step{Failed: true, ErrCode: "rate_limit_exceeded"}, fakeprovider.Step{Failed: true})
 		res, err := c.Responses.New(testCtx(t), askParams("x"))
 		if err != nil || res.Status != "failed" || res.Error.Code != "rate_limit_exceeded" {
 			t.Errorf("JSON: %v, %v", res, err)
@@ -343,7 +344,7 @@ func TestResponsesScripted(t *testing.T) {
 		}
 	})
 	t.Run("error event", func(t *testing.T) {
-		fake.Enqueue(simupstream.Step{ErrorInStream: true, ErrCode: "server_error"})
+		fake.Enqueue(fakeprovider.Step{ErrorInStream: true, ErrCode: "server_error"})
 		events, err := streamed(t, c, askParams("x"))
 		last := events[len(events)-1]
 		if err != nil || last.Type != "error" || last.AsError().Code != "server_error" || slices.Contains(typesOf(events), "response.completed") {
@@ -351,7 +352,7 @@ func TestResponsesScripted(t *testing.T) {
 		}
 	})
 	t.Run("function call", func(t *testing.T) {
-		fake.Enqueue(simupstream.Step{FinishReason: "tool_calls"}, simupstream.Step{FinishReason: "tool_calls"})
+		fake.Enqueue(fakeprovider.Step{FinishReason: "tool_calls"}, fakeprovider.Step{FinishReason: "tool_calls"})
 		p := askParams("weather in Paris")
 		p.Tools = []responses.ToolUnionParam{responses.ToolParamOfFunction("get_weather", map[string]any{"type": "object"}, false)}
 		res, err := c.Responses.New(testCtx(t), p)
@@ -367,7 +368,7 @@ func TestResponsesScripted(t *testing.T) {
 		}
 	})
 	t.Run("stop after", func(t *testing.T) {
-		fake.Enqueue(simupstream.Step{StopAfter: 4})
+		fake.Enqueue(fakeprovider.Step{StopAfter: 4})
 		events, err := streamed(t, c, askParams("x"))
 		if err != nil || len(events) != 4 {
 			t.Errorf("stream cut after %d events (%v), want 4", len(events), err)
@@ -376,15 +377,15 @@ func TestResponsesScripted(t *testing.T) {
 }
 
 func TestResponsesDemoModels(t *testing.T) {
-	_, srv := start(t, simupstream.Options{DemoModels: true})
+	_, srv := start(t, fakeprovider.Options{DemoModels: true})
 	c := sdk(srv)
 	p := askParams("x")
-	p.Model = simupstream.DemoFiltered
+	p.Model = demo.DemoFiltered
 	res, err := c.Responses.New(testCtx(t), p)
 	if err != nil || res.IncompleteDetails.Reason != "content_filter" {
 		t.Errorf("%s: %v, %v", p.Model, res, err)
 	}
-	p.Model = simupstream.DemoEmpty
+	p.Model = demo.DemoEmpty
 	res, err = c.Responses.New(testCtx(t), p)
 	if err != nil || res.Status != "completed" || len(res.Output) != 0 {
 		t.Errorf("%s: %v, %v", p.Model, res, err)
@@ -393,7 +394,7 @@ func TestResponsesDemoModels(t *testing.T) {
 
 func TestModelsGet(t *testing.T) {
 	const id = "meta-llama/Llama-3.1-8B-Instruct"
-	_, srv := start(t, simupstream.Options{Models: []string{id}, MaxModelLen: 8192})
+	_, srv := start(t, fakeprovider.Options{Models: []string{id}, MaxModelLen: 8192})
 	c := sdk(srv)
 	m, err := c.Models.Get(testCtx(t), id)
 	if err != nil || m.ID != id || m.Object != "model" || m.Created == 0 || m.OwnedBy == "" {
@@ -413,7 +414,7 @@ func TestModelsGet(t *testing.T) {
 }
 
 // serveDirect answers one request with the handler alone, without HTTP.
-func serveDirect(fake *simupstream.Server, method, path, body string) *httptest.ResponseRecorder {
+func serveDirect(fake *fakeprovider.Server, method, path, body string) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	fake.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
 	return w
@@ -422,7 +423,7 @@ func serveDirect(fake *simupstream.Server, method, path, body string) *httptest.
 // The stored responses are bounded: a demo server on an open port keeps
 // the newest 4096 and forgets the oldest.
 func TestResponsesStoreIsBounded(t *testing.T) {
-	fake := simupstream.New(simupstream.Options{KeepRequests: -1})
+	fake := fakeprovider.New(fakeprovider.Options{KeepRequests: -1})
 	defer fake.Close()
 	var first struct{ ID string }
 	if err := json.Unmarshal(serveDirect(fake, "POST", "/v1/responses", `{"model":"m","input":"first"}`).Body.Bytes(), &first); err != nil {
@@ -447,7 +448,7 @@ func TestResponsesStoreIsBounded(t *testing.T) {
 }
 
 func BenchmarkResponses(b *testing.B) {
-	fake := simupstream.New(simupstream.Options{KeepRequests: -1})
+	fake := fakeprovider.New(fakeprovider.Options{KeepRequests: -1})
 	defer fake.Close()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -458,7 +459,7 @@ func BenchmarkResponses(b *testing.B) {
 }
 
 func BenchmarkResponsesStream(b *testing.B) {
-	fake := simupstream.New(simupstream.Options{KeepRequests: -1})
+	fake := fakeprovider.New(fakeprovider.Options{KeepRequests: -1})
 	defer fake.Close()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,29 +1,27 @@
-// Package simupstream is a scriptable, OpenAI-compatible upstream: a real
-// http.Handler that answers /v1/chat/completions, /v1/completions,
-// /v1/embeddings, /v1/responses (and the responses it stored) and
-// /v1/models with generated answers, and can be told, request by request,
-// to fail in the ways real providers fail (error statuses, hangs,
-// connection resets, truncated bodies, streams that stop, stall or end in
-// an error event).
+// Package demo is the simulated OpenAI-compatible provider of `gateway
+// -demo`: a real http.Handler that answers /v1/chat/completions,
+// /v1/completions, /v1/embeddings, /v1/responses (and the responses it
+// stored) and /v1/models with generated answers — structured outputs
+// included — and whose demo models (demo.go) fail on purpose, so a
+// newcomer without an API key sees a completion, a retry, an open breaker
+// and a dead letter.
 //
-// It serves three callers: the e2e tests, which start it with
-// httptest.NewServer, script it per test and assert on what it recorded;
-// `gateway -demo`, which serves it in-process so a newcomer without an API
-// key sees a completion, and with Options.DemoModels a retry, an open
-// breaker and a dead letter (demo.go); and the load tool, which uses
-// Options.Latency, Options.ChunkDelay and Options.ContentBytes to shape its
-// answers.
+// Each answer follows a Step, which can also say how to fail the way real
+// providers fail (error statuses, hangs, connection resets, truncated
+// bodies, streams that stop, stall or end in an error event). The demo
+// models pick their own Steps; a Script (Options.Script) gives the Steps of
+// every other request. The scripted fake that tests and the load tool use,
+// package e2e/fakeprovider, is such a Script; this package never imports
+// it.
 //
 // Every wait (latency, chunk delay, hang, stall) selects on the request's
 // context and on Close, so no handler outlives its client or the Server.
-package simupstream
+package demo
 
 import (
 	"context"
 	"crypto/subtle"
 	"errors"
-	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -32,13 +30,10 @@ import (
 	"time"
 )
 
-// maxPaths bounds how many distinct paths Calls counts separately.
-const maxPaths = 1024
-
 var defaultModels = []string{"gpt-4o-mini", "gpt-4o", "text-embedding-3-small"}
 
 // Options shapes a Server's generated answers. The zero value is a healthy,
-// instant upstream that keeps every request it records.
+// instant upstream whose requests all get the zero Step.
 type Options struct {
 	// Models are listed by GET /v1/models. If nil, gpt-4o-mini, gpt-4o and
 	// text-embedding-3-small are; with DemoModels, the demo models follow.
@@ -48,9 +43,9 @@ type Options struct {
 	// DemoModels makes the demo models (see Demos: demo-flaky,
 	// demo-ratelimited, demo-down, demo-filtered, demo-empty, demo-cut)
 	// fail as their names say. A request for one of them is answered by its
-	// script and consumes no Step; other models are answered as before. Off
-	// by default, so that a test scripting the Server gets what it queued
-	// whatever the model.
+	// script and consumes no Step of the Script; other models are answered
+	// as before. Off by default, so that a test scripting the Server gets
+	// what it queued whatever the model.
 	DemoModels bool
 	// DemoOutage is how long demo-down answers 503, counted from the first
 	// request for it. If DemoOutage <= 0, DefaultDemoOutage (30s) is used.
@@ -90,11 +85,24 @@ type Options struct {
 	// check that a gateway relays vendor fields.
 	MaxModelLen int
 
-	// KeepRequests is how many of the most recent requests Requests returns.
-	// If KeepRequests == 0, all are kept (what tests want); if it is
-	// negative, none are (what the demo and the load tool want, so memory
-	// stays flat). Calls and WaitForCalls count every request regardless.
-	KeepRequests int
+	// Script, if set, gives the Step of each request that consumes one and
+	// is told of every request. If nil, every request not for a demo model
+	// gets the zero Step (a generated answer) and nothing is recorded,
+	// which is what `gateway -demo` wants.
+	Script Script
+}
+
+// A Script scripts a Server's answers and sees its requests: the scripted
+// fake of package e2e/fakeprovider is one.
+type Script interface {
+	// Next returns the Step for an authorized POST to a generating
+	// endpoint (chat completions, completions, embeddings, responses) that
+	// is not for a demo model.
+	Next() Step
+	// Arrived is told of every request on arrival, before any delay or
+	// hang, with the Step it got (zero for requests that consume none).
+	// r.Header is a copy and r.Body is never written to: it may keep both.
+	Arrived(r Request)
 }
 
 // Step scripts the answer to one POST request. The zero Step is a normal
@@ -157,12 +165,7 @@ type Step struct {
 	Failed bool
 }
 
-func (st Step) clone() Step {
-	st.Header = maps.Clone(st.Header)
-	return st
-}
-
-// Request is what the Server recorded about one request.
+// Request is what a Server tells its Script about one request.
 type Request struct {
 	Method string
 	Path   string
@@ -172,39 +175,26 @@ type Request struct {
 	Step   Step      // the Step it consumed; zero for requests that consume none
 }
 
-func (r Request) clone() Request {
-	r.Header = r.Header.Clone()
-	r.Body = slices.Clone(r.Body)
-	r.Step = r.Step.clone()
-	return r
-}
-
-// Server is the fake upstream. It is safe for concurrent use; create it
-// with New.
+// Server is the simulated upstream. It is safe for concurrent use; create
+// it with New.
 type Server struct {
 	opts   Options
 	models []string
 	seq    atomic.Uint64 // numbers ids, so two answers never share one
+	// calls numbers the requests since New or the last Reset, for the
+	// rate-limit headers.
+	calls atomic.Int64
 
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
 
-	mu      sync.Mutex
-	queue   []Step
-	def     Step
-	reqs    []Request
-	total   int
-	perPath map[string]int
-	demo    demoState
+	mu   sync.Mutex
+	demo demoState
 	// stored holds the Responses kept for GET /v1/responses/{id}, at most
 	// maxStoredResponses; storedOrder is their creation order, for
 	// eviction (it may name ids already deleted).
 	stored      map[string]*storedResponse
 	storedOrder []string
-	// arrived is created by a waiting WaitForCalls and closed (then
-	// forgotten) by the next arrival, so waiters wake without polling and
-	// nobody pays for it when nobody waits.
-	arrived chan struct{}
 }
 
 // New returns a Server answering as o says.
@@ -217,103 +207,21 @@ func New(o Options) *Server {
 		models = append(models, demoModelNames()...)
 	}
 	return &Server{
-		opts:    o,
-		models:  models,
-		done:    make(chan struct{}),
-		perPath: make(map[string]int),
+		opts:   o,
+		models: models,
+		done:   make(chan struct{}),
 	}
 }
 
-// Enqueue appends steps to the script: each scripted POST (chat
-// completions, completions, embeddings, responses) consumes the next one,
-// in order.
-func (s *Server) Enqueue(steps ...Step) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, st := range steps {
-		s.queue = append(s.queue, st.clone())
-	}
-}
-
-// SetDefault sets the Step used when the queue is empty:
-// SetDefault(Step{Status: 503}) takes the upstream down, SetDefault(Step{})
-// makes it healthy again.
-func (s *Server) SetDefault(st Step) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.def = st.clone()
-}
-
-// ClearQueue drops the steps not yet consumed.
-func (s *Server) ClearQueue() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.queue = nil
-}
-
-// Reset forgets the recorded requests and counts (the demo models' too)
-// and the stored Responses, drops the queue and makes the default Step
-// healthy again.
+// Reset forgets the demo models' counts, the stored Responses and the
+// request count of the rate-limit headers. A Script's own state is the
+// Script's to reset.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.demo = demoState{}
 	s.stored, s.storedOrder = nil, nil
-	s.queue = nil
-	s.def = Step{}
-	s.reqs = nil
-	s.total = 0
-	s.perPath = make(map[string]int)
-}
-
-// Requests returns copies of the recorded requests, in arrival order.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kept := s.reqs
-	if k := s.opts.KeepRequests; k > 0 && len(kept) > k {
-		kept = kept[len(kept)-k:]
-	}
-	out := make([]Request, len(kept))
-	for i, r := range kept {
-		out[i] = r.clone()
-	}
-	return out
-}
-
-// Calls reports how many requests reached path, or all paths if path is "".
-// Only the first 1024 distinct paths are counted separately.
-func (s *Server) Calls(path string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if path == "" {
-		return s.total
-	}
-	return s.perPath[path]
-}
-
-// WaitForCalls blocks until at least n requests have arrived since New or
-// the last Reset (requests are counted on arrival, before any delay or
-// hang), or until ctx is done.
-func (s *Server) WaitForCalls(ctx context.Context, n int) error {
-	for {
-		s.mu.Lock()
-		if s.total >= n {
-			s.mu.Unlock()
-			return nil
-		}
-		if s.arrived == nil {
-			s.arrived = make(chan struct{})
-		}
-		arrived, seen := s.arrived, s.total
-		s.mu.Unlock()
-
-		select {
-		case <-arrived:
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %d calls, saw %d: %w", n, seen, context.Cause(ctx))
-		}
-	}
+	s.calls.Store(0)
 }
 
 // Close releases every request that is delayed, hanging or stalled: its
@@ -323,43 +231,6 @@ func (s *Server) WaitForCalls(ctx context.Context, n int) error {
 // up.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() { close(s.done) })
-}
-
-// next returns the Step for a scripted request.
-func (s *Server) next() Step {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.queue) == 0 {
-		return s.def
-	}
-	st := s.queue[0]
-	s.queue[0] = Step{}
-	s.queue = s.queue[1:]
-	return st
-}
-
-// record stores r and returns its arrival number since the last Reset.
-func (s *Server) record(r Request) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.total++
-	// Bound the per-path counts: a demo server on an open port must not
-	// grow a map entry for every path a scanner tries.
-	if _, ok := s.perPath[r.Path]; ok || len(s.perPath) < maxPaths {
-		s.perPath[r.Path]++
-	}
-	if k := s.opts.KeepRequests; k >= 0 {
-		s.reqs = append(s.reqs, r)
-		// Trim by halves so keeping the last k costs O(1) per request.
-		if k > 0 && len(s.reqs) >= 2*k {
-			s.reqs = slices.Clone(s.reqs[len(s.reqs)-k:])
-		}
-	}
-	if s.arrived != nil {
-		close(s.arrived)
-		s.arrived = nil
-	}
-	return s.total
 }
 
 func (s *Server) authorized(r *http.Request) bool {
@@ -372,7 +243,7 @@ func (s *Server) authorized(r *http.Request) bool {
 
 // errAbort means the connection must be dropped without (the rest of) a
 // response; ServeHTTP turns it into panic(http.ErrAbortHandler).
-var errAbort = errors.New("simupstream: abort connection")
+var errAbort = errors.New("demo: abort connection")
 
 // pause waits d, or until the client goes away or the Server is closed.
 func (s *Server) pause(ctx context.Context, d time.Duration) error {

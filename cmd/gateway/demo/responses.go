@@ -1,4 +1,4 @@
-package simupstream
+package demo
 
 // The Responses API: POST /v1/responses answers as JSON or as a stream of
 // typed events (event: <type> + data: {...,"sequence_number":N}, no

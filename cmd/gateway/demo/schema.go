@@ -1,4 +1,4 @@
-package simupstream
+package demo
 
 // Structured outputs: a request that asks for a JSON schema gets, as its
 // content, a JSON document generated from that schema, so that an SDK's

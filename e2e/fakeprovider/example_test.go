@@ -1,4 +1,4 @@
-package simupstream_test
+package fakeprovider_test
 
 import (
 	"fmt"
@@ -6,18 +6,18 @@ import (
 	"net/http/httptest"
 	"strings"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // A test scripts the upstream, drives the code under test, then asserts
 // on what the upstream saw.
 func Example() {
-	fake := simupstream.New(simupstream.Options{})
+	fake := fakeprovider.New(fakeprovider.Options{})
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	defer fake.Close()
 
-	fake.Enqueue(simupstream.Step{Status: 503, Header: map[string]string{"Retry-After": "1"}})
+	fake.Enqueue(fakeprovider.Step{Status: 503, Header: map[string]string{"Retry-After": "1"}})
 	for range 2 {
 		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))

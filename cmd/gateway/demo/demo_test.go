@@ -1,4 +1,4 @@
-package simupstream_test
+package demo_test
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/cmd/gateway/demo"
 )
 
 func demoBody(model, prompt string, stream bool) string {
@@ -41,9 +41,9 @@ func statuses(t *testing.T, srv *httptest.Server, body string, n int) (codes []i
 }
 
 func TestDemoFlakyCyclesPerBody(t *testing.T) {
-	_, srv := start(t, simupstream.Options{DemoModels: true})
-	a := demoBody(simupstream.DemoFlaky, "a", false)
-	b := demoBody(simupstream.DemoFlaky, "b", false)
+	_, srv := start(t, demo.Options{DemoModels: true})
+	a := demoBody(demo.DemoFlaky, "a", false)
+	b := demoBody(demo.DemoFlaky, "b", false)
 
 	got, _ := statuses(t, srv, a, 2)
 	// Another body in between starts a cycle of its own.
@@ -58,8 +58,8 @@ func TestDemoFlakyCyclesPerBody(t *testing.T) {
 }
 
 func TestDemoRateLimited(t *testing.T) {
-	_, srv := start(t, simupstream.Options{DemoModels: true})
-	got, ra := statuses(t, srv, demoBody(simupstream.DemoRateLimited, "x", false), 3)
+	_, srv := start(t, demo.Options{DemoModels: true})
+	got, ra := statuses(t, srv, demoBody(demo.DemoRateLimited, "x", false), 3)
 	if want := []int{429, 200, 429}; !slices.Equal(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
@@ -69,12 +69,12 @@ func TestDemoRateLimited(t *testing.T) {
 }
 
 func TestDemoAnswers(t *testing.T) {
-	_, srv := start(t, simupstream.Options{DemoModels: true})
+	_, srv := start(t, demo.Options{DemoModels: true})
 	for _, tc := range []struct {
 		model, finish, content string
 	}{
-		{simupstream.DemoFiltered, "content_filter", "*"},
-		{simupstream.DemoEmpty, "stop", ""},
+		{demo.DemoFiltered, "content_filter", "*"},
+		{demo.DemoEmpty, "stop", ""},
 	} {
 		resp, err := post(testCtx(t), srv, "/v1/chat/completions", demoBody(tc.model, "hi", false))
 		if err != nil {
@@ -101,9 +101,9 @@ func TestDemoAnswers(t *testing.T) {
 }
 
 func TestDemoCut(t *testing.T) {
-	_, srv := start(t, simupstream.Options{DemoModels: true})
+	_, srv := start(t, demo.Options{DemoModels: true})
 	t.Run("stream", func(t *testing.T) {
-		resp, err := post(testCtx(t), srv, "/v1/chat/completions", demoBody(simupstream.DemoCut, "hi", true))
+		resp, err := post(testCtx(t), srv, "/v1/chat/completions", demoBody(demo.DemoCut, "hi", true))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +114,7 @@ func TestDemoCut(t *testing.T) {
 		}
 	})
 	t.Run("json", func(t *testing.T) {
-		resp, err := post(testCtx(t), srv, "/v1/chat/completions", demoBody(simupstream.DemoCut, "hi", false))
+		resp, err := post(testCtx(t), srv, "/v1/chat/completions", demoBody(demo.DemoCut, "hi", false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,11 +130,11 @@ func TestDemoCut(t *testing.T) {
 // good. The clock is synctest's: no real waiting.
 func TestDemoDownOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := simupstream.New(simupstream.Options{DemoModels: true, DemoOutage: 30 * time.Second})
+		fake := demo.New(demo.Options{DemoModels: true, DemoOutage: 30 * time.Second})
 		defer fake.Close()
 		status := func() int {
 			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
-				strings.NewReader(demoBody(simupstream.DemoDown, "hi", false)))
+				strings.NewReader(demoBody(demo.DemoDown, "hi", false)))
 			w := httptest.NewRecorder()
 			fake.ServeHTTP(w, req)
 			return w.Code
@@ -157,31 +157,8 @@ func TestDemoDownOutage(t *testing.T) {
 	})
 }
 
-// Without DemoModels the demo names are models like any other: a test's
-// script applies to them.
-func TestDemoModelsOffByDefault(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
-	fake.Enqueue(simupstream.Step{Status: 418})
-	got, _ := statuses(t, srv, demoBody(simupstream.DemoDown, "hi", false), 2)
-	if want := []int{418, 200}; !slices.Equal(got, want) {
-		t.Errorf("statuses %v, want %v", got, want)
-	}
-}
-
-// With DemoModels a demo model leaves the queue to the others.
-func TestDemoModelsConsumeNoStep(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{DemoModels: true})
-	fake.Enqueue(simupstream.Step{Status: 418})
-	if got, _ := statuses(t, srv, demoBody(simupstream.DemoFiltered, "hi", false), 1); got[0] != 200 {
-		t.Errorf("demo-filtered: %d, want 200", got[0])
-	}
-	if got, _ := statuses(t, srv, chatBody, 1); got[0] != 418 {
-		t.Errorf("gpt-4o-mini after it: %d, want the queued 418", got[0])
-	}
-}
-
 func TestDemoModelsListed(t *testing.T) {
-	_, srv := start(t, simupstream.Options{DemoModels: true})
+	_, srv := start(t, demo.Options{DemoModels: true})
 	list, err := client(srv, "k").ListModels(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +167,7 @@ func TestDemoModelsListed(t *testing.T) {
 	for _, m := range list.Models {
 		ids = append(ids, m.ID)
 	}
-	for _, d := range simupstream.Demos(0) {
+	for _, d := range demo.Demos(0) {
 		if !slices.Contains(ids, d.Model) {
 			t.Errorf("GET /v1/models %v lacks %s", ids, d.Model)
 		}

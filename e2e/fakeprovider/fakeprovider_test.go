@@ -1,4 +1,4 @@
-package simupstream_test
+package fakeprovider_test
 
 import (
 	"bufio"
@@ -20,7 +20,7 @@ import (
 	"github.com/sashabaranov/go-openai"
 	"go.uber.org/goleak"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // Every wait in the fake selects on the request context, so no handler may
@@ -30,9 +30,9 @@ func TestMain(m *testing.M) {
 }
 
 // start serves a new fake on loopback until the test ends.
-func start(t testing.TB, o simupstream.Options) (*simupstream.Server, *httptest.Server) {
+func start(t testing.TB, o fakeprovider.Options) (*fakeprovider.Server, *httptest.Server) {
 	t.Helper()
-	fake := simupstream.New(o)
+	fake := fakeprovider.New(o)
 	srv := httptest.NewServer(fake)
 	t.Cleanup(func() {
 		fake.Close()
@@ -123,7 +123,7 @@ type rawChunk struct {
 }
 
 func TestChatCompletion(t *testing.T) {
-	_, srv := start(t, simupstream.Options{})
+	_, srv := start(t, fakeprovider.Options{})
 	c := client(srv, "k")
 	ctx := testCtx(t)
 
@@ -168,7 +168,7 @@ func TestChatCompletion(t *testing.T) {
 }
 
 func TestTwoCallsGetDifferentIDs(t *testing.T) {
-	_, srv := start(t, simupstream.Options{})
+	_, srv := start(t, fakeprovider.Options{})
 	c := client(srv, "k")
 	req := openai.ChatCompletionRequest{
 		Model:    "gpt-4o-mini",
@@ -193,7 +193,7 @@ func TestTwoCallsGetDifferentIDs(t *testing.T) {
 func TestChatStream(t *testing.T) {
 	for _, includeUsage := range []bool{false, true} {
 		t.Run(fmt.Sprintf("include_usage=%v", includeUsage), func(t *testing.T) {
-			_, srv := start(t, simupstream.Options{})
+			_, srv := start(t, fakeprovider.Options{})
 			req := openai.ChatCompletionRequest{
 				Model:    "gpt-4o-mini",
 				Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hello there"}},
@@ -263,7 +263,7 @@ func TestChatStream(t *testing.T) {
 
 // The wire format, read raw: what a gateway's SSE parser sees.
 func TestChatStreamFraming(t *testing.T) {
-	_, srv := start(t, simupstream.Options{})
+	_, srv := start(t, fakeprovider.Options{})
 	resp, err := post(testCtx(t), srv, "/v1/chat/completions",
 		`{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`)
 	if err != nil {
@@ -299,7 +299,7 @@ func TestChatStreamFraming(t *testing.T) {
 func TestScriptedStatusAndHeaders(t *testing.T) {
 	tests := []struct {
 		name       string
-		step       simupstream.Step
+		step       fakeprovider.Step
 		wantStatus int
 		wantHeader map[string]string
 		wantBody   string // verbatim, if set
@@ -308,7 +308,7 @@ func TestScriptedStatusAndHeaders(t *testing.T) {
 	}{
 		{
 			name:       "rate limited",
-			step:       simupstream.Step{Status: 429, Header: map[string]string{"Retry-After": "1", "x-ratelimit-reset-requests": "1s"}},
+			step:       fakeprovider.Step{Status: 429, Header: map[string]string{"Retry-After": "1", "x-ratelimit-reset-requests": "1s"}},
 			wantStatus: 429,
 			wantHeader: map[string]string{"Retry-After": "1", "x-ratelimit-reset-requests": "1s"},
 			wantType:   "requests",
@@ -316,28 +316,28 @@ func TestScriptedStatusAndHeaders(t *testing.T) {
 		},
 		{
 			name:       "unavailable",
-			step:       simupstream.Step{Status: 503},
+			step:       fakeprovider.Step{Status: 503},
 			wantStatus: 503,
 			wantType:   "server_error",
 			wantCode:   nil,
 		},
 		{
 			name:       "context too long",
-			step:       simupstream.Step{Status: 400, ErrType: "invalid_request_error", ErrCode: "context_length_exceeded"},
+			step:       fakeprovider.Step{Status: 400, ErrType: "invalid_request_error", ErrCode: "context_length_exceeded"},
 			wantStatus: 400,
 			wantType:   "invalid_request_error",
 			wantCode:   "context_length_exceeded",
 		},
 		{
 			name:       "verbatim error body",
-			step:       simupstream.Step{Status: 502, Body: "<html>bad gateway</html>", Header: map[string]string{"Content-Type": "text/html"}},
+			step:       fakeprovider.Step{Status: 502, Body: "<html>bad gateway</html>", Header: map[string]string{"Content-Type": "text/html"}},
 			wantStatus: 502,
 			wantHeader: map[string]string{"Content-Type": "text/html"},
 			wantBody:   "<html>bad gateway</html>",
 		},
 		{
 			name:       "verbatim success body",
-			step:       simupstream.Step{Body: `{"id":"x","choices":[]}`},
+			step:       fakeprovider.Step{Body: `{"id":"x","choices":[]}`},
 			wantStatus: 200,
 			wantHeader: map[string]string{"Content-Type": "application/json"},
 			wantBody:   `{"id":"x","choices":[]}`,
@@ -345,7 +345,7 @@ func TestScriptedStatusAndHeaders(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fake, srv := start(t, simupstream.Options{})
+			fake, srv := start(t, fakeprovider.Options{})
 			fake.Enqueue(tt.step)
 			resp, err := post(testCtx(t), srv, "/v1/chat/completions", chatBody)
 			if err != nil {
@@ -390,8 +390,8 @@ func TestScriptedStatusAndHeaders(t *testing.T) {
 
 // go-openai sees scripted errors as *openai.APIError, as it would OpenAI's.
 func TestScriptedErrorThroughClient(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
-	fake.Enqueue(simupstream.Step{Status: 429})
+	fake, srv := start(t, fakeprovider.Options{})
+	fake.Enqueue(fakeprovider.Step{Status: 429})
 	_, err := client(srv, "k").CreateChatCompletion(testCtx(t), openai.ChatCompletionRequest{
 		Model:    "gpt-4o-mini",
 		Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}},
@@ -406,7 +406,7 @@ func TestScriptedErrorThroughClient(t *testing.T) {
 }
 
 func TestQueueThenDefault(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
+	fake, srv := start(t, fakeprovider.Options{})
 	status := func() int {
 		t.Helper()
 		resp, err := post(testCtx(t), srv, "/v1/chat/completions", chatBody)
@@ -418,8 +418,8 @@ func TestQueueThenDefault(t *testing.T) {
 		return resp.StatusCode
 	}
 
-	fake.Enqueue(simupstream.Step{Status: 500}, simupstream.Step{Status: 502})
-	fake.SetDefault(simupstream.Step{Status: 503})
+	fake.Enqueue(fakeprovider.Step{Status: 500}, fakeprovider.Step{Status: 502})
+	fake.SetDefault(fakeprovider.Step{Status: 503})
 	var got []int
 	for range 4 {
 		got = append(got, status())
@@ -428,15 +428,15 @@ func TestQueueThenDefault(t *testing.T) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
 
-	fake.SetDefault(simupstream.Step{})
-	fake.Enqueue(simupstream.Step{Status: 500})
+	fake.SetDefault(fakeprovider.Step{})
+	fake.Enqueue(fakeprovider.Step{Status: 500})
 	fake.ClearQueue()
 	if got := status(); got != 200 {
 		t.Errorf("after SetDefault(Step{}) and ClearQueue: status %d", got)
 	}
 
-	fake.Enqueue(simupstream.Step{Status: 500})
-	fake.SetDefault(simupstream.Step{Status: 503})
+	fake.Enqueue(fakeprovider.Step{Status: 500})
+	fake.SetDefault(fakeprovider.Step{Status: 503})
 	fake.Reset()
 	if got := status(); got != 200 {
 		t.Errorf("after Reset: status %d", got)
@@ -447,8 +447,8 @@ func TestQueueThenDefault(t *testing.T) {
 }
 
 func TestResetClosesConnection(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
-	fake.Enqueue(simupstream.Step{Reset: true})
+	fake, srv := start(t, fakeprovider.Options{})
+	fake.Enqueue(fakeprovider.Step{Reset: true})
 	resp, err := post(testCtx(t), srv, "/v1/chat/completions", chatBody)
 	if err == nil {
 		resp.Body.Close()
@@ -465,8 +465,8 @@ func TestResetClosesConnection(t *testing.T) {
 func TestResetAfterTruncatesBody(t *testing.T) {
 	for _, body := range []string{chatBody, streamBody} {
 		t.Run(body, func(t *testing.T) {
-			fake, srv := start(t, simupstream.Options{})
-			fake.Enqueue(simupstream.Step{ResetAfter: 20})
+			fake, srv := start(t, fakeprovider.Options{})
+			fake.Enqueue(fakeprovider.Step{ResetAfter: 20})
 			resp, err := post(testCtx(t), srv, "/v1/chat/completions", body)
 			if err != nil {
 				t.Fatal(err)
@@ -487,8 +487,8 @@ func TestResetAfterTruncatesBody(t *testing.T) {
 }
 
 func TestStopAfterEndsStreamWithoutDone(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
-	fake.Enqueue(simupstream.Step{StopAfter: 3})
+	fake, srv := start(t, fakeprovider.Options{})
+	fake.Enqueue(fakeprovider.Step{StopAfter: 3})
 	resp, err := post(testCtx(t), srv, "/v1/chat/completions", streamBody)
 	if err != nil {
 		t.Fatal(err)
@@ -509,8 +509,8 @@ func TestStopAfterEndsStreamWithoutDone(t *testing.T) {
 }
 
 func TestStallAfterBlocksUntilClientCancels(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
-	fake.Enqueue(simupstream.Step{StallAfter: 2})
+	fake, srv := start(t, fakeprovider.Options{})
+	fake.Enqueue(fakeprovider.Step{StallAfter: 2})
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	resp, err := post(ctx, srv, "/v1/chat/completions", streamBody)
@@ -537,8 +537,8 @@ func TestStallAfterBlocksUntilClientCancels(t *testing.T) {
 }
 
 func TestErrorInStream(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
-	fake.Enqueue(simupstream.Step{ErrorInStream: true, ErrCode: "overloaded"})
+	fake, srv := start(t, fakeprovider.Options{})
+	fake.Enqueue(fakeprovider.Step{ErrorInStream: true, ErrCode: "overloaded"})
 	stream, err := client(srv, "k").CreateChatCompletionStream(testCtx(t), openai.ChatCompletionRequest{
 		Model:    "gpt-4o-mini",
 		Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}},
@@ -572,7 +572,7 @@ func TestChunksArriveIncrementally(t *testing.T) {
 	// With an hour between chunks, the first chunk can only be read if it
 	// was flushed on its own, long before the last is written. The test's
 	// deadline turns a buffered stream into a failure, not a hang.
-	_, srv := start(t, simupstream.Options{ChunkDelay: time.Hour})
+	_, srv := start(t, fakeprovider.Options{ChunkDelay: time.Hour})
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	resp, err := post(ctx, srv, "/v1/chat/completions", streamBody)
@@ -598,20 +598,20 @@ func TestChunksArriveIncrementally(t *testing.T) {
 func TestFinishReasons(t *testing.T) {
 	tools := []openai.Tool{{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{Name: "get_weather"}}}
 	tests := []struct {
-		step        simupstream.Step
+		step        fakeprovider.Step
 		wantFinish  openai.FinishReason
 		wantContent bool
 		wantTool    string
 	}{
-		{simupstream.Step{}, openai.FinishReasonStop, true, ""},
-		{simupstream.Step{FinishReason: "length"}, openai.FinishReasonLength, true, ""},
-		{simupstream.Step{FinishReason: "content_filter"}, openai.FinishReasonContentFilter, true, ""},
-		{simupstream.Step{FinishReason: "tool_calls"}, openai.FinishReasonToolCalls, false, "get_weather"},
-		{simupstream.Step{Empty: true}, openai.FinishReasonStop, false, ""},
+		{fakeprovider.Step{}, openai.FinishReasonStop, true, ""},
+		{fakeprovider.Step{FinishReason: "length"}, openai.FinishReasonLength, true, ""},
+		{fakeprovider.Step{FinishReason: "content_filter"}, openai.FinishReasonContentFilter, true, ""},
+		{fakeprovider.Step{FinishReason: "tool_calls"}, openai.FinishReasonToolCalls, false, "get_weather"},
+		{fakeprovider.Step{Empty: true}, openai.FinishReasonStop, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%+v", tt.step), func(t *testing.T) {
-			fake, srv := start(t, simupstream.Options{})
+			fake, srv := start(t, fakeprovider.Options{})
 			fake.Enqueue(tt.step, tt.step)
 			c := client(srv, "k")
 			req := openai.ChatCompletionRequest{
@@ -671,14 +671,14 @@ func TestFinishReasons(t *testing.T) {
 
 func TestContentSizeAndChunks(t *testing.T) {
 	tests := []struct {
-		opts       simupstream.Options
+		opts       fakeprovider.Options
 		wantLen    int // 0: the canned sentence
 		wantChunks int
 	}{
-		{simupstream.Options{}, 0, 5},
-		{simupstream.Options{Chunks: 3}, 0, 3},
-		{simupstream.Options{ContentBytes: 1000}, 1000, 16},
-		{simupstream.Options{ContentBytes: 1000, Chunks: 2}, 1000, 2},
+		{fakeprovider.Options{}, 0, 5},
+		{fakeprovider.Options{Chunks: 3}, 0, 3},
+		{fakeprovider.Options{ContentBytes: 1000}, 1000, 16},
+		{fakeprovider.Options{ContentBytes: 1000, Chunks: 2}, 1000, 2},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%+v", tt.opts), func(t *testing.T) {
@@ -729,7 +729,7 @@ func TestContentSizeAndChunks(t *testing.T) {
 }
 
 func TestLegacyCompletions(t *testing.T) {
-	_, srv := start(t, simupstream.Options{})
+	_, srv := start(t, fakeprovider.Options{})
 	c := client(srv, "k")
 	req := openai.CompletionRequest{Model: "gpt-3.5-turbo-instruct", Prompt: "say hi"}
 	resp, err := c.CreateCompletion(testCtx(t), req)
@@ -772,7 +772,7 @@ func TestLegacyCompletions(t *testing.T) {
 }
 
 func TestEmbeddings(t *testing.T) {
-	_, srv := start(t, simupstream.Options{})
+	_, srv := start(t, fakeprovider.Options{})
 	c := client(srv, "k")
 	ctx := testCtx(t)
 	embed := func(format openai.EmbeddingEncodingFormat, dims int, input ...string) openai.EmbeddingResponse {
@@ -834,7 +834,7 @@ func TestEmbeddings(t *testing.T) {
 
 func TestModels(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
-		_, srv := start(t, simupstream.Options{})
+		_, srv := start(t, fakeprovider.Options{})
 		list, err := client(srv, "k").ListModels(testCtx(t))
 		if err != nil {
 			t.Fatal(err)
@@ -848,7 +848,7 @@ func TestModels(t *testing.T) {
 		}
 	})
 	t.Run("configured", func(t *testing.T) {
-		_, srv := start(t, simupstream.Options{Models: []string{"local-llama"}})
+		_, srv := start(t, fakeprovider.Options{Models: []string{"local-llama"}})
 		c := client(srv, "k")
 		m, err := c.GetModel(testCtx(t), "local-llama")
 		if err != nil || m.ID != "local-llama" || m.Object != "model" {
@@ -862,7 +862,7 @@ func TestModels(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
+	fake, srv := start(t, fakeprovider.Options{})
 	tests := []struct {
 		method, path, body string
 		wantStatus         int
@@ -905,8 +905,8 @@ func TestBadRequests(t *testing.T) {
 }
 
 func TestAPIKey(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{APIKey: "sk-right"})
-	fake.Enqueue(simupstream.Step{Status: 500})
+	fake, srv := start(t, fakeprovider.Options{APIKey: "sk-right"})
+	fake.Enqueue(fakeprovider.Step{Status: 500})
 	req := openai.ChatCompletionRequest{
 		Model:    "gpt-4o-mini",
 		Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}},
@@ -927,8 +927,8 @@ func TestAPIKey(t *testing.T) {
 }
 
 func TestRecorder(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
-	step := simupstream.Step{Status: 429, Header: map[string]string{"Retry-After": "2"}}
+	fake, srv := start(t, fakeprovider.Options{})
+	step := fakeprovider.Step{Status: 429, Header: map[string]string{"Retry-After": "2"}}
 	fake.Enqueue(step)
 	// Odd spacing and non-ASCII text must come back unchanged.
 	body := "{ \"model\" : \"gpt-4o\",\n\t\"messages\": [{\"role\":\"user\",\"content\":\"h\u00e9llo \u2713 \\u00e9\"}] }  "
@@ -963,7 +963,7 @@ func TestRecorder(t *testing.T) {
 	if !reflect.DeepEqual(r.Step, step) {
 		t.Errorf("recorded step %+v, want %+v", r.Step, step)
 	}
-	if g := reqs[1]; g.Method != "GET" || g.Path != "/v1/models" || !reflect.DeepEqual(g.Step, simupstream.Step{}) {
+	if g := reqs[1]; g.Method != "GET" || g.Path != "/v1/models" || !reflect.DeepEqual(g.Step, fakeprovider.Step{}) {
 		t.Errorf("second request %s %s step %+v", g.Method, g.Path, g.Step)
 	}
 	if fake.Calls("/v1/chat/completions") != 1 || fake.Calls("/v1/models") != 1 || fake.Calls("") != 2 || fake.Calls("/v1/embeddings") != 0 {
@@ -983,7 +983,7 @@ func TestRecorder(t *testing.T) {
 func TestKeepRequests(t *testing.T) {
 	for _, tt := range []struct{ keep, want int }{{0, 7}, {3, 3}, {-1, 0}} {
 		t.Run(fmt.Sprint(tt.keep), func(t *testing.T) {
-			fake, srv := start(t, simupstream.Options{KeepRequests: tt.keep})
+			fake, srv := start(t, fakeprovider.Options{KeepRequests: tt.keep})
 			for i := range 7 {
 				resp, err := post(testCtx(t), srv, "/v1/embeddings", fmt.Sprintf(`{"model":"m","input":"%d"}`, i))
 				if err != nil {
@@ -1003,8 +1003,8 @@ func TestKeepRequests(t *testing.T) {
 }
 
 func TestWaitForCalls(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
-	fake.Enqueue(simupstream.Step{Hang: true}, simupstream.Step{Delay: time.Hour})
+	fake, srv := start(t, fakeprovider.Options{})
+	fake.Enqueue(fakeprovider.Step{Hang: true}, fakeprovider.Step{Delay: time.Hour})
 
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
@@ -1040,8 +1040,8 @@ func TestWaitForCalls(t *testing.T) {
 }
 
 func TestCloseReleasesHangingRequests(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
-	fake.SetDefault(simupstream.Step{Hang: true})
+	fake, srv := start(t, fakeprovider.Options{})
+	fake.SetDefault(fakeprovider.Step{Hang: true})
 	errs := make(chan error, 1)
 	go func() {
 		resp, err := post(testCtx(t), srv, "/v1/chat/completions", chatBody)
@@ -1060,7 +1060,7 @@ func TestCloseReleasesHangingRequests(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
-	fake, srv := start(t, simupstream.Options{})
+	fake, srv := start(t, fakeprovider.Options{})
 	c := client(srv, "k")
 	ctx := testCtx(t)
 	const workers, calls = 8, 10
@@ -1105,8 +1105,8 @@ func TestConcurrentUse(t *testing.T) {
 		})
 	}
 	for range calls {
-		fake.Enqueue(simupstream.Step{FinishReason: "length"})
-		fake.SetDefault(simupstream.Step{})
+		fake.Enqueue(fakeprovider.Step{FinishReason: "length"})
+		fake.SetDefault(fakeprovider.Step{})
 		_ = fake.Requests()
 		_ = fake.Calls("/v1/chat/completions")
 	}
@@ -1122,7 +1122,7 @@ func TestConcurrentUse(t *testing.T) {
 // The fake's own cost per non-streamed call, client included, so the load
 // tool can subtract it.
 func BenchmarkChatCompletion(b *testing.B) {
-	_, srv := start(b, simupstream.Options{KeepRequests: -1})
+	_, srv := start(b, fakeprovider.Options{KeepRequests: -1})
 	c := srv.Client()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -1136,7 +1136,7 @@ func BenchmarkChatCompletion(b *testing.B) {
 }
 
 func BenchmarkChatCompletionStream(b *testing.B) {
-	_, srv := start(b, simupstream.Options{KeepRequests: -1})
+	_, srv := start(b, fakeprovider.Options{KeepRequests: -1})
 	c := srv.Client()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -1151,7 +1151,7 @@ func BenchmarkChatCompletionStream(b *testing.B) {
 
 // The handler alone, without HTTP.
 func BenchmarkServeHTTP(b *testing.B) {
-	fake := simupstream.New(simupstream.Options{KeepRequests: -1})
+	fake := fakeprovider.New(fakeprovider.Options{KeepRequests: -1})
 	b.ReportAllocs()
 	for b.Loop() {
 		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))

@@ -1,4 +1,4 @@
-package simupstream_test
+package demo_test
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/cmd/gateway/demo"
 )
 
 // recipe is what a structured-output client decodes the answer into.
@@ -94,7 +94,7 @@ func schemaMap(t *testing.T) map[string]any {
 }
 
 func TestStructuredOutputChat(t *testing.T) {
-	_, srv := start(t, simupstream.Options{ContentBytes: 4096}) // padding must not touch JSON
+	_, srv := start(t, demo.Options{ContentBytes: 4096}) // padding must not touch JSON
 	c := sdk(srv)
 	p := openai.ChatCompletionNewParams{
 		Model:    "gpt-4o-mini",
@@ -129,7 +129,7 @@ func TestStructuredOutputChat(t *testing.T) {
 }
 
 func TestStructuredOutputResponses(t *testing.T) {
-	_, srv := start(t, simupstream.Options{})
+	_, srv := start(t, demo.Options{})
 	c := sdk(srv)
 	p := askParams("a soup")
 	p.Text = responses.ResponseTextConfigParam{Format: responses.ResponseFormatTextConfigUnionParam{
@@ -153,7 +153,7 @@ func TestStructuredOutputResponses(t *testing.T) {
 // TestStructuredOutputRecursiveSchema: a schema that refers to itself
 // still gets an answer, and it is JSON.
 func TestStructuredOutputRecursiveSchema(t *testing.T) {
-	_, srv := start(t, simupstream.Options{})
+	_, srv := start(t, demo.Options{})
 	p := askParams("a tree")
 	p.Text = responses.ResponseTextConfigParam{Format: responses.ResponseFormatTextConfigUnionParam{
 		OfJSONSchema: &responses.ResponseFormatTextJSONSchemaConfigParam{Name: "tree", Schema: map[string]any{

@@ -1,4 +1,4 @@
-package simupstream
+package demo
 
 import (
 	"fmt"

@@ -1,9 +1,9 @@
-package simupstream
+package demo
 
 // The demo models. With Options.DemoModels a request for one of them is
-// answered by its script below, not by the queue, so that `gateway -demo`
-// shows a retry, an open breaker and a dead letter with nobody scripting
-// the Server. They answer the same way to whoever asks: the state they
+// answered by its own script below, not by Options.Script, so that
+// `gateway -demo` shows a retry, an open breaker and a dead letter with
+// nobody scripting the Server. They answer the same way to whoever asks: the state they
 // keep (a count per request body, the outage's start) is the Server's.
 
 import (

@@ -1,4 +1,4 @@
-package simupstream
+package demo
 
 import (
 	"encoding/json"
@@ -60,10 +60,11 @@ func (e endpoint) scripted() bool {
 	return e == chatCompletions || e == completions || e == embeddings || e == createResponse
 }
 
-// ServeHTTP records the request, then answers it as its Step says.
+// ServeHTTP tells the Script of the request, then answers it as its Step
+// says.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	// Read the whole body before recording so tests see it byte for byte,
+	// Read the whole body before telling the Script, so it sees it byte for byte,
 	// even for requests that will hang.
 	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	ep := route(r.Method, r.URL.Path)
@@ -71,18 +72,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var st Step
 	if authorized && ep.scripted() {
 		var demo bool
-		if st, demo = s.demoStep(body); !demo {
-			st = s.next()
+		if st, demo = s.demoStep(body); !demo && s.opts.Script != nil {
+			st = s.opts.Script.Next()
 		}
 	}
-	call := s.record(Request{
-		Method: r.Method,
-		Path:   r.URL.Path,
-		Header: r.Header.Clone(),
-		Body:   body,
-		At:     start,
-		Step:   st,
-	})
+	if s.opts.Script != nil {
+		s.opts.Script.Arrived(Request{
+			Method: r.Method,
+			Path:   r.URL.Path,
+			Header: r.Header.Clone(),
+			Body:   body,
+			At:     start,
+			Step:   st,
+		})
+	}
+	call := int(s.calls.Add(1))
 
 	x := &exchange{
 		s:     s,
@@ -314,7 +318,7 @@ func (x *exchange) writeHeader(status int, contentType string) {
 }
 
 // errTruncated ends an exchange whose connection ResetAfter reset.
-var errTruncated = errors.New("simupstream: connection reset after ResetAfter bytes")
+var errTruncated = errors.New("demo: connection reset after ResetAfter bytes")
 
 // write writes body bytes, resetting the connection once ResetAfter bytes
 // have gone out.
