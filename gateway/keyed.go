@@ -498,7 +498,7 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 		return
 	}
 	if err != nil {
-		tail.Fail(storeFailedEvent(k.cl))
+		tail.Fail(storeFailedEvent(k.cl, err))
 		return
 	}
 	k.hooks.point(pointCommitted)
@@ -543,11 +543,12 @@ func (k *keyedCall) notStored(resp *proxy.Response, rec *sse.Recorder, tail *pro
 	k.hooks.point(pointCommitted)
 }
 
-// storeFailedEvent ends a keyed stream whose commit failed, in place of its
-// held-back tail: the client's SDK raises, and its retry runs again.
-func storeFailedEvent(cl *proxy.Call) []byte {
-	return cl.StreamEvent("The answer could not be stored, so this stream did not complete. Retry with the same Idempotency-Key.",
-		"idempotency_store_unavailable")
+// storeFailedEvent ends a keyed stream whose commit failed (err, a
+// CommitFailed), in place of its held-back tail, in the words of the 503 a
+// JSON answer gets: the client's SDK raises, and its retry runs again.
+func storeFailedEvent(cl *proxy.Call, err error) []byte {
+	e := apierror.Wire(err)
+	return cl.StreamEvent(e.Message, e.Code)
 }
 
 // opCtx bounds a store operation after the call: detached from the work's
