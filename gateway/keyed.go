@@ -152,7 +152,8 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 	if kr.Raw != "" {
 		cl.IdemKey = idempotency.ForwardKey(g.forwardSecret, kr.Key)
 	}
-	k := &keyedCall{g: g, h: newHandoff(w), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s}
+	hk := hooksOf(r.Context())
+	k := &keyedCall{g: g, h: newHandoff(w), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk}
 	ended := make(chan workEnd, 1)
 	cl.Source.Hold() // a spooled body outlives the handler while the call runs on
 	go func() {
@@ -163,12 +164,8 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 		defer stopRenew()
 		ended <- k.run()
 	}()
-	var deadline <-chan time.Time
-	if !dl.client.IsZero() {
-		t := time.NewTimer(dl.client.Sub(g.now()))
-		defer t.Stop()
-		deadline = t.C
-	}
+	deadline, stop := g.clientDeadline(dl, hk)
+	defer stop()
 	gone := r.Context().Done()
 	finish := func(e workEnd) error {
 		*s = k.s
@@ -187,8 +184,15 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 				return finish(e)
 			default:
 			}
+			hk.call(hk.cutting)
 			goesOn := g.detach(it, s)
-			abort := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn, cl) })
+			abort, delivered := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn, cl) })
+			hk.call(hk.cut)
+			if delivered {
+				// The whole answer went out first; only its settling was
+				// left, and that is done.
+				return finish(<-ended)
+			}
 			k.cut.Store(true)
 			s.class = "client_deadline"
 			s.idemEvent = "detached" // the call runs on, to be committed
@@ -202,6 +206,73 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 			gone = nil
 			g.detach(it, s)
 		}
+	}
+}
+
+// clientDeadline is the timer of the client's X-Llmgate-Deadline (nil when
+// it sent none), or a test's channel in its place.
+func (g *Gateway) clientDeadline(dl deadlines, hk *callHooks) (<-chan time.Time, func()) {
+	if hk.deadline != nil {
+		return hk.deadline, func() {}
+	}
+	if dl.client.IsZero() {
+		return nil, func() {}
+	}
+	t := time.NewTimer(dl.client.Sub(g.now()))
+	return t.C, func() { t.Stop() }
+}
+
+// callHooks let a test of this package stop a keyed call at each point of
+// its settlement and pass the client's deadline there, without sleeping.
+// A request carries them in its context (withCallHooks); without them
+// every field is nil and nothing happens.
+type callHooks struct {
+	// deadline replaces the timer of X-Llmgate-Deadline.
+	deadline <-chan time.Time
+	// at is called by the call's goroutine at each settlePoint.
+	at func(settlePoint)
+	// cutting is called by the handler when the deadline has passed,
+	// before it ends the handoff; cut once it has ended it.
+	cutting, cut func()
+}
+
+// settlePoint names a moment of a keyed call's settlement.
+type settlePoint string
+
+const (
+	// pointSettled: the outcome is settled; nothing is committed or sent.
+	pointSettled settlePoint = "settled"
+	// pointSent: the whole answer, its held-back tail included, is written.
+	pointSent settlePoint = "sent"
+	// pointCommitted: the answer (or its not-stored marker) is committed.
+	pointCommitted settlePoint = "committed"
+)
+
+type hooksKey struct{}
+
+// withCallHooks returns ctx carrying hk, for a test's request.
+func withCallHooks(ctx context.Context, hk *callHooks) context.Context {
+	return context.WithValue(ctx, hooksKey{}, hk)
+}
+
+var noHooks = &callHooks{}
+
+func hooksOf(ctx context.Context) *callHooks {
+	if hk, ok := ctx.Value(hooksKey{}).(*callHooks); ok {
+		return hk
+	}
+	return noHooks
+}
+
+func (hk *callHooks) call(f func()) {
+	if f != nil {
+		f()
+	}
+}
+
+func (hk *callHooks) point(p settlePoint) {
+	if hk.at != nil {
+		hk.at(p)
 	}
 }
 
@@ -281,6 +352,8 @@ type keyedCall struct {
 	cut atomic.Bool
 	// resp is the upstream's answer once there is one.
 	resp *proxy.Response
+	// hooks are a test's (callHooks); none otherwise.
+	hooks *callHooks
 }
 
 func (k *keyedCall) run() (e workEnd) {
@@ -332,6 +405,7 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 	resp.Report(v)
 	k.g.countUsage(k.s.endpoint, k.cl, resp)
 	k.s.class = v.Class
+	k.hooks.point(pointSettled)
 	switch {
 	case v.Commit:
 		failpoint("before-commit")
@@ -344,12 +418,25 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 		k.g.limits.Committed(k.kr.Key.Scope, rec.StoredSize(), k.kr.TTL)
 		k.resolved()
 		failpoint("after-commit")
+		k.hooks.point(pointCommitted)
 	case v.Uncommitted != "":
 		k.lease.Uncommitted()
 		k.s.committed = "marker: response over the record limit"
 		k.s.idemEvent = "not_stored"
 		err := proxy.WriteJSON(k.h, resp, v, func(size int64) error {
-			return k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, size, k.g.now())
+			k.hooks.point(pointSent)
+			delivered, err := k.h.deliver(func() error {
+				return k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, size, k.g.now())
+			})
+			if !delivered {
+				// Its client's deadline passed first: the response is
+				// cut, and the key released (run's recover).
+				k.s.committed = "false: the client did not receive it whole"
+				k.s.idemEvent = "release"
+				return errNotDelivered
+			}
+			k.hooks.point(pointCommitted)
+			return err
 		})
 		if errors.Is(err, proxy.ErrClientWrite) {
 			// The client did not get it whole: no marker, the key is
@@ -363,14 +450,18 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 	default:
 		k.release(v)
 	}
-	return proxy.WriteJSON(k.h, resp, v, nil)
+	err := proxy.WriteJSON(k.h, resp, v, nil)
+	k.hooks.point(pointSent)
+	return err
 }
 
 // stream relays a keyed stream while recording it and holding back its
 // ending (from the first finish_reason on), settles it, and commits or
 // releases; only then does the held-back tail go out — or, if the stream
-// failed or its commit did, one error event in its place. Whether it was
-// committed is also sent as a trailer.
+// failed or its commit did, one error event in its place. A stream too
+// large to record is the exception (notStored): its tail goes out before
+// its marker is committed. Whether it was committed is also sent as a
+// trailer.
 func (k *keyedCall) stream(resp *proxy.Response) {
 	g := k.g
 	rec := &sse.Recorder{MaxBytes: g.cfg.Idempotency.MaxRecordBytes, MaxEvents: g.cfg.Idempotency.MaxRecordEvents}
@@ -383,6 +474,7 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 	resp.Report(v)
 	g.countUsage(k.s.endpoint, k.cl, resp)
 	k.s.class = v.Class
+	k.hooks.point(pointSettled)
 	var err error
 	switch {
 	case v.Commit:
@@ -397,38 +489,66 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 			k.resolved()
 			failpoint("after-commit")
 		}
-	case v.Uncommitted != "" && (tail.ClientGone() || k.cut.Load()):
-		// Nobody received it whole: no marker; the retry runs again.
-		k.lease.Uncommitted()
-		k.s.committed = "false: the client did not receive it whole"
-		k.s.idemEvent = "release"
-		k.lease.Release(k.work)
-		tail.Fail(nil)
-		return
 	case v.Uncommitted != "":
-		k.lease.Uncommitted()
-		k.s.committed = "marker: stream over the record limit"
-		k.s.idemEvent = "not_stored"
-		g.log.Warn("stream too large to store; served once, a marker committed", "idempotency_key", k.s.idemKey,
-			"bytes", rec.Seen(), "limit_bytes", rec.MaxBytes, "limit_events", rec.MaxEvents)
-		err = k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, rec.Seen(), g.now())
+		k.notStored(resp, rec, tail)
+		return
 	default:
 		k.release(v)
 		tail.Fail(nil)
 		return
 	}
 	if err != nil {
-		tail.Fail(storeFailedEvent(k.cl))
+		tail.Fail(storeFailedEvent(k.cl, err))
 		return
 	}
+	k.hooks.point(pointCommitted)
 	tail.Release()
+	k.hooks.point(pointSent)
 }
 
-// storeFailedEvent ends a keyed stream whose commit failed, in place of its
-// held-back tail: the client's SDK raises, and its retry runs again.
-func storeFailedEvent(cl *proxy.Call) []byte {
-	return cl.StreamEvent("The answer could not be stored, so this stream did not complete. Retry with the same Idempotency-Key.",
-		"idempotency_store_unavailable")
+// errNotDelivered: the client did not receive a JSON answer whole, so no
+// marker was committed for it.
+var errNotDelivered = errors.New("the client did not receive the answer whole")
+
+// notStored settles a stream too large to record. A not-stored marker
+// answers the key's retries with 410, so it is committed only for a stream
+// the client received whole: the tail goes out first, and the handoff
+// decides, under the lock the client's deadline takes, whether all of it
+// reached the client before the deadline; only then is the marker
+// committed. A stream nobody received whole leaves no marker: the key is
+// released and the retry runs again. If the marker's commit fails, the
+// client still has the answer; the key is released (Lease.Commit).
+func (k *keyedCall) notStored(resp *proxy.Response, rec *sse.Recorder, tail *proxy.Tail) {
+	k.lease.Uncommitted()
+	tail.Release()
+	k.hooks.point(pointSent)
+	delivered, err := k.h.deliver(func() error {
+		return k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, rec.Seen(), k.g.now())
+	})
+	switch {
+	case !delivered:
+		k.s.committed = "false: the client did not receive it whole"
+		k.s.idemEvent = "release"
+		k.lease.Release(k.work)
+		return
+	case err != nil:
+		k.s.committed = "false: the marker could not be stored"
+		k.s.idemEvent = "release"
+		return
+	}
+	k.s.committed = "marker: stream over the record limit"
+	k.s.idemEvent = "not_stored"
+	k.g.log.Warn("stream too large to store; served once, a marker committed", "idempotency_key", k.s.idemKey,
+		"bytes", rec.Seen(), "limit_bytes", rec.MaxBytes, "limit_events", rec.MaxEvents)
+	k.hooks.point(pointCommitted)
+}
+
+// storeFailedEvent ends a keyed stream whose commit failed (err, a
+// CommitFailed), in place of its held-back tail, in the words of the 503 a
+// JSON answer gets: the client's SDK raises, and its retry runs again.
+func storeFailedEvent(cl *proxy.Call, err error) []byte {
+	e := apierror.Wire(err)
+	return cl.StreamEvent(e.Message, e.Code)
 }
 
 // opCtx bounds a store operation after the call: detached from the work's

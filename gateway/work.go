@@ -129,6 +129,12 @@ type handoff struct {
 	header http.Header
 	wrote  bool
 	ended  bool
+	// failed: a write of the work's did not reach the client (it left, or
+	// the handler had ended the handoff).
+	failed bool
+	// delivered: the work's whole answer went out before the handler
+	// ended the handoff (deliver); the handler then leaves it be.
+	delivered bool
 }
 
 func newHandoff(w http.ResponseWriter) *handoff {
@@ -159,10 +165,33 @@ func (h *handoff) Write(b []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
+		h.failed = true
 		return 0, http.ErrHandlerTimeout
 	}
 	h.writeHeader(http.StatusOK)
-	return h.w.Write(b)
+	n, err := h.w.Write(b)
+	if err != nil {
+		h.failed = true
+	}
+	return n, err
+}
+
+// deliver settles an answer whose last byte the work has written: if every
+// write reached the client and the handler has not ended the handoff, the
+// client received the answer whole, and settle (the commit of a not-stored
+// marker) runs. The handoff stays held meanwhile, so the handler's deadline
+// cannot end it in between: whether the client got the answer and what is
+// committed for it are one decision. From then on the answer counts as
+// delivered, whatever settle returned. Otherwise settle does not run and
+// deliver reports false.
+func (h *handoff) deliver(settle func() error) (delivered bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended || h.failed {
+		return false, nil
+	}
+	h.delivered = true
+	return true, settle()
 }
 
 func (h *handoff) Flush() {
@@ -186,16 +215,21 @@ func (h *handoff) trailer(k, v string) {
 // ending first (wrote says whether the status line is out). A write the
 // work is blocked in (a client that stopped reading) is ended first with a
 // write deadline, so the handler never waits on a stuck client. It reports
-// what last reported.
-func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool)) (abort bool) {
+// what last reported — or, when the work's answer was delivered whole
+// (deliver), it ends nothing and reports delivered: the handler waits for
+// the work, which has nothing left to write but its trailer.
+func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool)) (abort, delivered bool) {
 	rc := http.NewResponseController(h.w)
 	_ = rc.SetWriteDeadline(time.Now())
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_ = rc.SetWriteDeadline(time.Time{})
+	if h.delivered {
+		return false, true
+	}
 	if !h.ended && last != nil {
 		abort = last(h.w, h.wrote)
 	}
 	h.ended = true
-	return abort
+	return abort, false
 }

@@ -80,14 +80,29 @@ type DeadlineSpent struct{}
 
 func (e *DeadlineSpent) Error() string { return "deadline passed before an upstream could be tried" }
 
-// StoreUnavailable: the idempotency store failed, so a keyed request was not
-// run (or its answer was not committed).
+// StoreUnavailable: the idempotency store failed before a keyed request
+// was run (at its claim), so it was not run. A failure at the commit, after
+// the call ran, is a CommitFailed.
 type StoreUnavailable struct{ Err error }
 
 func (e *StoreUnavailable) Error() string {
 	return "idempotency store unavailable: " + errString(e.Err)
 }
 func (e *StoreUnavailable) Unwrap() error { return e.Err }
+
+// CommitFailed: a keyed request's call ran — the provider answered, and may
+// have billed it — but the store failed as its answer was committed, so the
+// answer was not kept and the key was released. A retry with the same key
+// runs the request again (unless the commit reached the store after all, as
+// a lost reply does: then the retry replays it). Err is the store's error;
+// one that says the store is full (cache.ErrFull) maps to
+// idempotency_store_full, any other to idempotency_store_unavailable.
+type CommitFailed struct{ Err error }
+
+func (e *CommitFailed) Error() string {
+	return "idempotency store failed at the commit: " + errString(e.Err)
+}
+func (e *CommitFailed) Unwrap() error { return e.Err }
 
 // StoreFull: the idempotency store has no room for new records (its disk
 // is below the free-space floor, it is over store.max_bytes, or Redis is at
@@ -233,6 +248,8 @@ func Wire(err error) *Error {
 	case errors.As(err, new(*DeadlineSpent)):
 		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "deadline_exceeded",
 			Message: "The request's deadline passed before an upstream could be tried."}
+	case errors.As(err, new(*CommitFailed)):
+		return commitFailed(err)
 	case errors.As(err, new(*StoreFull)) || isStoreFull(err):
 		return storeFull(err)
 	case errors.As(err, &su):
@@ -314,6 +331,23 @@ func storeFull(err error) *Error {
 		Message: "The gateway's idempotency store is full, so this keyed request was not run (its answer could not be stored). " +
 			"Retry after the Retry-After interval. Replays of committed keys, and requests without an Idempotency-Key, still work.",
 		RetryAfter: retry, Err: err}
+}
+
+// commitFailed says what happened to a keyed request whose answer could not
+// be stored: unlike a failure at the claim, the call did run, and its retry
+// may run (and be billed) again. The code is the one a failure at the claim
+// gets (full or unavailable), so a client's handling of it is unchanged.
+func commitFailed(err error) *Error {
+	const ran = "This keyed request was run (the provider may have billed it), but its answer could not be stored: "
+	const retry = " A retry with the same Idempotency-Key runs it again and may be billed again."
+	if isStoreFull(err) {
+		e := storeFull(err)
+		e.Message = ran + "the gateway's idempotency store is full." + retry + " Retry after the Retry-After interval."
+		return e
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "idempotency_store_unavailable",
+		Message:    ran + "the idempotency store failed." + retry + " Retry later.",
+		RetryAfter: time.Second, Err: err}
 }
 
 // clientLimited is a 429 in OpenAI's rate-limit shape: error.type names

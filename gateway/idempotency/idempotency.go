@@ -351,7 +351,7 @@ func (k *Keeper) opCtx(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 // Commit stores rec under the key. On failure the completion exists but is
-// not committed: the key is released and the error is a StoreUnavailable,
+// not committed: the key is released and the error is a CommitFailed,
 // so the client gets a 503 (or a stream its error event) rather than an
 // answer a retry could contradict.
 func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
@@ -368,7 +368,7 @@ func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
 	if !errors.Is(err, cache.ErrNotOwner) {
 		l.Release(ctx)
 	}
-	return &apierror.StoreUnavailable{Err: err}
+	return &apierror.CommitFailed{Err: err}
 }
 
 // CommitNotStored commits a marker in place of an answer that was served

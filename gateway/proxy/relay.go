@@ -326,10 +326,6 @@ func (t *Tail) Fail(ev []byte) {
 	t.events = nil
 }
 
-// ClientGone reports whether a write to the client failed: it did not get
-// the stream whole.
-func (t *Tail) ClientGone() bool { return t.out.gone }
-
 // clientOut writes events to the client, flushing each; after a failed
 // write (the client left) it writes nothing more.
 type clientOut struct {
