@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/cache"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // errStore fails its claims or its commits with the error a test sets.
@@ -41,7 +41,7 @@ func (s *errStore) Commit(ctx context.Context, k cache.Key, owner string, rec *c
 // commit keeps its code (idempotency_store_full) and says the same.
 func TestStoreFailureSaysWhetherTheCallRan(t *testing.T) {
 	var st *errStore
-	h := newHarnessStore(t, nil, func(s Store) Store { st = &errStore{Store: s}; return st }, simupstream.Options{})
+	h := newHarnessStore(t, nil, func(s Store) Store { st = &errStore{Store: s}; return st }, fakeprovider.Options{})
 	set := func(p *atomic.Pointer[error], err error) {
 		if err == nil {
 			p.Store(nil)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // commitHookStore calls its hook (when set) before each commit, so a test
@@ -76,8 +76,8 @@ func TestClientDeadlineAtEachPointOfSettlement(t *testing.T) {
 				if sc.maxRecord > 0 {
 					c.Idempotency.MaxRecordBytes = sc.maxRecord
 				}
-			}, func(s Store) Store { st = &commitHookStore{Store: s}; return st }, simupstream.Options{})
-			step := simupstream.Step{Body: sc.upstream}
+			}, func(s Store) Store { st = &commitHookStore{Store: s}; return st }, fakeprovider.Options{})
+			step := fakeprovider.Step{Body: sc.upstream}
 			h.fake.Enqueue(step)
 			ref := h.chat(sc.body, key("reference"))
 			if ref.status != 200 || len(ref.body) < len(sc.upstream)/2 {
