@@ -402,7 +402,7 @@ type Store struct {
 	// GCInterval is how often Badger's value log is garbage collected.
 	// Default 10m.
 	GCInterval Duration `yaml:"gc_interval"`
-	// OpTimeout bounds each commit, release and lease renewal. They run
+	// OpTimeout bounds each claim, commit, release and lease renewal. They run
 	// detached from the client (a client's short deadline must not leave
 	// a key claimed), under this timeout alone. Default 5s.
 	OpTimeout Duration `yaml:"op_timeout"`

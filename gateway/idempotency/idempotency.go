@@ -51,10 +51,10 @@ type Options struct {
 	Lease time.Duration
 	// WaitTimeout bounds how long a duplicate waits for the first request.
 	WaitTimeout time.Duration
-	// OpTimeout bounds each commit, release and renewal. They run detached
-	// from the request's context: a client that left, or whose deadline
-	// passed, must not leave its key claimed or its answer uncommitted.
-	// If <= 0, 5s.
+	// OpTimeout bounds each claim, commit, release and renewal. They run
+	// detached from the request's context: a client that left, or whose
+	// deadline passed, must not leave its key claimed or its answer
+	// uncommitted. If <= 0, 5s.
 	OpTimeout time.Duration
 	// Logger: if nil, logs are discarded.
 	Logger *slog.Logger
@@ -164,7 +164,9 @@ func (k *Keeper) Lookup(w http.ResponseWriter, r *http.Request, kr *Request) (Ev
 // has answered the client itself: a replay (nil Lease, nil error), or an
 // error (422, 409, 503, 499, 504) for the caller to write. A wait for an
 // in-flight duplicate is bounded by wait_timeout and by the client's own
-// deadline (clientDeadline, when not zero).
+// deadline (clientDeadline, when not zero), and ends when the client
+// leaves; the store's claim itself does not (see claim). A client that has
+// left gets ClientGone and holds no claim.
 func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clientDeadline time.Time) (*Lease, Event, error) {
 	ctx := r.Context()
 	waitCtx, cancel := context.WithTimeout(ctx, k.wait)
@@ -176,17 +178,28 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 	}
 	waited := false
 	for {
-		cl, err := k.store.Claim(ctx, kr.Key, kr.Fingerprint, k.lease)
+		if ctx.Err() != nil {
+			return nil, Event{}, apierror.ClientGone
+		}
+		cl, err := k.claim(ctx, kr)
 		if err != nil {
 			return nil, Event{}, k.storeErr(ctx, err)
 		}
 		switch cl.Status {
 		case cache.Claimed:
+			l := &Lease{k: k, req: kr, owner: cl.Owner}
+			if ctx.Err() != nil {
+				// The client left while the claim ran. Nothing has gone
+				// upstream for it: give the key back now, so its retry
+				// claims at once rather than finding it in flight.
+				l.Release(ctx)
+				return nil, Event{}, apierror.ClientGone
+			}
 			k.metrics.IdemEvent("claim")
 			if kr.Cache {
 				k.metrics.IdemEvent("cache_miss")
 			}
-			return &Lease{k: k, req: kr, owner: cl.Owner}, Event{}, nil
+			return l, Event{}, nil
 		case cache.Done:
 			ev := k.replay(w, kr, cl.Record)
 			ev.Waited = waited
@@ -214,6 +227,20 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 }
 
 var errClientDeadline = errors.New("client deadline")
+
+// claim runs the store's claim detached from the client's context, bounded
+// by the op timeout. Under the client's context a claim the store made as
+// the client left could come back as the context's error (a driver gives
+// up on the reply once the script has reached Redis): the record would be
+// in flight with an owner nobody knows, renewed and released by nobody,
+// and the client's retry would wait on it until its lease ran out.
+// Detached, the claim's answer always comes back, and Claim releases a
+// claim whose client has gone.
+func (k *Keeper) claim(ctx context.Context, kr *Request) (cache.Claim, error) {
+	octx, cancel := k.opCtx(ctx)
+	defer cancel()
+	return k.store.Claim(octx, kr.Key, kr.Fingerprint, k.lease)
+}
 
 // storeErr is a store failure while claiming, or the client leaving.
 func (k *Keeper) storeErr(ctx context.Context, err error) error {
