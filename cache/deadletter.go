@@ -12,7 +12,11 @@ import (
 // its deadline ran out. It is kept for diagnosis and replay, one record per
 // key: a later failure of the same key updates it, a later success removes
 // it. Headers are never stored — the body is the client's, headers may
-// carry secrets.
+// carry secrets. BodyNotKept says the body was not stored at all (a
+// multipart or binary passthrough body is spooled as it comes, not held
+// whole), and BodySize is then its length: such a letter cannot be
+// replayed, only the client can send the body again. Letters recorded
+// before BodyNotKept existed read as false.
 type DeadLetter struct {
 	ID            string    `json:"id"`
 	Client        string    `json:"client"`
@@ -22,6 +26,7 @@ type DeadLetter struct {
 	Body          []byte    `json:"-"`
 	BodySize      int       `json:"body_size"`
 	BodyTruncated bool      `json:"body_truncated,omitempty"`
+	BodyNotKept   bool      `json:"body_not_kept,omitempty"`
 	Upstreams     []string  `json:"upstreams"`
 	Attempts      int       `json:"attempts"`
 	Failures      int       `json:"failures"`

@@ -577,7 +577,7 @@ func (k *keyedCall) release(v outcome.Verdict) {
 	if v.DeadLetter != nil && !k.kr.Cache {
 		ctx, cancel := k.opCtx()
 		defer cancel()
-		k.g.dlq.Record(ctx, k.kr.Key, deadletter.Request{Model: k.cl.Model, Body: k.cl.Body, First: k.start}, v.DeadLetter)
+		k.g.dlq.Record(ctx, k.kr.Key, deadletter.RequestOf(k.cl, k.start), v.DeadLetter)
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/llmgate/llmgate/gateway/outcome"
+	"github.com/llmgate/llmgate/gateway/proxy"
 )
 
 // Store keeps dead letters. The Badger and Redis stores implement it.
@@ -93,9 +94,26 @@ func (q *Queue) SetHandler(h http.Handler) { q.handler = h }
 // Request is what a dead letter keeps of the request.
 type Request struct {
 	Model string
-	Body  []byte
+	// Body is the request's body, held whole (a JSON body).
+	Body []byte
+	// NotKept: the body is not in Body — a multipart or binary
+	// passthrough body, spooled as it came — and Size is its length. The
+	// letter is kept for diagnosis, and replay refuses it. If false, Body
+	// is the whole body.
+	NotKept bool
+	Size    int64
 	// First is when the request started.
 	First time.Time
+}
+
+// RequestOf is what a dead letter keeps of cl, which started at first: its
+// JSON body, or the length of a body that was not held whole.
+func RequestOf(cl *proxy.Call, first time.Time) Request {
+	r := Request{Model: cl.Model, Body: cl.Body, First: first}
+	if cl.Body == nil && cl.Source != nil && cl.Source.Size() > 0 {
+		r.NotKept, r.Size = true, cl.Source.Size()
+	}
+	return r
 }
 
 // Record stores a keyed request's final failure.
@@ -105,8 +123,12 @@ func (q *Queue) Record(ctx context.Context, k cache.Key, r Request, f *outcome.F
 	if max := q.cfg.MaxBodyBytes; max >= 0 && len(body) > max {
 		body, truncated = body[:max], true
 	}
+	size := len(r.Body)
+	if r.NotKept {
+		size = int(r.Size)
+	}
 	d := &cache.DeadLetter{
-		Model: r.Model, Body: body, BodySize: len(r.Body), BodyTruncated: truncated,
+		Model: r.Model, Body: body, BodySize: size, BodyTruncated: truncated, BodyNotKept: r.NotKept,
 		Upstreams: f.Tried, Attempts: f.Attempts, Class: f.Class, Message: f.Message, Status: f.Status,
 		FirstAt: r.First, LastAt: q.now(),
 	}
