@@ -324,7 +324,7 @@ func TestDetachedCallKeepsItsBodyReserved(t *testing.T) {
 		t.Errorf("the detached call holds its %d-byte body, but %d bytes are reserved", len(body), got)
 	}
 	releaseAll()
-	h.gw.work.wg.Wait() // the detached call commits and ends
+	h.gw.requests.WaitCalls() // the detached call commits and ends
 	if got := h.gw.admit.InUse(); got != 0 {
 		t.Errorf("bytes reserved after the detached call ended: %d", got)
 	}

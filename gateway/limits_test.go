@@ -157,7 +157,7 @@ func TestDetachedCallHoldsItsSlot(t *testing.T) {
 		t.Fatalf("at the client's deadline: %d %s", r.status, r.body)
 	}
 	wantLimited(t, h, h.chat(chatBody, alice), "client_concurrency_limited", "1", 1)
-	h.gw.work.wg.Wait() // the detached call ends (and commits)
+	h.gw.requests.WaitCalls() // the detached call ends (and commits)
 	if r := h.chat(chatBody, with(alice, "Idempotency-Key", "slow")); r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("after the detached call ended: %d %s", r.status, r.body)
 	}

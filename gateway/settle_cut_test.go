@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/llmgate/llmgate/gateway/request"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -68,7 +69,7 @@ func TestClientDeadlineAtEachPointOfSettlement(t *testing.T) {
 		{"json", chatBody, fixedJSON(100), 0},
 		{"json over the record limit", chatBody, fixedJSON(40 << 10), 1024},
 	}
-	points := []string{string(pointSettled), "store commit", string(pointCommitted), string(pointSent)}
+	points := []string{string(request.PointSettled), "store commit", string(request.PointCommitted), string(request.PointSent)}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			var st *commitHookStore
@@ -123,7 +124,7 @@ func (h *harness) cutAt(st *commitHookStore, p, body, k string, want []byte) (wh
 			h.t.Error("the handler never acted on the client's deadline")
 		}
 	}
-	hk := &callHooks{deadline: deadline, cutting: func() { close(cutting) }, cut: func() { close(cut) }}
+	hk := &request.CallHooks{Deadline: deadline, Cutting: func() { close(cutting) }, Cut: func() { close(cut) }}
 	if p == "store commit" {
 		// The handler's wait for the handoff may be held up by the commit
 		// itself: wait only until it has begun to end it.
@@ -131,14 +132,14 @@ func (h *harness) cutAt(st *commitHookStore, p, body, k string, want []byte) (wh
 		st.hook.Store(&f)
 		defer st.hook.Store(nil)
 	} else {
-		hk.at = func(at settlePoint) {
+		hk.At = func(at request.SettlePoint) {
 			if string(at) == p {
 				fire(cut)
 			}
 		}
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.gw.Handler().ServeHTTP(w, r.WithContext(withCallHooks(r.Context(), hk)))
+		h.gw.Handler().ServeHTTP(w, r.WithContext(request.WithCallHooks(r.Context(), hk)))
 	}))
 	defer srv.Close()
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))

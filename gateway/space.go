@@ -2,13 +2,10 @@ package gateway
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmgate/llmgate/cache"
-	"github.com/llmgate/llmgate/gateway/apierror"
-	"github.com/llmgate/llmgate/gateway/idempotency"
 )
 
 // A full store is a state, not an outage: below its disk's free-space
@@ -25,11 +22,6 @@ type spaceReporter interface {
 	Space() cache.Space
 }
 
-// storeFullRetryAfter is the Retry-After of a 503 idempotency_store_full:
-// room comes back from an operator or from expiry and compaction, which
-// take longer than a second, and clients should not hammer a full store.
-const storeFullRetryAfter = 30 * time.Second
-
 // space is the store's room, or ok=false when the store cannot tell.
 func (g *Gateway) space() (cache.Space, bool) {
 	sr, ok := g.store.(spaceReporter)
@@ -37,26 +29,6 @@ func (g *Gateway) space() (cache.Space, bool) {
 		return cache.Space{}, false
 	}
 	return sr.Space(), true
-}
-
-// spaceCheck refuses a keyed request that would store while the store is
-// full. A content-cached request is served without being stored instead
-// (caching saves calls; it is no guarantee a client asked for).
-// The request's log class is gateway_error, as for a store that fails.
-func (g *Gateway) spaceCheck(kr *idempotency.Request) error {
-	if kr.NoStore {
-		return nil
-	}
-	sp, ok := g.space()
-	if !ok || !sp.Full {
-		return nil
-	}
-	if kr.Cache {
-		kr.NoStore = true
-		return nil
-	}
-	return &apierror.StoreFull{Reason: sp.Reason, RetryAfter: storeFullRetryAfter,
-		Err: fmt.Errorf("%s: %d bytes free (floor %d), %d bytes used (cap %d)", sp.Reason, sp.FreeBytes, sp.MinFreeBytes, sp.UsedBytes, sp.MaxBytes)}
 }
 
 // spaceReady is what /readyz adds while the store is full ("" otherwise).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/llmgate/llmgate/gateway/request"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -102,7 +103,7 @@ func TestStoreFullWire(t *testing.T) {
 		err  error
 		code string
 	}{
-		{&apierror.StoreFull{Reason: cache.FullDiskLow, RetryAfter: storeFullRetryAfter}, "idempotency_store_full"},
+		{&apierror.StoreFull{Reason: cache.FullDiskLow, RetryAfter: request.StoreFullRetryAfter}, "idempotency_store_full"},
 		{&apierror.StoreUnavailable{Err: fmt.Errorf("commit k: %w", cache.ErrFull)}, "idempotency_store_full"},
 		{&apierror.StoreUnavailable{Err: errors.New("connection refused")}, "idempotency_store_unavailable"},
 	} {

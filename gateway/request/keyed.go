@@ -1,4 +1,4 @@
-package gateway
+package request
 
 import (
 	"context"
@@ -26,8 +26,8 @@ import (
 // keyFor decides whether a request is keyed, and by what: the client's
 // Idempotency-Key, or a key derived from the body when content-keyed
 // caching is on for the upstream (or the request says X-Llmgate-Cache: on).
-func (g *Gateway) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body []byte) (*idempotency.Request, error) {
-	scope := clientOf(r)
+func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body []byte) (*idempotency.Request, error) {
+	scope := ClientOf(r)
 	if hv, ok := r.Header["Idempotency-Key"]; ok {
 		if len(hv) != 1 {
 			return nil, apierror.Invalid("", "Send exactly one Idempotency-Key header.")
@@ -71,7 +71,7 @@ func (g *Gateway) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 
 // serveKeyed runs a keyed request: replay a committed response, wait for
 // an in-flight duplicate, or claim the key and run the call.
-func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, kr *idempotency.Request, dl deadlines, s *summary, hd hold) error {
+func (g *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, kr *idempotency.Request, dl deadlines, s *summary, hd hold) error {
 	s.idemKey = idempotency.HashKey(kr.Key.ID)
 	kr.Model = cl.Model
 	if kr.Cache {
@@ -125,7 +125,7 @@ func (g *Gateway) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 // storageCheck is the client's storage quota for a request that would
 // store: over it, a content-cached request becomes no-store (caching saves
 // calls; it is no guarantee a client asked for) and passes.
-func (g *Gateway) storageCheck(kr *idempotency.Request) error {
+func (g *Handler) storageCheck(kr *idempotency.Request) error {
 	if kr.NoStore {
 		return nil
 	}
@@ -144,7 +144,7 @@ func (g *Gateway) storageCheck(kr *idempotency.Request) error {
 // finishes and commits, and the client's retry gets this answer instead of
 // paying for a second, different one. The handler waits for it, or for the
 // client's deadline.
-func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, kr *idempotency.Request, lease *idempotency.Lease, dl deadlines, s *summary, hd hold) error {
+func (g *Handler) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, kr *idempotency.Request, lease *idempotency.Lease, dl deadlines, s *summary, hd hold) error {
 	work, it, done := g.work.start(r.Context(), dl.operator)
 	// The call holds its client's concurrency slot and its body's bytes
 	// until it ends, also after the handler has returned.
@@ -184,10 +184,10 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 				return finish(e)
 			default:
 			}
-			hk.call(hk.cutting)
+			hk.call(hk.Cutting)
 			goesOn := g.detach(it, s)
 			abort, delivered := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn, cl) })
-			hk.call(hk.cut)
+			hk.call(hk.Cut)
 			if delivered {
 				// The whole answer went out first; only its settling was
 				// left, and that is done.
@@ -211,9 +211,9 @@ func (g *Gateway) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 
 // clientDeadline is the timer of the client's X-Llmgate-Deadline (nil when
 // it sent none), or a test's channel in its place.
-func (g *Gateway) clientDeadline(dl deadlines, hk *callHooks) (<-chan time.Time, func()) {
-	if hk.deadline != nil {
-		return hk.deadline, func() {}
+func (g *Handler) clientDeadline(dl deadlines, hk *CallHooks) (<-chan time.Time, func()) {
+	if hk.Deadline != nil {
+		return hk.Deadline, func() {}
 	}
 	if dl.client.IsZero() {
 		return nil, func() {}
@@ -222,57 +222,57 @@ func (g *Gateway) clientDeadline(dl deadlines, hk *callHooks) (<-chan time.Time,
 	return t.C, func() { t.Stop() }
 }
 
-// callHooks let a test of this package stop a keyed call at each point of
-// its settlement and pass the client's deadline there, without sleeping.
-// A request carries them in its context (withCallHooks); without them
-// every field is nil and nothing happens.
-type callHooks struct {
-	// deadline replaces the timer of X-Llmgate-Deadline.
-	deadline <-chan time.Time
-	// at is called by the call's goroutine at each settlePoint.
-	at func(settlePoint)
-	// cutting is called by the handler when the deadline has passed,
-	// before it ends the handoff; cut once it has ended it.
-	cutting, cut func()
+// CallHooks let a test stop a keyed call at each point of its settlement
+// and pass the client's deadline there, without sleeping. A request
+// carries them in its context (WithCallHooks); without them every field
+// is nil and nothing happens.
+type CallHooks struct {
+	// Deadline replaces the timer of X-Llmgate-Deadline.
+	Deadline <-chan time.Time
+	// At is called by the call's goroutine at each SettlePoint.
+	At func(SettlePoint)
+	// Cutting is called by the handler when the deadline has passed,
+	// before it ends the handoff; Cut once it has ended it.
+	Cutting, Cut func()
 }
 
-// settlePoint names a moment of a keyed call's settlement.
-type settlePoint string
+// SettlePoint names a moment of a keyed call's settlement.
+type SettlePoint string
 
 const (
-	// pointSettled: the outcome is settled; nothing is committed or sent.
-	pointSettled settlePoint = "settled"
-	// pointSent: the whole answer, its held-back tail included, is written.
-	pointSent settlePoint = "sent"
-	// pointCommitted: the answer (or its not-stored marker) is committed.
-	pointCommitted settlePoint = "committed"
+	// PointSettled: the outcome is settled; nothing is committed or sent.
+	PointSettled SettlePoint = "settled"
+	// PointSent: the whole answer, its held-back tail included, is written.
+	PointSent SettlePoint = "sent"
+	// PointCommitted: the answer (or its not-stored marker) is committed.
+	PointCommitted SettlePoint = "committed"
 )
 
 type hooksKey struct{}
 
-// withCallHooks returns ctx carrying hk, for a test's request.
-func withCallHooks(ctx context.Context, hk *callHooks) context.Context {
+// WithCallHooks returns ctx carrying hk, for a test's request.
+func WithCallHooks(ctx context.Context, hk *CallHooks) context.Context {
 	return context.WithValue(ctx, hooksKey{}, hk)
 }
 
-var noHooks = &callHooks{}
+var noHooks = &CallHooks{}
 
-func hooksOf(ctx context.Context) *callHooks {
-	if hk, ok := ctx.Value(hooksKey{}).(*callHooks); ok {
+func hooksOf(ctx context.Context) *CallHooks {
+	if hk, ok := ctx.Value(hooksKey{}).(*CallHooks); ok {
 		return hk
 	}
 	return noHooks
 }
 
-func (hk *callHooks) call(f func()) {
+func (hk *CallHooks) call(f func()) {
 	if f != nil {
 		f()
 	}
 }
 
-func (hk *callHooks) point(p settlePoint) {
-	if hk.at != nil {
-		hk.at(p)
+func (hk *CallHooks) point(p SettlePoint) {
+	if hk.At != nil {
+		hk.At(p)
 	}
 }
 
@@ -296,7 +296,7 @@ func (h hold) take() (release func()) {
 
 // detach counts a keyed call as running on without its client; past
 // idempotency.max_detached it is cancelled instead (false).
-func (g *Gateway) detach(it *workItem, s *summary) bool {
+func (g *Handler) detach(it *workItem, s *summary) bool {
 	if g.work.detach(it) {
 		return true
 	}
@@ -339,7 +339,7 @@ type workEnd struct {
 // it commits or releases as the settled outcome says. Only its goroutine
 // touches it until that ends.
 type keyedCall struct {
-	g     *Gateway
+	g     *Handler
 	h     *handoff
 	cl    *proxy.Call
 	kr    *idempotency.Request
@@ -352,8 +352,8 @@ type keyedCall struct {
 	cut atomic.Bool
 	// resp is the upstream's answer once there is one.
 	resp *proxy.Response
-	// hooks are a test's (callHooks); none otherwise.
-	hooks *callHooks
+	// hooks are a test's (CallHooks); none otherwise.
+	hooks *CallHooks
 }
 
 func (k *keyedCall) run() (e workEnd) {
@@ -405,7 +405,7 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 	resp.Report(v)
 	k.g.countUsage(k.s.endpoint, k.cl, resp)
 	k.s.class = v.Class
-	k.hooks.point(pointSettled)
+	k.hooks.point(PointSettled)
 	switch {
 	case v.Commit:
 		failpoint("before-commit")
@@ -418,13 +418,13 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 		k.g.limits.Committed(k.kr.Key.Scope, rec.StoredSize(), k.kr.TTL)
 		k.resolved()
 		failpoint("after-commit")
-		k.hooks.point(pointCommitted)
+		k.hooks.point(PointCommitted)
 	case v.Uncommitted != "":
 		k.lease.Uncommitted()
 		k.s.committed = "marker: response over the record limit"
 		k.s.idemEvent = "not_stored"
 		err := proxy.WriteJSON(k.h, resp, v, func(size int64) error {
-			k.hooks.point(pointSent)
+			k.hooks.point(PointSent)
 			delivered, err := k.h.deliver(func() error {
 				return k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, size, k.g.now())
 			})
@@ -435,7 +435,7 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 				k.s.idemEvent = "release"
 				return errNotDelivered
 			}
-			k.hooks.point(pointCommitted)
+			k.hooks.point(PointCommitted)
 			return err
 		})
 		if errors.Is(err, proxy.ErrClientWrite) {
@@ -451,7 +451,7 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 		k.release(v)
 	}
 	err := proxy.WriteJSON(k.h, resp, v, nil)
-	k.hooks.point(pointSent)
+	k.hooks.point(PointSent)
 	return err
 }
 
@@ -474,7 +474,7 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 	resp.Report(v)
 	g.countUsage(k.s.endpoint, k.cl, resp)
 	k.s.class = v.Class
-	k.hooks.point(pointSettled)
+	k.hooks.point(PointSettled)
 	var err error
 	switch {
 	case v.Commit:
@@ -501,9 +501,9 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 		tail.Fail(storeFailedEvent(k.cl, err))
 		return
 	}
-	k.hooks.point(pointCommitted)
+	k.hooks.point(PointCommitted)
 	tail.Release()
-	k.hooks.point(pointSent)
+	k.hooks.point(PointSent)
 }
 
 // errNotDelivered: the client did not receive a JSON answer whole, so no
@@ -521,7 +521,7 @@ var errNotDelivered = errors.New("the client did not receive the answer whole")
 func (k *keyedCall) notStored(resp *proxy.Response, rec *sse.Recorder, tail *proxy.Tail) {
 	k.lease.Uncommitted()
 	tail.Release()
-	k.hooks.point(pointSent)
+	k.hooks.point(PointSent)
 	delivered, err := k.h.deliver(func() error {
 		return k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, rec.Seen(), k.g.now())
 	})
@@ -540,7 +540,7 @@ func (k *keyedCall) notStored(resp *proxy.Response, rec *sse.Recorder, tail *pro
 	k.s.idemEvent = "not_stored"
 	k.g.log.Warn("stream too large to store; served once, a marker committed", "idempotency_key", k.s.idemKey,
 		"bytes", rec.Seen(), "limit_bytes", rec.MaxBytes, "limit_events", rec.MaxEvents)
-	k.hooks.point(pointCommitted)
+	k.hooks.point(PointCommitted)
 }
 
 // storeFailedEvent ends a keyed stream whose commit failed (err, a

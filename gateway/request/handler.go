@@ -1,4 +1,4 @@
-package gateway
+package request
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 
 // handlePost serves a POST under /v1: parse and route the body, then run
 // it keyed (under an idempotency record) or not.
-func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
+func (g *Handler) handlePost(ep endpoint) echo.HandlerFunc {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
 		s.endpoint = ep.label
 		slot, err := g.admitClient(r, s)
@@ -67,11 +67,11 @@ func (g *Gateway) handlePost(ep endpoint) echo.HandlerFunc {
 
 // admitClient applies the client's concurrency and rate limits, before anything
 // else; an operator's dead-letter replay is paced by its own rate.
-func (g *Gateway) admitClient(r *http.Request, s *summary) (*limits.Slot, error) {
+func (g *Handler) admitClient(r *http.Request, s *summary) (*limits.Slot, error) {
 	if _, replay := deadletter.ReplayClient(r.Context()); replay {
 		return nil, nil
 	}
-	slot, err := g.limits.Admit(clientOf(r))
+	slot, err := g.limits.Admit(ClientOf(r))
 	if err != nil {
 		s.class = "client_limited"
 		return nil, err
@@ -82,7 +82,7 @@ func (g *Gateway) admitClient(r *http.Request, s *summary) (*limits.Slot, error)
 // serveUnkeyed serves a request with no idempotency record: the answer is
 // relayed as it comes, and the call ends with the client — its departure
 // or its deadline.
-func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, dl deadlines, s *summary) error {
+func (g *Handler) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, dl deadlines, s *summary) error {
 	ctx := r.Context()
 	if !dl.operator.IsZero() {
 		var cancel context.CancelFunc
@@ -100,7 +100,7 @@ func (g *Gateway) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy
 		return err
 	}
 	s.note(resp)
-	if err := g.recordOrDrop(ctx, clientOf(r), cl, resp); err != nil {
+	if err := g.recordOrDrop(ctx, ClientOf(r), cl, resp); err != nil {
 		return err
 	}
 	if resp.Stream != nil {
@@ -124,7 +124,7 @@ func (s *summary) note(resp *proxy.Response) {
 }
 
 // parseRequest reads, validates and routes a POST body.
-func (g *Gateway) parseRequest(r *http.Request, held *admission.Reservation) ([]byte, routing, *proxy.Upstream, error) {
+func (g *Handler) parseRequest(r *http.Request, held *admission.Reservation) ([]byte, routing, *proxy.Upstream, error) {
 	body, err := g.readBody(r, held)
 	if err != nil {
 		return nil, routing{}, nil, err
@@ -145,7 +145,7 @@ func (g *Gateway) parseRequest(r *http.Request, held *admission.Reservation) ([]
 }
 
 // routingError is the client's error for a body parseRouting refused.
-func (g *Gateway) routingError(err error) error {
+func (g *Handler) routingError(err error) error {
 	var fe *fieldError
 	if errors.As(err, &fe) {
 		e := apierror.Invalid(fe.Param, fe.Msg+".")
@@ -160,16 +160,16 @@ func (g *Gateway) routingError(err error) error {
 
 // readBody reads the request body up to limits.max_body_bytes, holding
 // its bytes in held (see package admission).
-func (g *Gateway) readBody(r *http.Request, held *admission.Reservation) ([]byte, error) {
+func (g *Handler) readBody(r *http.Request, held *admission.Reservation) ([]byte, error) {
 	return g.readBodyUpTo(r, held, g.cfg.Limits.MaxBodyBytes)
 }
 
 // readBodyUpTo is readBody with another limit (a passthrough route's).
-func (g *Gateway) readBodyUpTo(r *http.Request, held *admission.Reservation, limit int64) ([]byte, error) {
+func (g *Handler) readBodyUpTo(r *http.Request, held *admission.Reservation, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, &apierror.TooLarge{Limit: limit}
 	}
-	held.Client = clientOf(r)
+	held.Client = ClientOf(r)
 	body, err := held.Body(r.Context(), g.admit, r.Body, r.ContentLength, limit)
 	var ae *apierror.Error
 	switch {
@@ -214,7 +214,7 @@ func (d deadlines) first() time.Time {
 	return d.client
 }
 
-func (g *Gateway) deadlines(r *http.Request, start time.Time) (deadlines, error) {
+func (g *Handler) deadlines(r *http.Request, start time.Time) (deadlines, error) {
 	var dl deadlines
 	if d := g.cfg.Retry.Deadline.D(); d > 0 {
 		dl.operator = start.Add(d)

@@ -1,4 +1,4 @@
-package gateway
+package request
 
 import (
 	"context"
@@ -36,8 +36,8 @@ func clientAPIKeys(clients []config.Client) map[string]map[string]string {
 
 // sharedKey reports whether client reaches u with the key other clients
 // use too: ownership is then llmgate's to enforce.
-func (g *Gateway) sharedKey(client string, u *proxy.Upstream) bool {
-	if len(g.clients) == 0 {
+func (g *Handler) sharedKey(client string, u *proxy.Upstream) bool {
+	if !g.tenants {
 		return false
 	}
 	_, own := g.apiKeys[client][u.Cfg.Name]
@@ -67,8 +67,8 @@ type sharedView struct {
 // hop to the upstream that holds them (whatever the model routes to); a
 // fallback under a shared key that does not hold them is left out, never
 // sent.
-func (g *Gateway) plan(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view sharedView) error {
-	client := clientOf(r)
+func (g *Handler) plan(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view sharedView) error {
+	client := ClientOf(r)
 	chain := u.Chain()
 	if !slices.ContainsFunc(chain, func(cu *proxy.Upstream) bool { return g.sharedKey(client, cu) }) {
 		cl.Hops = make([]proxy.Hop, 0, len(chain))
@@ -113,7 +113,7 @@ func (g *Gateway) plan(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view 
 // verify checks the objects view names against the client's records.
 // A refused view, or an object that is not the client's, is an error and
 // a zero Checked (it allows nothing).
-func (g *Gateway) verify(r *http.Request, view sharedView) (ownership.Checked, []ownership.Ref, error) {
+func (g *Handler) verify(r *http.Request, view sharedView) (ownership.Checked, []ownership.Ref, error) {
 	if view.refused != nil {
 		return ownership.Checked{}, nil, view.refused
 	}
@@ -124,13 +124,13 @@ func (g *Gateway) verify(r *http.Request, view sharedView) (ownership.Checked, [
 	refs = append(refs, ownership.FromBody(view.body)...)
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Store.OpTimeout.D())
 	defer cancel()
-	checked, err := g.owners.Verify(ctx, clientOf(r), refs)
+	checked, err := g.owners.Verify(ctx, ClientOf(r), refs)
 	return checked, refs, err
 }
 
 // privateHop is the hop to u under the key only client uses there: its
 // own, or u's when the gateway has one tenant.
-func (g *Gateway) privateHop(client string, u *proxy.Upstream, view sharedView) proxy.Hop {
+func (g *Handler) privateHop(client string, u *proxy.Upstream, view sharedView) proxy.Hop {
 	key, ok := g.apiKeys[client][u.Cfg.Name]
 	if !ok {
 		key = u.Cfg.APIKey
@@ -149,7 +149,7 @@ func withStoreFalse(h proxy.Hop, view sharedView) proxy.Hop {
 
 // passView is a passthrough request's sharedView (see listAllowed,
 // passBodyJSON).
-func (g *Gateway) passView(r *http.Request, pb passBody) sharedView {
+func (g *Handler) passView(r *http.Request, pb passBody) sharedView {
 	view := sharedView{path: r.URL.Path}
 	if ownership.TenantList(r.Method, r.URL.Path) {
 		view.refused = ownership.ListRefused(strings.TrimSuffix(r.URL.Path, "/"))
@@ -168,7 +168,7 @@ func (g *Gateway) passView(r *http.Request, pb passBody) sharedView {
 // when streamed unread). A multipart body is passed on the upload paths
 // only (ownership.UploadPath), whose form fields name no stored objects
 // (file, purpose, model, prompt, ...): their values are not scanned.
-func (g *Gateway) passBodyJSON(path string, pb passBody) ([]byte, error) {
+func (g *Handler) passBodyJSON(path string, pb passBody) ([]byte, error) {
 	if pb.json != nil {
 		return pb.json, nil
 	}
@@ -196,7 +196,7 @@ func (g *Gateway) passBodyJSON(path string, pb passBody) ([]byte, error) {
 // in are); an error means the answer must
 // not be sent (its ids would be refused to their owner). Only the paths
 // that create objects are scanned.
-func (g *Gateway) recordObjects(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
+func (g *Handler) recordObjects(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
 	if resp.Status < 200 || resp.Status > 299 || !ownership.Creates(cl.In.URL.Path) || !resp.Hop.Shared() {
 		return nil
 	}
@@ -233,7 +233,7 @@ func (g *Gateway) recordObjects(ctx context.Context, client string, cl *proxy.Ca
 // recordOrDrop is recordObjects for a call's answer: when the record
 // fails, the answer is dropped (its breaker learns nothing: the upstream
 // did its part) and the error is the client's answer instead.
-func (g *Gateway) recordOrDrop(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
+func (g *Handler) recordOrDrop(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
 	err := g.recordObjects(ctx, client, cl, resp)
 	if err != nil {
 		resp.Report(outcome.Verdict{Breaker: breaker.Excluded})
@@ -255,7 +255,7 @@ func buffersObjects(r *http.Request, hops []proxy.Hop) bool {
 // storeFalseBody is body with "store" forced to false, when the call is a
 // POST /responses and some upstream has force_store_false (the attempt
 // picks it for such an upstream only); else nil.
-func (g *Gateway) storeFalseBody(suffix string, body []byte) []byte {
+func (g *Handler) storeFalseBody(suffix string, body []byte) []byte {
 	if suffix != "/responses" {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package gateway
+package request
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ type passBody struct {
 // fingerprinted over its parts. A body that declares more than
 // passthrough.spool_max_bytes is not read first at all: it streams to the
 // upstream once (keyed, it is refused: its fingerprint needs it whole).
-func (g *Gateway) readPassBody(r *http.Request, rt passRoute, keyed bool, held *admission.Reservation) (passBody, error) {
+func (g *Handler) readPassBody(r *http.Request, rt passRoute, keyed bool, held *admission.Reservation) (passBody, error) {
 	if r.ContentLength > rt.maxBody {
 		return passBody{}, &apierror.TooLarge{Limit: rt.maxBody}
 	}
@@ -74,7 +74,7 @@ func (g *Gateway) readPassBody(r *http.Request, rt passRoute, keyed bool, held *
 }
 
 // readPassJSON reads and parses a JSON passthrough body.
-func (g *Gateway) readPassJSON(r *http.Request, rt passRoute, held *admission.Reservation) (passBody, error) {
+func (g *Handler) readPassJSON(r *http.Request, rt passRoute, held *admission.Reservation) (passBody, error) {
 	body, err := g.readBodyUpTo(r, held, min(rt.maxBody, g.cfg.Limits.MaxBodyBytes))
 	if err != nil {
 		return passBody{}, err
@@ -144,14 +144,14 @@ func (e *readErr) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (g *Gateway) memoryBodyBytes() int64 {
+func (g *Handler) memoryBodyBytes() int64 {
 	if m := g.cfg.Passthrough.MemoryBodyBytes; m > 0 {
 		return m
 	}
 	return 1 << 20
 }
 
-func (g *Gateway) spoolDir() string {
+func (g *Handler) spoolDir() string {
 	if d := g.cfg.Passthrough.SpoolDir; d != "" {
 		return d
 	}

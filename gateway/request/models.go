@@ -1,4 +1,4 @@
-package gateway
+package request
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 // the upstream wrote it (never decoded into a struct and re-encoded, which
 // would drop vendor fields and add empty ones); a duplicate id is the first
 // upstream's, in config order. Items are sorted by id.
-func (g *Gateway) handleModels(c echo.Context) error {
+func (g *Handler) handleModels(c echo.Context) error {
 	type result struct {
 		models []proxy.Model
 		err    error
@@ -79,7 +79,7 @@ func (g *Gateway) handleModels(c echo.Context) error {
 // an empty, "." or ".." segment, which an upstream (or a proxy before it)
 // may resolve into another path: /v1/models/x/../../files is /v1/files.
 // Each segment goes upstream escaped, so none is read as path syntax.
-func (g *Gateway) handleModel(c echo.Context) error {
+func (g *Handler) handleModel(c echo.Context) error {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
 		s.endpoint = "models"
 		id := strings.TrimPrefix(r.URL.Path, "/v1/models/")

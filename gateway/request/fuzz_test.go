@@ -1,4 +1,4 @@
-package gateway
+package request
 
 import (
 	"bytes"
@@ -19,6 +19,11 @@ import (
 // fields it reads (as a Go upstream decoding into a struct reads them,
 // keys folded); a field it reads that appears twice, in any case, is
 // refused.
+// chatBody is a small chat request.
+const streamBody = `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Hello"}]}`
+
+const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}`
+
 func FuzzParseRouting(f *testing.F) {
 	for _, s := range []string{
 		chatBody, streamBody, `{}`, `{"model":"a\"b\u00e9"}`, `{"model":1}`, `{"stream":"yes"}`,

@@ -1,4 +1,4 @@
-package gateway
+package request
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ import (
 // answer's bytes relayed unchanged, through the one retry loop and breaker.
 // The methods are the ones the OpenAI API uses under each path; any other
 // is a 405, and a path under /v1 not listed stays a 404.
-func (g *Gateway) passthroughRoutes(v1 *echo.Group) {
+func (g *Handler) passthroughRoutes(v1 *echo.Group) {
 	h := g.handlePassthrough
 	for _, p := range []string{"/moderations", "/images/*", "/audio/*"} {
 		passRoutes(v1, p, h, http.MethodPost)
@@ -77,7 +77,7 @@ type passRoute struct {
 // holds), is a 404: it would reach another upstream path than it names,
 // or name another id upstream than the ownership check (right after it)
 // saw.
-func (g *Gateway) routeFor(u *url.URL) (passRoute, error) {
+func (g *Handler) routeFor(u *url.URL) (passRoute, error) {
 	var rt passRoute
 	p := u.Path
 	if strings.Count(u.EscapedPath(), "/") != strings.Count(p, "/") {
@@ -125,7 +125,7 @@ func under(p, prefix string) bool {
 // body (spooled to disk when large), pick the upstream (the body's model,
 // else the route's), then run it keyed (a POST with an Idempotency-Key) or
 // not. An unkeyed answer is relayed as it arrives, never buffered whole.
-func (g *Gateway) handlePassthrough(c echo.Context) error {
+func (g *Handler) handlePassthrough(c echo.Context) error {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
 		rt, err := g.routeFor(r.URL)
 		if err != nil {
@@ -145,7 +145,7 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 		// A JSON body's bytes count against limits.max_inflight_bytes
 		// until the request ends (or its detached keyed call does), as
 		// chat's do.
-		held := admission.Reservation{Client: clientOf(r)}
+		held := admission.Reservation{Client: ClientOf(r)}
 		defer held.Release()
 		body, err := g.readPassBody(r, rt, key != "", &held)
 		if err != nil {
@@ -173,7 +173,7 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 		}
 		cl.Body = body.json // a dead letter keeps a JSON body (and replays it)
 		kr := &idempotency.Request{
-			Key: cache.Key{Scope: clientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
+			Key: cache.Key{Scope: ClientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
 			Raw: key, Fingerprint: idempotency.WithQuery(body.fingerprint, r.URL.RawQuery), TTL: g.cfg.Idempotency.TTL.D(),
 		}
 		return g.serveKeyed(w, r, cl, kr, dl, s, hold{slot, &held})
@@ -182,7 +182,7 @@ func (g *Gateway) handlePassthrough(c echo.Context) error {
 
 // passUpstream is the upstream for a passthrough request: the one serving
 // the body's model, else the route's.
-func (g *Gateway) passUpstream(rt passRoute, model string, s *summary) (*proxy.Upstream, error) {
+func (g *Handler) passUpstream(rt passRoute, model string, s *summary) (*proxy.Upstream, error) {
 	s.model = model
 	u := rt.upstream
 	if model != "" {
@@ -200,7 +200,7 @@ func (g *Gateway) passUpstream(rt passRoute, model string, s *summary) (*proxy.U
 // and recording a GET would replay a stale object (a batch's status, a
 // file list) instead of reading it — the rule Stripe's API follows too.
 // idempotency.require_key applies to these POSTs as to chat's.
-func (g *Gateway) passKey(r *http.Request) (string, error) {
+func (g *Handler) passKey(r *http.Request) (string, error) {
 	if r.Method != http.MethodPost {
 		return "", nil
 	}

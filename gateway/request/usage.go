@@ -1,4 +1,4 @@
-package gateway
+package request
 
 import (
 	"github.com/llmgate/llmgate/gateway/proxy"
@@ -16,19 +16,9 @@ import (
 // completion body, every stream event); an embeddings body, which nothing
 // classifies, is scanned once for it here. A body too large to buffer was
 // never read whole, and counts as usage missing.
-func (g *Gateway) countUsage(endpoint string, cl *proxy.Call, resp *proxy.Response) {
+func (g *Handler) countUsage(endpoint string, cl *proxy.Call, resp *proxy.Response) {
 	if resp.Status < 200 || resp.Status > 299 || cl.Passthrough {
 		return
 	}
-	g.metrics.Usage(resp.Upstream.Cfg.Name, endpoint, cl.Model, clientOf(cl.In), cl.Usage(resp))
-}
-
-// clientNames are the configured clients' names: the values of the
-// client label.
-func clientNames(cs []clientKey) []string {
-	names := make([]string, len(cs))
-	for i, c := range cs {
-		names[i] = c.name
-	}
-	return names
+	g.metrics.Usage(resp.Upstream.Cfg.Name, endpoint, cl.Model, ClientOf(cl.In), cl.Usage(resp))
 }

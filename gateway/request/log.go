@@ -1,4 +1,4 @@
-package gateway
+package request
 
 import (
 	"context"
@@ -39,10 +39,10 @@ type summary struct {
 
 const summaryKey = "llmgate.summary"
 
-// requestLog assigns the request id and, for /v1, writes one structured
+// RequestLog assigns the request id and, for /v1, writes one structured
 // line per request plus its metrics, in a defer: a request whose response
 // was aborted (http.ErrAbortHandler) is logged and counted too.
-func (g *Gateway) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
+func (g *Handler) RequestLog(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := g.now()
 		r := c.Request()
@@ -86,7 +86,7 @@ type requestEnd struct {
 
 // logRequest writes the request's line and counts it, and returns the
 // class it logged.
-func (g *Gateway) logRequest(c echo.Context, s *summary, end requestEnd) classify.Class {
+func (g *Handler) logRequest(c echo.Context, s *summary, end requestEnd) classify.Class {
 	r, err, aborted, d := c.Request(), end.err, end.aborted, end.duration
 	status := c.Response().Status
 	class := s.class
@@ -104,7 +104,7 @@ func (g *Gateway) logRequest(c echo.Context, s *summary, end requestEnd) classif
 		slog.String("request_id", end.id),
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
-		slog.String("client", clientOf(r)),
+		slog.String("client", ClientOf(r)),
 		slog.String("model", s.model),
 		slog.String("upstream", s.upstream),
 		slog.Int("status", status),
@@ -151,14 +151,14 @@ func (g *Gateway) logRequest(c echo.Context, s *summary, end requestEnd) classif
 
 // span is what the request's span records: what its log line says.
 func (s *summary) span(c echo.Context, end requestEnd, class classify.Class) tracing.Request {
-	return tracing.Request{RequestID: end.id, Client: clientOf(c.Request()), Model: s.model, Upstream: s.upstream,
+	return tracing.Request{RequestID: end.id, Client: ClientOf(c.Request()), Model: s.model, Upstream: s.upstream,
 		Status: c.Response().Status, Class: string(class), Attempts: s.attempts, IdempotencyKeyHash: s.idemKey,
 		IdempotencyEvent: s.idemEvent, Cache: s.cache, Aborted: end.aborted}
 }
 
 // post adapts a handler of plain net/http types to echo, giving it the
 // request's summary.
-func (g *Gateway) post(h func(w http.ResponseWriter, r *http.Request, s *summary) error) echo.HandlerFunc {
+func (g *Handler) post(h func(w http.ResponseWriter, r *http.Request, s *summary) error) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		s, ok := c.Get(summaryKey).(*summary)
 		if !ok {

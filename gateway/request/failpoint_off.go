@@ -1,6 +1,6 @@
 //go:build !failpoints
 
-package gateway
+package request
 
 // failpoint marks a crash-injection point. In normal builds it is nothing;
 // built with -tags failpoints it can kill the process (failpoint_on.go).

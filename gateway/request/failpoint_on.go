@@ -1,6 +1,6 @@
 //go:build failpoints
 
-package gateway
+package request
 
 import (
 	"os"
