@@ -98,3 +98,28 @@ func TestEndOf(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleAction: what a keyed request does with its key, by what the
+// answer was and what its client received of it when settled.
+func TestSettleAction(t *testing.T) {
+	ok := classify.Outcome{Class: classify.Success}
+	for _, tc := range []struct {
+		name string
+		r    Result
+		want Action
+	}{
+		{"answer, settled before its end goes out", Result{Outcome: ok, Status: 200}, Commit},
+		{"stream answer", Result{Outcome: ok, Status: 200, Streamed: true}, Commit},
+		{"too large, not sent yet", Result{Outcome: ok, Status: 200, Unrecordable: true}, Deliver},
+		{"too large, received whole", Result{Outcome: ok, Status: 200, Unrecordable: true, Delivery: Whole}, Marker},
+		{"too large, cut before the client had it all", Result{Outcome: ok, Status: 200, Unrecordable: true, Delivery: Cut}, Release},
+		{"stream too large, received whole", Result{Outcome: ok, Status: 200, Streamed: true, Unrecordable: true, Delivery: Whole}, Marker},
+		{"stream too large and cut upstream", Result{Outcome: classify.Outcome{Class: classify.Transient}, Status: 200, Streamed: true, Unrecordable: true, Delivery: Whole}, Release},
+		{"503 after retries", Result{Outcome: classify.Outcome{Class: classify.Transient}, Status: 503}, Release},
+		{"breaker open", Result{Err: &apierror.BreakerOpen{Upstream: "u"}}, Release},
+	} {
+		if got := Settle(tc.r).Action; got != tc.want {
+			t.Errorf("%s: action %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

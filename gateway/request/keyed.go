@@ -401,13 +401,10 @@ func (k *keyedCall) run() (e workEnd) {
 // contradict what the client was given. A body too large to record is
 // relayed, and a marker is committed before its response ends.
 func (k *keyedCall) json(resp *proxy.Response) error {
-	v := outcome.Settle(resp.Result(k.cl.Tried))
-	resp.Report(v)
-	k.g.countUsage(k.s.endpoint, k.cl, resp)
-	k.s.class = v.Class
-	k.hooks.point(PointSettled)
-	switch {
-	case v.Commit:
+	res := resp.Result(k.cl.Tried)
+	v := k.settle(resp, res)
+	switch v.Action {
+	case outcome.Commit:
 		failpoint("before-commit")
 		rec := &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
 			Body: resp.Body, Upstream: resp.Upstream.Cfg.Name}
@@ -419,40 +416,75 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 		k.resolved()
 		failpoint("after-commit")
 		k.hooks.point(PointCommitted)
-	case v.Uncommitted != "":
-		k.lease.Uncommitted()
-		k.s.committed = "marker: response over the record limit"
-		k.s.idemEvent = "not_stored"
-		err := proxy.WriteJSON(k.h, resp, v, func(size int64) error {
-			k.hooks.point(PointSent)
-			delivered, err := k.h.deliver(func() error {
-				return k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, size, k.g.now())
-			})
-			if !delivered {
-				// Its client's deadline passed first: the response is
-				// cut, and the key released (run's recover).
-				k.s.committed = "false: the client did not receive it whole"
-				k.s.idemEvent = "release"
-				return errNotDelivered
-			}
-			k.hooks.point(PointCommitted)
-			return err
-		})
-		if errors.Is(err, proxy.ErrClientWrite) {
-			// The client did not get it whole: no marker, the key is
-			// released, and its retry runs the request again.
-			k.s.committed = "false: the client did not receive it whole"
-			k.s.idemEvent = "release"
-			k.lease.Release(k.work)
-			return apierror.ClientGone
-		}
-		return err
+	case outcome.Deliver:
+		return k.deliverJSON(resp, res, v)
 	default:
 		k.release(v)
 	}
 	err := proxy.WriteJSON(k.h, resp, v, nil)
 	k.hooks.point(PointSent)
 	return err
+}
+
+// settle settles resp (the chain's result res): its breaker learns the
+// verdict, its usage is counted, its class noted.
+func (k *keyedCall) settle(resp *proxy.Response, res outcome.Result) outcome.Verdict {
+	v := outcome.Settle(res)
+	resp.Report(v)
+	k.g.countUsage(k.s.endpoint, k.cl, resp)
+	k.s.class = v.Class
+	k.hooks.point(PointSettled)
+	return v
+}
+
+// deliverJSON relays a JSON answer too large to record, then settles it
+// with what its client received (settleDelivered) before the response
+// ends: a marker, or — the client did not get it whole — the response is
+// cut and the key released (run's recover), so its retry runs again.
+func (k *keyedCall) deliverJSON(resp *proxy.Response, res outcome.Result, v outcome.Verdict) error {
+	k.lease.Uncommitted()
+	err := proxy.WriteJSON(k.h, resp, v, func(size int64) error {
+		k.hooks.point(PointSent)
+		act, err := k.settleDelivered(res, resp.Upstream.Cfg.Name, size)
+		if act != outcome.Marker {
+			return errNotDelivered
+		}
+		k.s.committed = "marker: response over the record limit"
+		k.s.idemEvent = "not_stored"
+		k.hooks.point(PointCommitted)
+		return err
+	})
+	if errors.Is(err, proxy.ErrClientWrite) {
+		res.Delivery = outcome.Cut
+		k.s.committed = "false: the client did not receive it whole"
+		k.release(outcome.Settle(res))
+		return apierror.ClientGone
+	}
+	return err
+}
+
+// settleDelivered settles an answer too large to record once all of it
+// has been written, with what its client received. The handoff decides,
+// under the lock the client's deadline takes, whether it all reached the
+// client first; only then is the marker Settle gives for a Whole delivery
+// committed, so the deadline cannot pass between the check and the
+// commit. Not delivered, it is Cut, which Settle releases.
+func (k *keyedCall) settleDelivered(res outcome.Result, upstream string, size int64) (outcome.Action, error) {
+	act := outcome.Release
+	delivered, err := k.h.deliver(func() error {
+		res.Delivery = outcome.Whole
+		if act = outcome.Settle(res).Action; act != outcome.Marker {
+			return nil
+		}
+		return k.lease.CommitNotStored(k.work, upstream, size, k.g.now())
+	})
+	if !delivered {
+		res.Delivery = outcome.Cut
+		act = outcome.Settle(res).Action
+		k.s.committed = "false: the client did not receive it whole"
+		k.s.idemEvent = "release"
+	}
+	return act, err
 }
 
 // stream relays a keyed stream while recording it and holding back its
@@ -470,14 +502,10 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 	tail := g.proxy.RelayStream(k.h, resp, rec, k.start, idempotency.CommittedTrailer, true)
 	res := resp.Result(k.cl.Tried)
 	res.Unrecordable = rec.Over()
-	v := outcome.Settle(res)
-	resp.Report(v)
-	g.countUsage(k.s.endpoint, k.cl, resp)
-	k.s.class = v.Class
-	k.hooks.point(PointSettled)
+	v := k.settle(resp, res)
 	var err error
-	switch {
-	case v.Commit:
+	switch v.Action {
+	case outcome.Commit:
 		failpoint("before-commit")
 		stored := &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
 			Stream: true, Events: rec.Events(), Upstream: resp.Upstream.Cfg.Name}
@@ -489,8 +517,8 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 			k.resolved()
 			failpoint("after-commit")
 		}
-	case v.Uncommitted != "":
-		k.notStored(resp, rec, tail)
+	case outcome.Deliver:
+		k.notStored(res, rec, tail)
 		return
 	default:
 		k.release(v)
@@ -518,17 +546,13 @@ var errNotDelivered = errors.New("the client did not receive the answer whole")
 // committed. A stream nobody received whole leaves no marker: the key is
 // released and the retry runs again. If the marker's commit fails, the
 // client still has the answer; the key is released (Lease.Commit).
-func (k *keyedCall) notStored(resp *proxy.Response, rec *sse.Recorder, tail *proxy.Tail) {
+func (k *keyedCall) notStored(res outcome.Result, rec *sse.Recorder, tail *proxy.Tail) {
 	k.lease.Uncommitted()
 	tail.Release()
 	k.hooks.point(PointSent)
-	delivered, err := k.h.deliver(func() error {
-		return k.lease.CommitNotStored(k.work, resp.Upstream.Cfg.Name, rec.Seen(), k.g.now())
-	})
+	act, err := k.settleDelivered(res, res.Upstream, rec.Seen())
 	switch {
-	case !delivered:
-		k.s.committed = "false: the client did not receive it whole"
-		k.s.idemEvent = "release"
+	case act != outcome.Marker:
 		k.lease.Release(k.work)
 		return
 	case err != nil:
