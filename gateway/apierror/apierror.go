@@ -228,19 +228,32 @@ func errString(err error) string {
 // Wire maps any error to what the client gets. It is the one place a
 // status, an error type/code, Retry-After and x-should-retry are chosen for
 // a typed error; an *Error passes through; anything unknown is a 500 whose
-// detail stays in the log. It is one switch on purpose (longer than 60
-// lines): the whole error vocabulary of the gateway reads in one place.
+// detail stays in the log. The vocabulary reads in three switches: the
+// upstream's failures, the idempotency store's, and the client's own.
 func Wire(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	for _, wire := range []func(error) *Error{upstreamWire, storeWire, clientWire} {
+		if e := wire(err); e != nil {
+			return e
+		}
+	}
+	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+		Message: "The gateway failed to handle the request; see its log for details.", Err: err}
+}
+
+// upstreamWire maps the errors of a call no upstream answered usefully;
+// nil for any other.
+func upstreamWire(err error) *Error {
 	var (
-		e  *Error
 		bo *BreakerOpen
-		su *StoreUnavailable
 		tr *Transport
-		tl *TooLarge
+		ba *BadAnswer
+		ua *UpstreamAuth
 	)
 	switch {
-	case errors.As(err, &e):
-		return e
 	case errors.As(err, &bo):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "upstream_unavailable",
 			Message:    fmt.Sprintf("Upstream %s is unavailable: its circuit breaker is open. Retry after the Retry-After interval.", bo.Upstream),
@@ -248,6 +261,32 @@ func Wire(err error) *Error {
 	case errors.As(err, new(*DeadlineSpent)):
 		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "deadline_exceeded",
 			Message: "The request's deadline passed before an upstream could be tried."}
+	case errors.As(err, &tr):
+		if tr.Timeout {
+			return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout",
+				Message: fmt.Sprintf("Upstream %s timed out.", tr.Upstream), Err: errors.New(tr.Reason)}
+		}
+		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
+			Message: fmt.Sprintf("Upstream %s could not be reached (%s).", tr.Upstream, tr.Reason), Err: errors.New(tr.Reason)}
+	case errors.As(err, &ba):
+		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_bad_response",
+			Message: fmt.Sprintf("Upstream %s answered 2xx with no usable answer (%s), also after the retries.", ba.Upstream, ba.Reason), Err: err}
+	case errors.As(err, &ua):
+		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_auth_failed",
+			Message: fmt.Sprintf("Upstream %s refused the gateway's credentials. This is the gateway operator's to fix, not your API key; retrying will not help.", ua.Upstream),
+			Err:     err}
+	}
+	return nil
+}
+
+// storeWire maps the idempotency store's errors and a key's states; nil
+// for any other.
+func storeWire(err error) *Error {
+	var (
+		su *StoreUnavailable
+		ns *NotStored
+	)
+	switch {
 	case errors.As(err, new(*CommitFailed)):
 		return commitFailed(err)
 	case errors.As(err, new(*StoreFull)) || isStoreFull(err):
@@ -256,51 +295,10 @@ func Wire(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "idempotency_store_unavailable",
 			Message:    "The idempotency store is unavailable, so this keyed request was not run (it would not be protected against duplicates). Retry later.",
 			RetryAfter: time.Second, Err: su.Err}
-	case errors.As(err, &tr):
-		if tr.Timeout {
-			return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout",
-				Message: fmt.Sprintf("Upstream %s timed out.", tr.Upstream), Err: errors.New(tr.Reason)}
-		}
-		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
-			Message: fmt.Sprintf("Upstream %s could not be reached (%s).", tr.Upstream, tr.Reason), Err: errors.New(tr.Reason)}
-	case errors.As(err, new(*BadAnswer)):
-		var ba *BadAnswer
-		errors.As(err, &ba)
-		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_bad_response",
-			Message: fmt.Sprintf("Upstream %s answered 2xx with no usable answer (%s), also after the retries.", ba.Upstream, ba.Reason), Err: err}
-	case errors.As(err, new(*UpstreamAuth)):
-		var ua *UpstreamAuth
-		errors.As(err, &ua)
-		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_auth_failed",
-			Message: fmt.Sprintf("Upstream %s refused the gateway's credentials. This is the gateway operator's to fix, not your API key; retrying will not help.", ua.Upstream),
-			Err:     err}
-	case errors.As(err, new(*ClientDeadline)):
-		var cd *ClientDeadline
-		errors.As(err, &cd)
-		msg := "The request's " + "X-Llmgate-Deadline passed before the answer."
-		if cd.Keyed {
-			msg += " The call goes on and is committed under its Idempotency-Key: retry with the same key to get it."
-		} else {
-			msg += " Retry it."
-		}
-		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "client_deadline_exceeded",
-			Message: msg, ShouldRetry: true, Err: err}
-	case errors.As(err, new(*NotStored)):
-		var ns *NotStored
-		errors.As(err, &ns)
+	case errors.As(err, &ns):
 		return &Error{Status: http.StatusGone, Type: "invalid_request_error", Code: "idempotency_result_not_stored", Param: "Idempotency-Key",
 			Message: fmt.Sprintf("The answer to this Idempotency-Key was served once (%d bytes, at %s) but was too large for the gateway to store, "+
 				"so it cannot be replayed; it is not run again either. Use a new key to run the request again.", ns.Size, ns.At.UTC().Format(time.RFC3339))}
-	case errors.As(err, new(*ClientLimited)):
-		var cl *ClientLimited
-		errors.As(err, &cl)
-		return clientLimited(cl)
-	case errors.Is(err, ClientGone):
-		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request",
-			Message: "The client closed the request.", Err: context.Canceled}
-	case errors.As(err, &tl):
-		return &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-			Message: fmt.Sprintf("Request body exceeds the gateway's limit of %d bytes.", tl.Limit)}
 	case errors.As(err, new(*KeyReused)):
 		return &Error{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "idempotency_key_reused", Param: "Idempotency-Key",
 			Message: "This Idempotency-Key was already used for a different request body. Use a new key for a new request, or resend the original body."}
@@ -309,8 +307,37 @@ func Wire(err error) *Error {
 			Message:    "A request with this Idempotency-Key is still in progress. Retry after the Retry-After interval to get its result.",
 			RetryAfter: time.Second, ShouldRetry: true}
 	}
-	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
-		Message: "The gateway failed to handle the request; see its log for details.", Err: err}
+	return nil
+}
+
+// clientWire maps what the client itself caused: its deadline, its
+// limits, its departure, its body's size; nil for any other.
+func clientWire(err error) *Error {
+	var (
+		cd *ClientDeadline
+		cl *ClientLimited
+		tl *TooLarge
+	)
+	switch {
+	case errors.As(err, &cd):
+		msg := "The request's " + "X-Llmgate-Deadline passed before the answer."
+		if cd.Keyed {
+			msg += " The call goes on and is committed under its Idempotency-Key: retry with the same key to get it."
+		} else {
+			msg += " Retry it."
+		}
+		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "client_deadline_exceeded",
+			Message: msg, ShouldRetry: true, Err: err}
+	case errors.As(err, &cl):
+		return clientLimited(cl)
+	case errors.Is(err, ClientGone):
+		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request",
+			Message: "The client closed the request.", Err: context.Canceled}
+	case errors.As(err, &tl):
+		return &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("Request body exceeds the gateway's limit of %d bytes.", tl.Limit)}
+	}
+	return nil
 }
 
 func isStoreFull(err error) bool {

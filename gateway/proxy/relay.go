@@ -138,19 +138,20 @@ func copyRest(w http.ResponseWriter, rest io.Reader) (int64, error) {
 }
 
 // RelayStream sends a live upstream stream to the client event by event,
-// flushing each as it arrives, and records it when rec is non-nil. It reads
+// flushing each as it arrives, and records it with how.Recorder. It reads
 // the upstream to its end even when the client is gone (a keyed stream's
 // context is detached from the client, so the result can still be
-// committed). trailer, when non-empty, is announced as a trailer.
+// committed).
 //
-// With hold, the stream's ending is held back in the returned Tail: SDKs
+// With how.Hold, the stream's ending is held back in the returned Tail: SDKs
 // take a stream that stops after it as complete, so a keyed stream's
 // ending must wait for its commit. For a chat stream that is everything
 // from the first chunk that carries a finish_reason on (the usage chunk
 // and [DONE] included); for a Responses stream, its terminal
 // response.completed or response.incomplete event. It sets resp.Outcome to
 // how the stream ended and closes the stream.
-func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Recorder, start time.Time, trailer string, hold bool) *Tail {
+func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, how Relay) *Tail {
+	rec, start, trailer, hold := how.Recorder, how.Start, how.Trailer, how.Hold
 	s := resp.Stream
 	defer func() {
 		s.close()
@@ -185,6 +186,18 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Reco
 		p.log.Warn("stream ended early", "upstream", resp.Upstream.Cfg.Name, "class", o.Class, "reason", o.Reason)
 	}
 	return &r.tail
+}
+
+// Relay is how RelayStream relays a stream.
+type Relay struct {
+	// Recorder, when set, records the events as the client receives them.
+	Recorder *sse.Recorder
+	// Start is when the request began, for the time-to-first-byte metric.
+	Start time.Time
+	// Trailer, when set, is announced as a trailer.
+	Trailer string
+	// Hold holds the stream's ending back in the returned Tail.
+	Hold bool
 }
 
 // relay is one stream on its way to the client.

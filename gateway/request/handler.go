@@ -59,10 +59,24 @@ func (g *Handler) handlePost(ep endpoint) echo.HandlerFunc {
 			return err
 		}
 		if kr != nil {
-			return g.serveKeyed(w, r, cl, kr, dl, s, hold{slot, &held})
+			return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}}, kr)
 		}
-		return g.serveUnkeyed(w, r, cl, dl, s)
+		return g.serveUnkeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s})
 	})
+}
+
+// exchange is one client request on its way through the handler: its
+// response writer and request, the call its plan made (the hops are on
+// it), its deadlines, its log line's summary, and what it holds (its
+// client's concurrency slot and its body's reservation, which a keyed call
+// takes along when it outlives its handler).
+type exchange struct {
+	w    http.ResponseWriter
+	req  *http.Request
+	call *proxy.Call
+	dl   deadlines
+	sum  *summary
+	held hold
 }
 
 // admitClient applies the client's concurrency and rate limits, before anything
@@ -82,7 +96,8 @@ func (g *Handler) admitClient(r *http.Request, s *summary) (*limits.Slot, error)
 // serveUnkeyed serves a request with no idempotency record: the answer is
 // relayed as it comes, and the call ends with the client — its departure
 // or its deadline.
-func (g *Handler) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, dl deadlines, s *summary) error {
+func (g *Handler) serveUnkeyed(x *exchange) error {
+	w, r, cl, dl, s := x.w, x.req, x.call, x.dl, x.sum
 	ctx := r.Context()
 	if !dl.operator.IsZero() {
 		var cancel context.CancelFunc
@@ -104,7 +119,7 @@ func (g *Handler) serveUnkeyed(w http.ResponseWriter, r *http.Request, cl *proxy
 		return err
 	}
 	if resp.Stream != nil {
-		g.proxy.RelayStream(w, resp, nil, start, "", false)
+		g.proxy.RelayStream(w, resp, proxy.Relay{Start: start})
 	}
 	v := outcome.Settle(resp.Result(cl.Tried))
 	resp.Report(v)

@@ -71,7 +71,8 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 
 // serveKeyed runs a keyed request: replay a committed response, wait for
 // an in-flight duplicate, or claim the key and run the call.
-func (g *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, kr *idempotency.Request, dl deadlines, s *summary, hd hold) error {
+func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
+	w, r, cl, dl, s := x.w, x.req, x.call, x.dl, x.sum
 	s.idemKey = idempotency.HashKey(kr.Key.ID)
 	kr.Model = cl.Model
 	if kr.Cache {
@@ -102,7 +103,7 @@ func (g *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 			s.replay(ev, kr)
 			return nil
 		}
-		return g.serveUnkeyed(w, r, cl, dl, s)
+		return g.serveUnkeyed(x)
 	}
 	lease, ev, err := g.keeper.Claim(w, r, kr, dl.client)
 	if ev.Class != "" {
@@ -114,12 +115,12 @@ func (g *Handler) serveKeyed(w http.ResponseWriter, r *http.Request, cl *proxy.C
 		// asked for, so with the store down it is skipped, not required.
 		s.cache = "unavailable"
 		w.Header().Del(idempotency.CacheHeader)
-		return g.serveUnkeyed(w, r, cl, dl, s)
+		return g.serveUnkeyed(x)
 	}
 	if err != nil || lease == nil {
 		return err
 	}
-	return g.runClaimed(w, r, cl, kr, lease, dl, s, hd)
+	return g.runClaimed(x, kr, lease)
 }
 
 // storageCheck is the client's storage quota for a request that would
@@ -144,7 +145,8 @@ func (g *Handler) storageCheck(kr *idempotency.Request) error {
 // finishes and commits, and the client's retry gets this answer instead of
 // paying for a second, different one. The handler waits for it, or for the
 // client's deadline.
-func (g *Handler) runClaimed(w http.ResponseWriter, r *http.Request, cl *proxy.Call, kr *idempotency.Request, lease *idempotency.Lease, dl deadlines, s *summary, hd hold) error {
+func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempotency.Lease) error {
+	w, r, cl, dl, s, hd := x.w, x.req, x.call, x.dl, x.sum, x.held
 	work, it, done := g.work.start(r.Context(), dl.operator)
 	// The call holds its client's concurrency slot and its body's bytes
 	// until it ends, also after the handler has returned.
@@ -499,7 +501,7 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 	rec := &sse.Recorder{MaxBytes: g.cfg.Idempotency.MaxRecordBytes, MaxEvents: g.cfg.Idempotency.MaxRecordEvents}
 	committed := false
 	defer func() { k.h.trailer(idempotency.CommittedTrailer, strconv.FormatBool(committed)) }()
-	tail := g.proxy.RelayStream(k.h, resp, rec, k.start, idempotency.CommittedTrailer, true)
+	tail := g.proxy.RelayStream(k.h, resp, proxy.Relay{Recorder: rec, Start: k.start, Trailer: idempotency.CommittedTrailer, Hold: true})
 	res := resp.Result(k.cl.Tried)
 	res.Unrecordable = rec.Over()
 	v := k.settle(resp, res)

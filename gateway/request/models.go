@@ -100,7 +100,7 @@ func (g *Handler) handleModel(c echo.Context) error {
 		if err := g.plan(r, cl, u, sharedView{}); err != nil {
 			return err
 		}
-		return g.serveUnkeyed(w, r, cl, dl, s)
+		return g.serveUnkeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s})
 	})(c)
 }
 

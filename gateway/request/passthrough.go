@@ -169,14 +169,14 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 		s.upstream = cl.Hops[0].Upstream.Cfg.Name
 		cl.Unbuffered = cl.Unbuffered && !buffersObjects(r, cl.Hops)
 		if key == "" {
-			return g.serveUnkeyed(flushWriter{w}, r, cl, dl, s)
+			return g.serveUnkeyed(&exchange{w: flushWriter{w}, req: r, call: cl, dl: dl, sum: s})
 		}
 		cl.Body = body.json // a dead letter keeps a JSON body (and replays it)
 		kr := &idempotency.Request{
 			Key: cache.Key{Scope: ClientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
 			Raw: key, Fingerprint: idempotency.WithQuery(body.fingerprint, r.URL.RawQuery), TTL: g.cfg.Idempotency.TTL.D(),
 		}
-		return g.serveKeyed(w, r, cl, kr, dl, s, hold{slot, &held})
+		return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}}, kr)
 	})(c)
 }
 
