@@ -404,11 +404,10 @@ func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
 // different answer. The marker is an ordinary committed error response, so
 // any version of llmgate replays it as such.
 func (l *Lease) CommitNotStored(ctx context.Context, upstream string, size int64, at time.Time) error {
-	e := &apierror.NotStored{Size: size, At: at}
-	body := apierror.Body(apierror.Wire(e))
-	return l.Commit(ctx, &cache.Record{Status: http.StatusGone, Body: body, Upstream: upstream,
-		Header: map[string][]string{"Content-Type": {"application/json"}, "X-Should-Retry": {"false"},
-			"X-Llmgate-Outcome": {"not_stored"}}})
+	e := apierror.Wire(&apierror.NotStored{Size: size, At: at})
+	h := http.Header{"Content-Type": {"application/json"}, "X-Llmgate-Outcome": {"not_stored"}}
+	apierror.SetRetry(h, e.ShouldRetry, e.RetryAfter)
+	return l.Commit(ctx, &cache.Record{Status: http.StatusGone, Body: apierror.Body(e), Upstream: upstream, Header: h})
 }
 
 // Release gives the key up, so the client's retry runs again.
