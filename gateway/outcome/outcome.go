@@ -165,6 +165,13 @@ func Settle(r Result) Verdict {
 	return v
 }
 
+// Dropped is how a request ends whose answer the gateway itself dropped
+// before settling it — the ids it hands out could not be recorded, or the
+// call panicked: the key is released (no dead letter: the upstream did its
+// part, and the client gets the gateway's error), and the breaker learns
+// nothing.
+func Dropped() Verdict { return Verdict{Class: classify.Class("gateway_error"), Breaker: breaker.Excluded} }
+
 // afterDelivery is what becomes of the key of an answer served but too
 // large to record: settled before it went out, it goes out first; received
 // whole, a marker keeps its retries from paying for a second answer; not

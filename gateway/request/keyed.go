@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/gateway/admission"
@@ -368,7 +367,7 @@ func (k *keyedCall) run() (e workEnd) {
 			// release the key, and let a breaker waiting on this call go on.
 			k.lease.Release(k.work)
 			if k.resp != nil {
-				k.resp.Report(outcome.Verdict{Breaker: breaker.Excluded})
+				k.resp.Report(outcome.Dropped())
 			}
 			e = workEnd{panic: p}
 		}
@@ -388,7 +387,7 @@ func (k *keyedCall) run() (e workEnd) {
 	k.s.note(resp)
 	if err := k.g.recordOrDrop(k.work, k.kr.Key.Scope, k.cl, resp); err != nil {
 		// Not committed: the ids it would hand out are not recorded.
-		k.release(outcome.Verdict{})
+		k.release(outcome.Dropped())
 		return workEnd{err: err}
 	}
 	if resp.Stream != nil {

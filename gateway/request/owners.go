@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/outcome"
@@ -236,7 +235,7 @@ func (g *Handler) recordObjects(ctx context.Context, client string, cl *proxy.Ca
 func (g *Handler) recordOrDrop(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
 	err := g.recordObjects(ctx, client, cl, resp)
 	if err != nil {
-		resp.Report(outcome.Verdict{Breaker: breaker.Excluded})
+		resp.Report(outcome.Dropped())
 		resp.Discard()
 	}
 	return err
