@@ -41,7 +41,7 @@ const (
 	Transient     Class = "transient"      // connection refused/reset, DNS failure, TLS handshake timeout, upstream timeout, 502/503/504/529, 200 with an unparseable/truncated JSON body
 	RateLimited   Class = "rate_limited"   // 429 that is not a quota/billing error
 	ServerError   Class = "server_error"   // 500 and other 5xx: transient, but one retry only
-	Quota         Class = "quota"          // insufficient_quota, billing_hard_limit_reached, ... whatever the status
+	Quota         Class = "quota"          // 402, insufficient_quota, billing_hard_limit_reached, a spend limit, ... whatever the status
 	ClientError   Class = "client_error"   // 400, 404, 409, 413, 422 and other 4xx
 	Unauthorized  Class = "unauthorized"   // 401: the provider rejects the gateway's own key (revoked, wrong)
 	Auth          Class = "auth"           // 403: not allowed (often one model or one request)
@@ -177,12 +177,15 @@ func FromError(err error) Outcome {
 // 2xx is Success: the body is not looked at (FromCompletion and
 // StreamObserver do that). Otherwise, in this order:
 //
-//   - error.code or error.type insufficient_quota, billing_hard_limit_reached,
-//     billing_not_active, billing_limit_reached or quota_exceeded: Quota,
-//     whatever the status.
+//   - error.details.error_code, error.code or error.type
+//     insufficient_quota, billing_hard_limit_reached, billing_not_active,
+//     billing_limit_reached, quota_exceeded, billing_error (Anthropic's
+//     402), enforced_spend_limit_reached or contract_spend_limit_reached
+//     (Anthropic's 429 for a spend limit): Quota, whatever the status.
 //   - a 4xx whose error.code (or type) is content_filter or
 //     content_policy_violation: ContentFilter.
-//   - 401: Unauthorized. 403: Auth. 429: RateLimited. Other 4xx: ClientError.
+//   - 401: Unauthorized. 402: Quota. 403: Auth. 429: RateLimited. Other
+//     4xx: ClientError.
 //   - 502, 503, 504, 529: Transient. 500 and other 5xx: ServerError.
 //   - 1xx and 3xx (an upstream that should not send them): ServerError.
 //   - status 0 (an error object without a status, as sent inside a
@@ -198,6 +201,9 @@ func FromError(err error) Outcome {
 // x-ratelimit-reset-* headers on every response, and they say when the
 // rate-limit window refills, not that the request must wait — honouring
 // "6m0s" on a 503 would give up on a retry that would have worked.
+// Anthropic's anthropic-ratelimit-*-reset headers are never read: they are
+// RFC 3339 times at which a limit is wholly replenished, not the wait
+// before a request would pass (its retry-after is).
 func FromResponse(status int, h http.Header, body []byte, now time.Time) Outcome {
 	if status >= 200 && status < 300 {
 		return Outcome{Class: Success, Reason: statusReason(status), Status: status}
@@ -253,6 +259,10 @@ func statusClass(status int) Class {
 		return Unauthorized
 	case status == http.StatusForbidden:
 		return Auth
+	case status == http.StatusPaymentRequired:
+		// Payment Required: the account cannot pay (Anthropic's
+		// billing_error; OpenRouter's out of credits).
+		return Quota
 	case status == http.StatusTooManyRequests:
 		return RateLimited
 	case status >= 400 && status < 500:
@@ -287,14 +297,14 @@ func statusReason(status int) string {
 // codeRule is what a known error.type / error.code value means, with the
 // reasons precomputed (no string is built per response).
 type codeRule struct {
-	class     Class
-	code, typ string // "error.code X", "error.type X"
+	class             Class
+	code, typ, detail string // "error.code X", "error.type X", "error.details.error_code X"
 }
 
 func rules(class Class, values ...string) map[string]codeRule {
 	m := make(map[string]codeRule, len(values))
 	for _, v := range values {
-		m[v] = codeRule{class: class, code: "error.code " + v, typ: "error.type " + v}
+		m[v] = codeRule{class: class, code: "error.code " + v, typ: "error.type " + v, detail: "error.details.error_code " + v}
 	}
 	return m
 }
@@ -302,13 +312,20 @@ func rules(class Class, values ...string) map[string]codeRule {
 var (
 	// quotaCodes: the account cannot pay for the request; waiting a few
 	// seconds will not change that. OpenAI sends insufficient_quota as both
-	// type and code on a 429.
+	// type and code on a 429. Anthropic sends billing_error as the type of
+	// a 402, and a spend limit as a 429 rate_limit_error whose
+	// error.details.error_code says which limit: the organisation's
+	// monthly cap (enforced_) or its contract's, both lifted by people,
+	// not by waiting.
 	quotaCodes = rules(Quota,
 		"insufficient_quota",
 		"billing_hard_limit_reached",
 		"billing_not_active",
 		"billing_limit_reached",
 		"quota_exceeded",
+		"billing_error",
+		"enforced_spend_limit_reached",
+		"contract_spend_limit_reached",
 	)
 	// contentFilterCodes: Azure OpenAI's 400 for a filtered prompt, and
 	// OpenAI's content_policy_violation.
@@ -339,9 +356,14 @@ func merge(ms ...map[string]codeRule) map[string]codeRule {
 	return out
 }
 
-// lookupCode finds e's code, then its type, in m; code wins because it is
-// the more specific of the two.
+// lookupCode finds e's detail, then its code, then its type, in m: the
+// more specific wins.
 func lookupCode(m map[string]codeRule, e errorFields) (reason string, ok bool) {
+	if e.detail != "" {
+		if r, ok := m[e.detail]; ok {
+			return r.detail, true
+		}
+	}
 	if e.code != "" {
 		if r, ok := m[e.code]; ok {
 			return r.code, true
