@@ -180,8 +180,9 @@ func FromError(err error) Outcome {
 //   - error.details.error_code, error.code or error.type
 //     insufficient_quota, billing_hard_limit_reached, billing_not_active,
 //     billing_limit_reached, quota_exceeded, billing_error (Anthropic's
-//     402), enforced_spend_limit_reached or contract_spend_limit_reached
-//     (Anthropic's 429 for a spend limit): Quota, whatever the status.
+//     402), enforced_spend_limit_reached, contract_spend_limit_reached or
+//     linked_organization_spend_limit_reached (Anthropic's 429 for a spend
+//     limit): Quota, whatever the status.
 //   - a 4xx whose error.code (or type) is content_filter or
 //     content_policy_violation: ContentFilter.
 //   - 401: Unauthorized. 402: Quota. 403: Auth. 429: RateLimited. Other
@@ -315,8 +316,10 @@ var (
 	// type and code on a 429. Anthropic sends billing_error as the type of
 	// a 402, and a spend limit as a 429 rate_limit_error whose
 	// error.details.error_code says which limit: the organisation's
-	// monthly cap (enforced_) or its contract's, both lifted by people,
-	// not by waiting.
+	// monthly cap (enforced_), its contract's, or the one a linked
+	// organisation set (or its credit): all lifted by people, not by
+	// waiting. (ramp_limit_exceeded, the cap on how fast usage grows, is a
+	// rate limit: it asks for a retry after retry-after.)
 	quotaCodes = rules(Quota,
 		"insufficient_quota",
 		"billing_hard_limit_reached",
@@ -326,6 +329,7 @@ var (
 		"billing_error",
 		"enforced_spend_limit_reached",
 		"contract_spend_limit_reached",
+		"linked_organization_spend_limit_reached",
 	)
 	// contentFilterCodes: Azure OpenAI's 400 for a filtered prompt, and
 	// OpenAI's content_policy_violation.

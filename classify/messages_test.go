@@ -161,6 +161,8 @@ func TestAnthropicErrors(t *testing.T) {
 		{"rate_limit_error, other details", 429, spend("requests_per_minute"), RateLimited, "status 429"},
 		{"enforced_spend_limit_reached", 429, spend("enforced_spend_limit_reached"), Quota, "error.details.error_code enforced_spend_limit_reached"},
 		{"contract_spend_limit_reached", 429, spend("contract_spend_limit_reached"), Quota, "error.details.error_code contract_spend_limit_reached"},
+		{"linked_organization_spend_limit_reached", 429, spend("linked_organization_spend_limit_reached"), Quota, "error.details.error_code linked_organization_spend_limit_reached"},
+		{"ramp_limit_exceeded is a rate limit", 429, spend("ramp_limit_exceeded"), RateLimited, "status 429"},
 		{"details before type", 429, `{"type":"error","error":{"details":{"error_code":"contract_spend_limit_reached"},"type":"rate_limit_error"}}`, Quota, "error.details.error_code contract_spend_limit_reached"},
 		{"spend limit, cut after details", 429, `{"type":"error","error":{"type":"rate_limit_error","details":{"error_code":"enforced_spend_limit_reached"},"message":"You have rea`, Quota, "error.details.error_code enforced_spend_limit_reached"},
 		{"invalid_request_error", 400, anthropicError("invalid_request_error"), ClientError, "status 400"},
