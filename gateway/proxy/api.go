@@ -31,9 +31,12 @@ type framing struct {
 	// observer picks the relay's observer: where the stream's tail starts
 	// and when it has ended.
 	observer observerKind
-	// preamble reports an announcing event (response.created) that is
-	// held back with the one after it, so a failure right after it is
-	// still retried; nil: none is.
+	// preamble reports an announcing event (response.created,
+	// message_start) that is held back with the one after it, so a
+	// failure right after it is still retried: the held start is observed
+	// as the stream would be, and when it ends in a retryable failure (an
+	// error event) the attempt fails before the client saw a byte. nil:
+	// no event is held, and the first is relayed as it is.
 	preamble func(data []byte) bool
 	// cutReason is why a stream that stopped before its end is transient.
 	cutReason string
@@ -51,6 +54,10 @@ const (
 	// typedResponses: typed events (event: + data:) ending at a terminal
 	// event, which is the tail (responsesObserver).
 	typedResponses
+	// typedMessages: Anthropic's typed events ending at message_stop (or
+	// an error event); the tail starts at the message_delta that carries
+	// the stop_reason (messagesObserver).
+	typedMessages
 )
 
 // The OpenAI APIs.
@@ -73,6 +80,24 @@ var (
 		preamble:  classify.ResponsesPreamble,
 		cutReason: "stream ended without a terminal event",
 		event:     apierror.TypedStreamEvent,
+	}}
+)
+
+// The Anthropic APIs.
+var (
+	// Messages is Anthropic's /v1/messages: a body is classified by
+	// classify.FromMessages; a stream is typed events that end at
+	// message_stop, its tail starting at the message_delta that carries
+	// the stop_reason. Its start (message_start, ping, content_block_start:
+	// nothing a client shows yet) is held with the event after it, so a
+	// message_start followed by an overloaded_error event is retried. A
+	// broken stream ends with Anthropic's error event, which its SDKs
+	// raise on.
+	Messages = &API{Name: "anthropic.messages", classify: classify.FromMessages, stream: framing{
+		observer:  typedMessages,
+		preamble:  classify.MessagesPreamble,
+		cutReason: "stream ended without message_stop",
+		event:     apierror.AnthropicStreamEvent,
 	}}
 )
 
@@ -129,6 +154,33 @@ type responsesObserver struct{ classify.ResponsesObserver }
 
 func (o *responsesObserver) tailStarted() bool { return o.Finished() }
 
-// maxPreamble bounds the announcing events (response.created, ...) a
-// Responses stream's start holds back.
+// messagesObserver: a Messages stream's tail starts at the message_delta
+// that carries the stop_reason (or message_stop, when none did). An error
+// event is not held: it is the upstream's own failure event, relayed as
+// it is.
+type messagesObserver struct{ classify.MessagesObserver }
+
+func (o *messagesObserver) tailStarted() bool { return o.Finished() }
+
+// observers holds one observer of each kind, so that choosing one
+// allocates nothing beyond its holder.
+type observers struct {
+	chat      chatObserver
+	responses responsesObserver
+	messages  messagesObserver
+}
+
+// of is the observer of kind k.
+func (o *observers) of(k observerKind) observer {
+	switch k {
+	case typedResponses:
+		return &o.responses
+	case typedMessages:
+		return &o.messages
+	}
+	return &o.chat
+}
+
+// maxPreamble bounds the announcing events (response.created,
+// message_start, ...) a stream's start holds back.
 const maxPreamble = 8

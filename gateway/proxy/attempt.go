@@ -118,9 +118,10 @@ func (a *inAttempt) failWith(o classify.Outcome) *Response {
 }
 
 // startStream waits for a stream's first event: until then the attempt can
-// still be retried. A Responses stream's first events that only announce
-// the response (response.created, response.in_progress) are held back with
-// the event after them: when that one is a transient failure (an error
+// still be retried. For an API with a preamble, the first events that only
+// announce the answer (Responses' response.created, response.in_progress;
+// Messages' message_start, ping, content_block_start) are held back with
+// the event after them: when that one is a retryable failure (an error
 // event, response.failed with server_error), the client has seen nothing
 // and the attempt is retried.
 func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Response {
@@ -141,8 +142,8 @@ func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Respons
 			break
 		}
 	}
-	if api.stream.observer == typedResponses {
-		if o, failed := failedStart(first); failed {
+	if api.stream.preamble != nil {
+		if o, failed := failedStart(api, first); failed {
 			body.Close()
 			rd.Release()
 			return a.failWith(o)
@@ -155,10 +156,12 @@ func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Respons
 	return resp
 }
 
-// failedStart reports whether a Responses stream's held-back start ends in
-// a failure worth another attempt, and what it came to.
-func failedStart(first [][]byte) (classify.Outcome, bool) {
-	var obs classify.ResponsesObserver
+// failedStart reports whether a stream's held-back start ends in a
+// failure worth another attempt, and what it came to, as the API's own
+// observer reads it.
+func failedStart(api *API, first [][]byte) (classify.Outcome, bool) {
+	var held observers
+	obs := held.of(api.stream.observer)
 	for _, ev := range first {
 		obs.Observe(sse.Data(ev))
 	}

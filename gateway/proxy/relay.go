@@ -20,8 +20,9 @@ import (
 type LiveStream struct {
 	body io.ReadCloser
 	rd   *sse.Reader
-	// first is the first event, or for a Responses stream the events up
-	// to and including its first that is more than an announcement.
+	// first is the first event, or for an API with a preamble (Responses,
+	// Messages) the events up to and including its first that is more
+	// than an announcement.
 	first  [][]byte
 	api    *API
 	timer  *time.Timer
@@ -148,8 +149,10 @@ func copyRest(w http.ResponseWriter, rest io.Reader) (int64, error) {
 // ending must wait for its commit. For a chat stream that is everything
 // from the first chunk that carries a finish_reason on (the usage chunk
 // and [DONE] included); for a Responses stream, its terminal
-// response.completed or response.incomplete event. It sets resp.Outcome to
-// how the stream ended and closes the stream.
+// response.completed or response.incomplete event; for a Messages stream,
+// everything from the message_delta that carries the stop_reason on
+// (message_stop included). It sets resp.Outcome to how the stream ended
+// and closes the stream.
 func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, how Relay) *Tail {
 	rec, start, trailer, hold := how.Recorder, how.Start, how.Trailer, how.Hold
 	s := resp.Stream
@@ -211,18 +214,12 @@ type relay struct {
 	span *tracing.Attempt
 	// The observers, one of which obs points at (kept here, so that
 	// choosing one allocates nothing).
-	chat      chatObserver
-	responses responsesObserver
+	observers observers
 }
 
 func newRelay(out *clientOut, rec *sse.Recorder, hold bool, span *tracing.Attempt, api *API) *relay {
 	r := &relay{out: out, rec: rec, hold: hold, span: span, api: api}
-	switch api.stream.observer {
-	case dataOnly:
-		r.obs = &r.chat
-	case typedResponses:
-		r.obs = &r.responses
-	}
+	r.obs = r.observers.of(api.stream.observer)
 	r.tail.out, r.tail.api = out, api
 	return r
 }
