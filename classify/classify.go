@@ -6,8 +6,9 @@
 // circuit breaker whether it counts against the upstream; POLICY.md is the
 // table both follow, and the table test in classify_test.go reads it.
 //
-// Decisions come from structure only: the status code, error.type and
-// error.code, finish_reason, errors.Is / errors.As on net errors. Message
+// Decisions come from structure only: the status code, error.type,
+// error.code and error.details.error_code, finish_reason (stop_reason,
+// status), errors.Is / errors.As on net errors. Message
 // text is never searched: providers reword messages, and a classifier that
 // greps for "quota" misfires on a prompt that is about quotas.
 //
