@@ -444,14 +444,16 @@ func (k *keyedCall) settle(resp *proxy.Response, res outcome.Result) outcome.Ver
 // cut and the key released (run's recover), so its retry runs again.
 func (k *keyedCall) deliverJSON(resp *proxy.Response, res outcome.Result, v outcome.Verdict) error {
 	k.lease.Uncommitted()
+	// The log line says what the call is about to do; a cut or a refused
+	// delivery below says otherwise.
+	k.s.committed = "marker: response over the record limit"
+	k.s.idemEvent = "not_stored"
 	err := proxy.WriteJSON(k.h, resp, v, func(size int64) error {
 		k.hooks.point(PointSent)
 		act, err := k.settleDelivered(res, resp.Upstream.Cfg.Name, size)
 		if act != outcome.Marker {
 			return errNotDelivered
 		}
-		k.s.committed = "marker: response over the record limit"
-		k.s.idemEvent = "not_stored"
 		k.hooks.point(PointCommitted)
 		return err
 	})
