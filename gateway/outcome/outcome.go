@@ -170,7 +170,9 @@ func Settle(r Result) Verdict {
 // call panicked: the key is released (no dead letter: the upstream did its
 // part, and the client gets the gateway's error), and the breaker learns
 // nothing.
-func Dropped() Verdict { return Verdict{Class: classify.Class("gateway_error"), Breaker: breaker.Excluded} }
+func Dropped() Verdict {
+	return Verdict{Class: classify.Class("gateway_error"), Breaker: breaker.Excluded}
+}
 
 // afterDelivery is what becomes of the key of an answer served but too
 // large to record: settled before it went out, it goes out first; received
