@@ -337,7 +337,7 @@ func (t *Tail) Fail(ev []byte) {
 }
 
 // clientOut writes events to the client, flushing each; after a failed
-// write (the client left) it writes nothing more.
+// write or flush (the client left) it writes nothing more.
 type clientOut struct {
 	w    http.ResponseWriter
 	gone bool
@@ -351,7 +351,28 @@ func (c *clientOut) send(ev []byte) {
 		c.gone = true
 		return
 	}
-	if f, ok := c.w.(http.Flusher); ok {
-		f.Flush()
+	if err := FlushClient(c.w); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		c.gone = true
+	}
+}
+
+// FlushClient flushes w to the client and reports whether that failed (the
+// client left): http.ErrNotSupported when nothing below w can flush. Unlike
+// http.ResponseController it looks below a writer that only forwards
+// Flush (echo's Response has Flush, which drops the error, and Unwrap):
+// the error is what tells a client that left from one that got the bytes.
+func FlushClient(w http.ResponseWriter) error {
+	for {
+		switch t := w.(type) {
+		case interface{ FlushError() error }:
+			return t.FlushError()
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		case http.Flusher:
+			t.Flush()
+			return nil
+		default:
+			return http.ErrNotSupported
+		}
 	}
 }

@@ -154,7 +154,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 		cl.IdemKey = idempotency.ForwardKey(g.forwardSecret, kr.Key)
 	}
 	hk := hooksOf(r.Context())
-	k := &keyedCall{g: g, h: newHandoff(w), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk}
+	k := &keyedCall{g: g, h: newHandoff(w, r.Context()), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk}
 	ended := make(chan workEnd, 1)
 	cl.Source.Hold() // a spooled body outlives the handler while the call runs on
 	go func() {
@@ -203,9 +203,12 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 			return nil
 		case <-gone:
 			// The client left: the call goes on (the handler waits for it,
-			// so the log line says how it ended), counted as detached.
+			// so the log line says how it ended), counted as detached. Its
+			// writes go nowhere from now on, so nothing it writes later can
+			// pass for an answer the client received.
 			gone = nil
 			g.detach(it, s)
+			k.h.end(nil)
 		}
 	}
 }

@@ -2,12 +2,14 @@ package request
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/llmgate/llmgate/gateway/outcome"
+	"github.com/llmgate/llmgate/gateway/proxy"
 )
 
 // workSet tracks the keyed calls in flight, so that shutdown can give them
@@ -124,21 +126,23 @@ func (s *workSet) Drain(ctx context.Context, wait time.Duration) {
 // touching a ResponseWriter after the handler returns). The work's headers
 // are its own until it writes the status line.
 type handoff struct {
-	mu     sync.Mutex
-	w      http.ResponseWriter
+	mu sync.Mutex
+	w  http.ResponseWriter
+	// client is the client's request context: done once it has left.
+	client context.Context
 	header http.Header
 	wrote  bool
 	ended  bool
-	// failed: a write of the work's did not reach the client (it left, or
-	// the handler had ended the handoff).
+	// failed: a write (or flush) of the work's did not reach the client
+	// (it left, or the handler had ended the handoff).
 	failed bool
 	// delivered: the work's whole answer went out before the handler
 	// ended the handoff (deliver); the handler then leaves it be.
 	delivered bool
 }
 
-func newHandoff(w http.ResponseWriter) *handoff {
-	return &handoff{w: w, header: http.Header{}}
+func newHandoff(w http.ResponseWriter, client context.Context) *handoff {
+	return &handoff{w: w, client: client, header: http.Header{}}
 }
 
 func (h *handoff) Header() http.Header { return h.header }
@@ -177,29 +181,50 @@ func (h *handoff) Write(b []byte) (int, error) {
 }
 
 // deliver settles an answer whose last byte the work has written: if every
-// write reached the client and the handler has not ended the handoff, the
-// client received the answer whole, and settle (the commit of a not-stored
-// marker) runs. The handoff stays held meanwhile, so the handler's deadline
-// cannot end it in between: whether the client got the answer and what is
-// committed for it are one decision. From then on the answer counts as
-// delivered, whatever settle returned. Otherwise settle does not run and
-// deliver reports false.
+// write reached the client, the client is still there, what net/http holds
+// of the answer flushes to the connection, and the handler has not ended
+// the handoff, the client received the answer whole, and settle (the
+// commit of a not-stored marker) runs. A write that returned no error says
+// only that the bytes reached net/http's buffer: the last of a JSON answer
+// may still sit there when the client leaves, so a client gone (its
+// context done) or a flush that fails counts as not delivered — its retry
+// runs again rather than getting 410 for an answer it never had. The
+// handoff stays held meanwhile, so the handler's deadline cannot end it in
+// between: whether the client got the answer and what is committed for it
+// are one decision. From then on the answer counts as delivered, whatever
+// settle returned. Otherwise settle does not run and deliver reports false.
 func (h *handoff) deliver(settle func() error) (delivered bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ended || h.failed {
+	if h.ended || h.failed || h.client.Err() != nil {
+		return false, nil
+	}
+	if err := proxy.FlushClient(h.w); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		h.failed = true
 		return false, nil
 	}
 	h.delivered = true
 	return true, settle()
 }
 
-func (h *handoff) Flush() {
+// Flush flushes the work's writes to the client (http.Flusher).
+func (h *handoff) Flush() { _ = h.FlushError() }
+
+// FlushError flushes the work's writes to the client; a flush that fails
+// (the client left) fails the delivery as a failed write does. It is what
+// http.ResponseController.Flush calls.
+func (h *handoff) FlushError() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if f, ok := h.w.(http.Flusher); !h.ended && ok {
-		f.Flush()
+	if h.ended {
+		h.failed = true
+		return http.ErrHandlerTimeout
 	}
+	err := proxy.FlushClient(h.w)
+	if err != nil && !errors.Is(err, http.ErrNotSupported) {
+		h.failed = true
+	}
+	return err
 }
 
 // trailer sets a trailer's value, if the handler has not ended.
