@@ -242,7 +242,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 		if resp.Stream != nil {
 			return resp, nil
 		}
-		resp.end = p.endOf(ctx, c, stop)
+		resp.end = p.endOf(ctx, c, stop, resp.Outcome)
 		if resp.Outcome.Class.Retryable() && resp.end == outcome.EndNone && stop != retry.StopDeadline && stop != retry.StopCanceled {
 			// Retries ended transient: the next upstream in the chain, if
 			// any, gets its turn; the deadline still bounds the whole. This
@@ -268,13 +268,18 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 
 // endOf says what, other than the upstream, ended a call: its context, or
 // the retry loop stopping for the client's deadline (the next wait would
-// pass it) or for shutdown (every wait ends).
-func (p *Proxy) endOf(ctx context.Context, c *Call, stop retry.StopReason) outcome.End {
+// pass it) or for shutdown (every wait ends). last is the last attempt's
+// outcome: one that timed out on its own (the upstream's timeout, not the
+// context's) is the upstream's, whatever the retry loop did next — a keyed
+// call runs on past its client's deadline, and an upstream that hangs to
+// its timeout there fails as it does with max_attempts 1; only a retry the
+// client's deadline stopped after an answer says nothing about it.
+func (p *Proxy) endOf(ctx context.Context, c *Call, stop retry.StopReason, last classify.Outcome) outcome.End {
 	if end := outcome.EndOf(ctx); end != outcome.EndNone {
 		return end
 	}
 	switch {
-	case stop == retry.StopDeadline && c.ClientDeadline:
+	case stop == retry.StopDeadline && c.ClientDeadline && !last.Timeout:
 		return outcome.EndClient
 	case stop == retry.StopCanceled && p.shuttingDown():
 		return outcome.EndGateway
