@@ -252,7 +252,8 @@ func (q *Queue) notify(text string) {
 	body, _ := json.Marshal(map[string]string{"text": text})
 	req, err := http.NewRequest(http.MethodPost, q.cfg.WebhookURL, bytes.NewReader(body))
 	if err != nil {
-		q.log.Error("dead letter webhook", "err", err)
+		// Not the URL (a parse error quotes it): it may carry a token.
+		q.log.Error("dead letter webhook", "err", errors.Unwrap(err))
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -30,7 +31,8 @@ func newUpstream(cfg config.Upstream) (*Upstream, error) {
 	cfg = cfg.WithDefaults()
 	base, err := url.Parse(cfg.BaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("upstream %s: base_url: %w", cfg.Name, err)
+		// Not the URL: its query may hold the upstream's credential.
+		return nil, fmt.Errorf("upstream %s: base_url: %w", cfg.Name, errors.Unwrap(err))
 	}
 	// One transport per upstream, pooled and sized for many long-lived LLM
 	// calls. It has no response-header timeout: a non-streaming completion

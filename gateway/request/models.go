@@ -44,8 +44,11 @@ func (g *Handler) handleModels(c echo.Context) error {
 	var errs []error
 	for i, r := range results {
 		if r.err != nil {
-			g.log.Warn("listing models failed", "upstream", ups[i].Cfg.Name, "err", redactURL(r.err))
-			errs = append(errs, r.err)
+			// Redacted here, once: the joined errors reach the request's
+			// log line too.
+			err := redactURL(r.err)
+			g.log.Warn("listing models failed", "upstream", ups[i].Cfg.Name, "err", err)
+			errs = append(errs, err)
 			continue
 		}
 		for _, m := range r.models {
