@@ -275,3 +275,38 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 		}
 	}
 }
+
+// A key whose call failed, and whose retry then served an answer too large
+// to record, has succeeded: its not-stored marker resolves its dead letter
+// (an operator's replay would only get the marker's 410), for a JSON answer
+// and a stream alike.
+func TestNotStoredMarkerResolvesTheDeadLetter(t *testing.T) {
+	for _, tc := range []struct{ name, body, answer string }{
+		{"json", chatBody, fixedJSON(8 << 10)},
+		{"stream", streamBody, fixedStream},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *config.Config) {
+				c.Idempotency.MaxRecordBytes = 1024
+				c.Retry.MaxAttempts = 1
+			})
+			h.fake.Enqueue(fakeprovider.Step{Status: 503}, fakeprovider.Step{Body: tc.answer})
+			if r := h.chat(tc.body, key("big-after-503")); r.status != 503 {
+				t.Fatalf("first call: %d %s", r.status, r.body)
+			}
+			if l := listDLQ(t, h, ""); l.Total != 1 {
+				t.Fatalf("dead letters after the 503: %d", l.Total)
+			}
+			if r := h.chat(tc.body, key("big-after-503")); r.status != 200 {
+				t.Fatalf("retry: %d %.200s", r.status, r.body)
+			}
+			h.gw.requests.WaitCalls()
+			if r := h.chat(tc.body, key("big-after-503")); r.status != http.StatusGone {
+				t.Fatalf("no marker committed: the key answered %d", r.status)
+			}
+			if l := listDLQ(t, h, ""); l.Total != 0 {
+				t.Fatalf("the dead letter of a key answered once is still listed: %+v", l.DeadLetters)
+			}
+		})
+	}
+}

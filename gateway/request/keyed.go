@@ -474,7 +474,8 @@ func (k *keyedCall) deliverJSON(resp *proxy.Response, res outcome.Result, v outc
 // under the lock the client's deadline takes, whether it all reached the
 // client first; only then is the marker Settle gives for a Whole delivery
 // committed, so the deadline cannot pass between the check and the
-// commit. Not delivered, it is Cut, which Settle releases.
+// commit. Not delivered, it is Cut, which Settle releases. A marker
+// committed resolves the key's dead letter, as a commit does.
 func (k *keyedCall) settleDelivered(res outcome.Result, upstream string, size int64) (outcome.Action, error) {
 	act := outcome.Release
 	delivered, err := k.h.deliver(func() error {
@@ -489,6 +490,11 @@ func (k *keyedCall) settleDelivered(res outcome.Result, upstream string, size in
 		act = outcome.Settle(res).Action
 		k.s.committed = "false: the client did not receive it whole"
 		k.s.idemEvent = "release"
+	}
+	if act == outcome.Marker && err == nil {
+		// The key has its answer (served once): a dead letter of an
+		// earlier failure is settled, and its replay would only get 410.
+		k.resolved()
 	}
 	return act, err
 }
