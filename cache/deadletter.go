@@ -18,9 +18,14 @@ import (
 // replayed, only the client can send the body again. Letters recorded
 // before BodyNotKept existed read as false.
 type DeadLetter struct {
-	ID            string    `json:"id"`
-	Client        string    `json:"client"`
-	Endpoint      string    `json:"endpoint"`
+	ID       string `json:"id"`
+	Client   string `json:"client"`
+	Endpoint string `json:"endpoint"`
+	// Query is the request's query string (a passthrough endpoint's; the
+	// completion endpoints take none), replayed with it: the key's
+	// fingerprint covers it. Empty in letters recorded before it was kept,
+	// which replay to Endpoint alone, as they did.
+	Query         string    `json:"query,omitempty"`
 	Key           string    `json:"idempotency_key"`
 	Model         string    `json:"model,omitempty"`
 	Body          []byte    `json:"-"`

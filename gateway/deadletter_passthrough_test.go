@@ -122,3 +122,48 @@ func TestDeadLetterJSONPassthroughReplays(t *testing.T) {
 		t.Fatalf("replayed letter not resolved: %+v", l)
 	}
 }
+
+// A keyed passthrough POST's query is part of what its key stands for: its
+// dead letter keeps the query and the operator's replay sends it, so the
+// answer committed under the key is the one the client's retry asked for
+// and replays (not a 422 for a different request).
+func TestDeadLetterPassthroughReplayKeepsTheQuery(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if failing.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"created":1,"data":[]}`))
+	})
+	h := passHarness(t, rec, func(c *config.Config) { c.Retry.MaxAttempts = 1 })
+	const path = "/v1/images/generations?api-version=2024-10-21"
+	body := []byte(`{"model":"gpt-image-1","prompt":"a lighthouse"}`)
+	key := map[string]string{"Idempotency-Key": "image-q"}
+	if r := h.sendRaw(http.MethodPost, path, "application/json", body, key); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("failing request: %d %s", r.status, r.body)
+	}
+	l := listDLQ(t, h, "")
+	if l.Total != 1 {
+		t.Fatalf("letters: %+v", l)
+	}
+	failing.Store(false)
+	r := h.admin(http.MethodPost, "/admin/deadletters/"+l.DeadLetters[0].ID+"/replay")
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), `"status":200`) {
+		t.Fatalf("replay: %d %s", r.status, r.body)
+	}
+	seen := rec.seen()
+	if last := seen[len(seen)-1]; last.query != "api-version=2024-10-21" {
+		t.Fatalf("replay sent query %q upstream, want the client's", last.query)
+	}
+	calls := len(seen)
+	again := h.sendRaw(http.MethodPost, path, "application/json", body, key)
+	if again.status != http.StatusOK || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("client retry: %d %s, want the replayed answer", again.status, again.body)
+	}
+	if len(rec.seen()) != calls {
+		t.Fatal("client retry called upstream")
+	}
+}

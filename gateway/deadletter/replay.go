@@ -54,7 +54,13 @@ func (q *Queue) Replay(ctx context.Context, d *cache.DeadLetter) ReplayResult {
 		return res
 	}
 	ctx = context.WithValue(ctx, replayClientKey{}, d.Client)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.Endpoint, bytes.NewReader(d.Body))
+	target := d.Endpoint
+	if d.Query != "" {
+		// The key's fingerprint covers the query: without it the replay
+		// would commit another request under the client's key.
+		target += "?" + d.Query
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(d.Body))
 	if err != nil {
 		res.Error = err.Error()
 		return res
