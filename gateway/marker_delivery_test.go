@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/request"
@@ -102,5 +104,55 @@ func TestNoMarkerWhenStreamClientLeftBeforeTheTail(t *testing.T) {
 	}
 	if n := len(h.fake.Requests()); n != 2 {
 		t.Fatalf("upstream saw %d calls, want 2 (the retry runs again)", n)
+	}
+}
+
+// markerFailStore fails every commit of a not-stored marker (a 410 record).
+type markerFailStore struct{ Store }
+
+func (s *markerFailStore) Commit(ctx context.Context, k cache.Key, owner string, rec *cache.Record, ttl time.Duration) error {
+	if rec.Status == http.StatusGone {
+		return errors.New("store refused the marker")
+	}
+	return s.Store.Commit(ctx, k, owner, rec, ttl)
+}
+
+// A marker whose commit fails releases the key once: the release metric
+// counts one release, and the client's retry runs again.
+func TestFailedMarkerCommitReleasesOnce(t *testing.T) {
+	for _, tc := range []struct{ name, body, answer string }{
+		{"json", chatBody, fixedJSON(8 << 10)},
+		{"stream", streamBody, fixedStream},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessStore(t, func(c *config.Config) { c.Idempotency.MaxRecordBytes = 1024 },
+				func(s Store) Store { return &markerFailStore{Store: s} }, fakeprovider.Options{})
+			step := fakeprovider.Step{Body: tc.answer}
+			h.fake.Enqueue(step, step)
+			send := func() {
+				// A JSON answer is cut (its marker failed: the retry runs
+				// again); a stream is whole.
+				if res, err := h.send(context.Background(), http.MethodPost, "/v1/chat/completions", tc.body, key("marker-fails")); err == nil {
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+				}
+				h.gw.requests.WaitCalls()
+			}
+			send()
+			const release = `llmgate_idempotency_events_total{event="release"} `
+			var line string
+			for _, l := range strings.Split(h.metricsText(), "\n") {
+				if strings.HasPrefix(l, release) {
+					line = l
+				}
+			}
+			if line != release+"1" {
+				t.Fatalf("release counted %q, want once", strings.TrimPrefix(line, release))
+			}
+			send()
+			if n := len(h.fake.Requests()); n != 2 {
+				t.Fatalf("upstream saw %d calls, want 2 (the retry runs again)", n)
+			}
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmgate/llmgate/cache"
@@ -330,6 +331,9 @@ type Lease struct {
 	k     *Keeper
 	req   *Request
 	owner string
+	// released: the key was given up; a second Release (a failed commit
+	// released it, then the caller's cleanup does) does nothing.
+	released atomic.Bool
 }
 
 // Renew keeps the claim alive while a long call or stream runs, until the
@@ -410,8 +414,12 @@ func (l *Lease) CommitNotStored(ctx context.Context, upstream string, size int64
 	return l.Commit(ctx, &cache.Record{Status: http.StatusGone, Body: apierror.Body(e), Upstream: upstream, Header: h})
 }
 
-// Release gives the key up, so the client's retry runs again.
+// Release gives the key up, so the client's retry runs again. Only the
+// first call does anything: it is counted once.
 func (l *Lease) Release(ctx context.Context) {
+	if l.released.Swap(true) {
+		return
+	}
 	octx, cancel := l.k.opCtx(ctx)
 	defer cancel()
 	if err := l.k.store.Release(octx, l.req.Key, l.owner); err != nil && !errors.Is(err, cache.ErrNotOwner) {
