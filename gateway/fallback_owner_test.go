@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -86,5 +87,45 @@ func TestFallbackHopWithoutObjects(t *testing.T) {
 	}
 	if seen := second.requests(); len(seen) != 1 || seen[0].Auth != "Bearer "+upstreamKey {
 		t.Fatalf("second saw %+v", seen)
+	}
+}
+
+// TestObjectCreatedThroughSharedFallbackIsReachable: alice's create fell
+// back from primary (her own key) to second (the shared key), so second
+// holds the response, recorded as hers there. Continuing it goes to
+// second, the one upstream that holds it — not to primary, which answers
+// 404 (no retry, no fallback) and would leave it unreachable.
+func TestObjectCreatedThroughSharedFallbackIsReachable(t *testing.T) {
+	h, primary, second := fallbackHarness(t)
+	r := h.do(http.MethodPost, "/v1/responses", `{"model":"gpt-4o","input":"hello"}`, asAlice)
+	if r.status != http.StatusOK || r.header.Get("X-Llmgate-Upstream") != "second" {
+		t.Fatalf("create: %d %v %s", r.status, r.header, r.body)
+	}
+	var created struct{ ID string }
+	if err := json.Unmarshal(r.body, &created); err != nil || created.ID == "" {
+		t.Fatalf("create answered %s: %v", r.body, err)
+	}
+	primary.mu.Lock()
+	primary.down, primary.holdsNone = false, true
+	primary.mu.Unlock()
+	primary.requests()
+	second.requests()
+
+	r = h.do(http.MethodPost, "/v1/responses", `{"model":"gpt-4o","input":"go on","previous_response_id":"`+created.ID+`"}`, asAlice)
+	if r.status != http.StatusOK || r.header.Get("X-Llmgate-Upstream") != "second" {
+		t.Fatalf("continuing the response alice created: %d %v %s", r.status, r.header.Get("X-Llmgate-Upstream"), r.body)
+	}
+	if seen := second.requests(); len(seen) != 1 || seen[0].Auth != "Bearer "+upstreamKey {
+		t.Fatalf("second saw %+v, want the request under the shared key", seen)
+	}
+	if seen := primary.requests(); len(seen) != 0 {
+		t.Fatalf("primary, which does not hold the response, saw %+v", seen)
+	}
+	// Bob's objects on second stay out of alice's reach.
+	if r := h.do(http.MethodPost, "/v1/responses", `{"model":"gpt-4o","input":"go on","previous_response_id":"resp_bob"}`, asAlice); r.status == http.StatusOK {
+		t.Fatalf("alice reached bob's response: %s", r.body)
+	}
+	if seen := second.requests(); len(seen) != 0 {
+		t.Fatalf("second saw alice's request naming bob's response: %+v", seen)
 	}
 }

@@ -65,7 +65,9 @@ type sharedView struct {
 // itself is shared and the request names objects, the plan is the one
 // hop to the upstream that holds them (whatever the model routes to); a
 // fallback under a shared key that does not hold them is left out, never
-// sent.
+// sent. When the routed upstream is the client's own but the objects the
+// request names were created through a fallback under a shared key (and
+// recorded there), the plan is likewise the one hop to that fallback.
 func (g *Handler) plan(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view sharedView) error {
 	client := ClientOf(r)
 	chain := u.Chain()
@@ -92,6 +94,10 @@ func (g *Handler) plan(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view 
 			return nil
 		}
 	}
+	if hop, ok := g.sharedHolderHop(client, chain, checked, view); ok {
+		cl.Hops = []proxy.Hop{hop}
+		return nil
+	}
 	cl.Hops = make([]proxy.Hop, 0, len(chain))
 	for _, cu := range chain {
 		if !g.sharedKey(client, cu) {
@@ -107,6 +113,27 @@ func (g *Handler) plan(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view 
 		cl.Hops = append(cl.Hops, withStoreFalse(hop, view))
 	}
 	return nil
+}
+
+// sharedHolderHop is the hop to the upstream of chain that holds the
+// objects checked names, when the client reaches it under a shared key:
+// a create that fell back from the client's own key to it left them
+// there, and only there. The routed upstream (the client's own key)
+// would answer 404, which is no reason to retry or fall back, and the
+// holder would never be tried.
+func (g *Handler) sharedHolderHop(client string, chain []*proxy.Upstream, checked ownership.Checked, view sharedView) (proxy.Hop, bool) {
+	holder, named := checked.Holder()
+	if !named {
+		return proxy.Hop{}, false
+	}
+	for _, cu := range chain {
+		if cu.Cfg.Name == holder && g.sharedKey(client, cu) {
+			if hop, ok := proxy.SharedHop(cu, checked); ok {
+				return withStoreFalse(hop, view), true
+			}
+		}
+	}
+	return proxy.Hop{}, false
 }
 
 // verify checks the objects view names against the client's records.
