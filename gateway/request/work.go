@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -199,12 +200,23 @@ func (h *handoff) deliver(settle func() error) (delivered bool, err error) {
 	if h.ended || h.failed || h.client.Err() != nil {
 		return false, nil
 	}
-	if err := proxy.FlushClient(h.w); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		h.failed = true
-		return false, nil
+	// A stream's last events are flushed here, so a client gone since
+	// shows as a failed flush. A JSON answer is not: flushing it would
+	// change its framing (a short body loses its Content-Length for
+	// chunked encoding); its client's departure shows in its context.
+	if isStream(h.w.Header()) {
+		if err := proxy.FlushClient(h.w); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			h.failed = true
+			return false, nil
+		}
 	}
 	h.delivered = true
 	return true, settle()
+}
+
+// isStream reports whether h's answer is an SSE stream.
+func isStream(h http.Header) bool {
+	return strings.HasPrefix(h.Get("Content-Type"), "text/event-stream")
 }
 
 // Flush flushes the work's writes to the client (http.Flusher).
