@@ -88,6 +88,7 @@ func Default() Config {
 			AlertThreshold:  10,
 			WebhookTimeout:  Duration(5 * time.Second),
 			ReplayPerSecond: 5,
+			MaxPerClient:    1000,
 		},
 		Tracing:   Tracing{SampleRatio: 1, TrustClientContext: true},
 		Ownership: DefaultOwnership(),
@@ -599,6 +600,33 @@ type DeadLetters struct {
 	WebhookTimeout Duration `yaml:"webhook_timeout"`
 	// ReplayPerSecond bounds group replays. Default 5.
 	ReplayPerSecond float64 `yaml:"replay_per_second"`
+	// MaxPerClient caps how many dead letters one client keeps: a new
+	// letter past it deletes that client's oldest (by last failure), never
+	// another client's. 0: no count bound. Default 1000.
+	MaxPerClient int `yaml:"max_per_client"`
+	// MaxBytesPerClient caps what one client's dead letters take in the
+	// store (stored bytes, a body counting about 4/3 of its size), the
+	// same way: so that one client's failing keyed requests cannot fill
+	// the store every client's keyed requests need. Dead letters are not
+	// counted in the client's own limits.max_stored_bytes (they live 7
+	// days: one outage would lock its keyed requests out for a week). 0
+	// (default): a small share of store.max_bytes, 1/32 of it (24 MiB at
+	// the default 768 MiB), or 32 MiB with no cap. -1: no bytes bound.
+	MaxBytesPerClient int64 `yaml:"max_bytes_per_client"`
+}
+
+// PerClientBytes is the bytes bound on one client's dead letters that
+// MaxBytesPerClient means with the store capped at storeMax (0: none).
+func (d DeadLetters) PerClientBytes(storeMax int64) int64 {
+	switch {
+	case d.MaxBytesPerClient > 0:
+		return d.MaxBytesPerClient
+	case d.MaxBytesPerClient < 0:
+		return 0
+	case storeMax > 0:
+		return max(storeMax/32, 1)
+	}
+	return 32 << 20
 }
 
 // Tracing configures OpenTelemetry traces: a span per request and one per

@@ -337,6 +337,7 @@ func (g *Gateway) routes() *echo.Echo {
 
 	g.admin.Routes(e)
 	e.DELETE("/admin/clients/:name/data", g.admin.PurgeClientData(g), g.admin.Auth)
+	e.GET("/admin/clients", g.admin.Clients, g.admin.Auth)
 	// GET only: a signed-in page's cookie opens it (admin.MetricsAuth).
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})), g.admin.MetricsAuth)
 	e.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })

@@ -188,6 +188,7 @@ func (s *Store) purgeDeadLetters(ctx context.Context, scope string) (int, error)
 		delete(s.dead, string(k[len(deadLetterKeyPrefix):]))
 	}
 	s.deadMu.Unlock()
+	s.letters.removeClient(scope)
 	return len(keys), nil
 }
 

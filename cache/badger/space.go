@@ -228,6 +228,7 @@ func (s *Store) runSpace() { s.every(s.space.interval, s.checkSpace) }
 
 // checkSpace is one round of runSpace.
 func (s *Store) checkSpace() {
+	s.maybeRescanLive()
 	st := s.measureSpace()
 	if st.ReadOnly && st.FreeBytes >= st.MinFreeBytes {
 		s.reopenReadWrite(s.space.bo)
@@ -362,17 +363,24 @@ func (s *Store) reopenReadWrite(bo badger.Options) {
 	s.reloadDeadLetterIDs()
 }
 
-// reloadDeadLetterIDs reads the dead-letter id set (see Store.dead) again
-// from the database just opened. The caller holds s.mu exclusively.
+// reloadDeadLetterIDs reads the dead-letter id set and index (see
+// Store.dead, letters) again from the database just opened. The caller
+// holds s.mu exclusively.
 func (s *Store) reloadDeadLetterIDs() {
-	ids, err := s.loadDeadLetterIDs()
+	l, ids, err := s.loadLetters()
 	if err != nil {
-		s.log.Error("reading the dead-letter ids after a reopen", slog.Any("err", err))
+		s.log.Error("reading the dead letters after a reopen", slog.Any("err", err))
 		return
 	}
 	s.deadMu.Lock()
 	s.dead = ids
 	s.deadMu.Unlock()
+	s.letters.mu.Lock()
+	s.letters.by, s.letters.bytes = l.by, l.bytes
+	s.letters.mu.Unlock()
+	if err := s.rescanLive(); err != nil {
+		s.log.Error("sizing the store after a reopen", slog.Any("err", err))
+	}
 }
 
 // valueLogGC runs one value-log GC round unless the store is read-only or

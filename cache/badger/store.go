@@ -72,6 +72,9 @@ type Options struct {
 	// SpaceInterval is how often the store measures its room and, when
 	// read-only, tries to reopen read-write. If <= 0, 1s.
 	SpaceInterval time.Duration
+	// DeadLetters bounds each client's dead letters (see
+	// cache.DeadLetterBound). The zero value bounds nothing.
+	DeadLetters cache.DeadLetterBound
 }
 
 // Store is the embedded idempotency store, one Badger database in one
@@ -100,6 +103,11 @@ type Store struct {
 	// name a dead letter that is gone, never miss one that is there.
 	deadMu sync.Mutex
 	dead   map[string]uint64
+	// letters indexes the dead letters by client, for bound.
+	letters *letters
+	bound   cache.DeadLetterBound
+	// live is what the live entries take, which MaxBytes caps (live.go).
+	live live
 
 	waiters waiters.Broadcast
 
@@ -233,9 +241,14 @@ func Open(o Options) (*Store, error) {
 	}
 	s.db = db
 	s.flights = newFlights()
-	if s.dead, err = s.loadDeadLetterIDs(); err != nil {
+	s.bound = o.DeadLetters
+	if s.letters, s.dead, err = s.loadLetters(); err != nil {
 		s.closeDB()
 		return nil, fmt.Errorf("open badger store %s: %w", o.Dir, err)
+	}
+	if err := s.rescanLive(); err != nil {
+		s.closeDB()
+		return nil, fmt.Errorf("open badger store %s: sizing: %w", o.Dir, err)
 	}
 
 	var boot [8]byte
@@ -422,6 +435,7 @@ func (s *Store) Commit(ctx context.Context, k cache.Key, owner string, rec *cach
 			// Still in flight: the owner may Release.
 			return err
 		}
+		s.live.wrote(len(e.Key), len(e.Value))
 		s.flights.del(sh, key)
 		return nil
 	}()
