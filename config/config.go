@@ -413,12 +413,17 @@ type Store struct {
 	// other replicas' commits and records deleted by an operator. 0 counts
 	// only at start (and retries a failed count every 30s). Default 10m.
 	UsageRescan Duration `yaml:"usage_rescan"`
-	// MaxBytes caps the Badger store's files (.sst and .vlog, as Badger
-	// counts them): over it, new keyed requests get 503
-	// idempotency_store_full until records expire and are compacted away;
-	// replays and unkeyed requests are served. 0: no cap. Default 768 MiB,
-	// which with the default floor fits a 1 GiB volume (README, capacity
-	// planning).
+	// MaxBytes caps what the Badger store's live entries take (records,
+	// dead letters, ownership entries not expired or deleted: their keys
+	// and values): at it, new keyed requests get 503
+	// idempotency_store_full and dead letters are refused, until records
+	// expire or an operator purges a client, which gives the cap back
+	// within a second; replays and unkeyed requests are served. The files
+	// hold deleted entries until the store reclaims its disk (after a
+	// purge at once, else every gc_interval), so the disk's free-space
+	// floor (min_free_bytes) is what bounds them. 0: no cap. Default 768
+	// MiB, which with the default floor fits a 1 GiB volume (README,
+	// capacity planning).
 	MaxBytes int64 `yaml:"max_bytes"`
 	// MinFreeBytes is the free-space floor of data_dir's filesystem: below
 	// it the store is full in the same way, and a gateway started below it

@@ -834,7 +834,7 @@ func TestAlertRules(t *testing.T) {
 		"llmgate_deadletter_alert":              false,
 		"llmgate_idempotency_events_total":      false,
 		"llmgate_store_full":                    false,
-		"llmgate_store_used_bytes":              false,
+		"llmgate_store_live_bytes":              false,
 	}
 	seen := map[string]bool{}
 	for _, r := range rules {

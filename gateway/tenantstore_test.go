@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/llmgate/llmgate/cache"
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
@@ -20,12 +23,14 @@ const (
 	malloryKey = "sk-gw-mallory-0123456789"
 	// brokenModel always fails upstream with a transient 500.
 	brokenModel = "broken"
+	// bigModel answers with 64 KiB of content.
+	bigModel = "big"
 )
 
 var asMallory = map[string]string{"Authorization": "Bearer " + malloryKey}
 
 // tenantUpstream answers every chat completion, but with a 500 for
-// brokenModel; it counts calls.
+// brokenModel and with 64 KiB of random hex for bigModel; it counts calls.
 type tenantUpstream struct{ calls atomic.Int64 }
 
 func (u *tenantUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +42,14 @@ func (u *tenantUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"error":{"message":"boom","type":"server_error","param":null,"code":null}}`)
 		return
 	}
-	fmt.Fprintf(w, `{"id":"chatcmpl-%d","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`, n)
+	content := "ok"
+	if strings.Contains(string(body), `"model":"`+bigModel+`"`) {
+		// Random, so that the store cannot compress it away.
+		b := make([]byte, 32<<10)
+		rand.Read(b)
+		content = hex.EncodeToString(b)
+	}
+	fmt.Fprintf(w, `{"id":"chatcmpl-%d","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}]}`, n, content)
 }
 
 // tenantHarness is a gateway with alice, bob and mallory in front of a
@@ -147,3 +159,50 @@ func TestDeadLettersBoundedPerClient(t *testing.T) {
 // simOptions is the harness's fake-upstream options: none (these tests
 // bring their own upstream).
 func simOptions() fakeprovider.Options { return fakeprovider.Options{} }
+
+// TestPurgeTakesTheStoreOutOfFull: mallory's dead letters fill the store
+// to store.max_bytes (never past it), and alice's new keyed requests get
+// 503 idempotency_store_full; DELETE /admin/clients/mallory/data takes the
+// store out of the full state at once, without a restart: alice's next
+// keyed request commits.
+func TestPurgeTakesTheStoreOutOfFull(t *testing.T) {
+	const capBytes = 4 << 20
+	h, store, _ := tenantHarness(t, badgerstore.Options{MaxBytes: capBytes, DeadLetters: cache.DeadLetterBound{MaxBytes: 2 * capBytes}}, nil)
+	for i := range 30 {
+		h.chat(chatOf(brokenModel, 200<<10), merged(asMallory, key(fmt.Sprint("m-", i))))
+	}
+	if sp := store.Space(); sp.LiveBytes > capBytes {
+		t.Fatalf("mallory's dead letters went past the cap: %+v", sp)
+	}
+	// Her keyed commits take the rest, until the store refuses them.
+	for i := 0; ; i++ {
+		r := h.chat(chatOf(bigModel, 10), merged(asMallory, key(fmt.Sprint("big-", i))))
+		if r.status == http.StatusServiceUnavailable {
+			break
+		}
+		if r.status != http.StatusOK || i > 100 {
+			t.Fatalf("mallory's commit %d: %d (%d bytes); store %+v", i, r.status, len(r.body), store.Space())
+		}
+	}
+	full := store.Space()
+	// A commit admitted below the cap lands: the cap is passed by the
+	// calls running when it was reached (here one at a time) at most.
+	if !full.Full || full.LiveBytes > capBytes+128<<10 {
+		t.Fatalf("after mallory's flood: %+v, want full, past the cap by one commit at most", full)
+	}
+	r := h.chat(chatOf("gpt-4o-mini", 10), merged(asAlice, key("alice-1")))
+	if e := wantOpenAIError(t, r, http.StatusServiceUnavailable); e["code"] != "idempotency_store_full" {
+		t.Fatalf("alice on a full store: %v", e)
+	}
+	start := time.Now()
+	if r := h.admin(http.MethodDelete, "/admin/clients/mallory/data"); r.status != http.StatusOK {
+		t.Fatalf("purge: %d %s", r.status, r.body)
+	}
+	r = h.chat(chatOf("gpt-4o-mini", 10), merged(asAlice, key("alice-1")))
+	took := time.Since(start)
+	if r.status != http.StatusOK {
+		t.Fatalf("alice after the purge: %d %s", r.status, r.body)
+	}
+	after := store.Space()
+	t.Logf("full: live %d of %d bytes (files %d); purge to alice's commit %v; after: live %d, files %d", full.LiveBytes, capBytes, full.UsedBytes, took, after.LiveBytes, after.UsedBytes)
+}
