@@ -378,8 +378,12 @@ type Idempotency struct {
 	MaxRecordEvents int `yaml:"max_record_events"`
 	// MaxDetached caps the keyed calls that run on after their client
 	// stopped waiting (it left, or its X-Llmgate-Deadline passed), so
-	// they can be committed. A call that would pass the cap is cancelled,
-	// its key released and its dead letter recorded. Default 256.
+	// they can be committed. One client may hold half of them: its call
+	// past that share is cancelled, its key released and its dead letter
+	// recorded. At the cap, a client within its share takes the slot of
+	// the newest detached call of the client holding the most (if that
+	// one holds more than it), else its own call is cancelled: one
+	// client's hanging calls never cancel another's. Default 256.
 	MaxDetached int `yaml:"max_detached"`
 	// ForwardKeySecret keys the Idempotency-Key llmgate forwards upstream:
 	// HMAC-SHA256(secret, client, endpoint, key), so two tenants' equal keys
