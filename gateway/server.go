@@ -451,8 +451,13 @@ func (g *Gateway) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			ok = true
 		}
 		if ok {
-			c.SetRequest(request.WithClient(r, name))
+			r = request.WithClient(r, name)
 		}
+		r, err := request.WithTenant(r)
+		if err != nil {
+			return err
+		}
+		c.SetRequest(r)
 		return next(c)
 	}
 }
