@@ -131,7 +131,8 @@ type Config struct {
 	// load balancer, on one Redis store). Per-client request rates and
 	// concurrency are kept in each process, so each allows its share: the
 	// configured figure divided by Replicas. Default 1; with the Badger
-	// store it must be 1 (one process owns the data dir).
+	// store it must be 1 (one process owns the data dir). Env
+	// GATEWAY_REPLICAS (set it with the deployment's replica count).
 	Replicas int `yaml:"replicas"`
 
 	Retry       Retry       `yaml:"retry"`
@@ -444,9 +445,10 @@ type Redis struct {
 	// URL is a redis:// or rediss:// URL. Env GATEWAY_REDIS_URL.
 	URL string `yaml:"url"`
 	// PoolSize is go-redis's pool size. If 0, go-redis's default of 10 per
-	// CPU is used.
+	// CPU is used. Env GATEWAY_REDIS_POOL_SIZE.
 	PoolSize int `yaml:"pool_size"`
-	// Prefix is prepended to every key. Default "llmgate:".
+	// Prefix is prepended to every key. Default "llmgate:". Env
+	// GATEWAY_REDIS_PREFIX.
 	Prefix string `yaml:"prefix"`
 	// Cluster treats URL's host list as a Redis Cluster.
 	Cluster bool `yaml:"cluster"`
@@ -528,7 +530,7 @@ type Server struct {
 	// IdleTimeout for keep-alive connections. Default 120s.
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// ShutdownGrace is how long in-flight requests and streams get to
-	// finish after SIGTERM. Default 30s.
+	// finish after SIGTERM. Default 30s. Env GATEWAY_SHUTDOWN_GRACE.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
 	// TrustedProxies are the reverse proxies (IP addresses, or CIDR
 	// ranges such as 10.0.0.0/24) whose X-Forwarded-For and
@@ -538,7 +540,8 @@ type Server struct {
 	// X-Forwarded-Proto (for cookie_secure: auto). From any other peer the
 	// headers are ignored: a client sets them to whatever it likes. Behind
 	// a proxy that is not listed, every client has the proxy's address,
-	// so sign-in throttling slows them all together. Default none.
+	// so sign-in throttling slows them all together. Default none. Env
+	// GATEWAY_TRUSTED_PROXIES (comma-separated).
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// CookieSecure sets the Secure attribute of the admin page's cookies:
 	// "true", "false", or "auto" (default): Secure when the request came
