@@ -41,6 +41,14 @@ type DeadLetter struct {
 	FirstAt       time.Time `json:"first_at"`
 	LastAt        time.Time `json:"last_at"`
 	ExpiresAt     time.Time `json:"expires_at"`
+	// Dropped is set by PutDeadLetter: the ids of the client's oldest
+	// letters it deleted to keep the client within its DeadLetterBound.
+	// Not stored.
+	Dropped []string `json:"-"`
+	// Stored is what the letter counts against its client's
+	// DeadLetterBound (DeadLetterSize), set by ListDeadLetters and
+	// GetDeadLetter. Not stored.
+	Stored int64 `json:"-"`
 }
 
 // DeadLetterID is the stable id of the dead letter for a key.
@@ -101,4 +109,28 @@ func SortDeadLetters(ds []DeadLetter) {
 		}
 		return 0
 	})
+}
+
+// DeadLetterBound is the most dead letters one client keeps, in count and
+// in bytes (DeadLetterSize), so that one client's outage — or one client
+// sending failing keyed requests on purpose — cannot fill the store the
+// other clients' keyed requests need. A store given a bound keeps each
+// client within it at every PutDeadLetter: the new letter is stored and
+// the client's own oldest letters (by LastAt) are deleted in the same
+// step until the client is within the bound again; another client's
+// letters are never touched. A letter alone over MaxBytes is kept alone.
+// A zero field bounds nothing.
+type DeadLetterBound struct {
+	MaxCount int
+	MaxBytes int64
+}
+
+// DeadLetterSize is what a dead letter counts against its client's
+// DeadLetterBound and its store's size cap: its storage key and encoded
+// value, which the store measures.
+func DeadLetterSize(key, value int) int64 { return int64(key + value) }
+
+// Over reports whether count letters of bytes in all are over b.
+func (b DeadLetterBound) Over(count int, bytes int64) bool {
+	return (b.MaxCount > 0 && count > b.MaxCount) || (b.MaxBytes > 0 && bytes > b.MaxBytes)
 }

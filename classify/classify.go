@@ -181,9 +181,11 @@ func FromError(err error) Outcome {
 //   - error.details.error_code, error.code or error.type
 //     insufficient_quota, billing_hard_limit_reached, billing_not_active,
 //     billing_limit_reached, quota_exceeded, billing_error (Anthropic's
-//     402), enforced_spend_limit_reached, contract_spend_limit_reached or
+//     402), enforced_spend_limit_reached, contract_spend_limit_reached,
 //     linked_organization_spend_limit_reached (Anthropic's 429 for a spend
-//     limit): Quota, whatever the status.
+//     limit) or client_storage_quota_exceeded (a chained llmgate's), or an
+//     X-Llmgate-Outcome: quota header (a chained llmgate's verdict on its
+//     own upstream's answer): Quota, whatever the status.
 //   - a 4xx whose error.code (or type) is content_filter or
 //     content_policy_violation: ContentFilter.
 //   - 401: Unauthorized. 402: Quota. 403: Auth. 429: RateLimited. Other
@@ -211,6 +213,12 @@ func FromResponse(status int, h http.Header, body []byte, now time.Time) Outcome
 		return Outcome{Class: Success, Reason: statusReason(status), Status: status}
 	}
 	o := fromErrorBody(status, parseErrorBody(body))
+	if o.Class != Quota && h.Get(chainedOutcome) == string(Quota) {
+		// A chained llmgate classified its own upstream's answer as a
+		// quota error: whatever the body now says, retrying here would
+		// not pay for it either.
+		o = Outcome{Class: Quota, Reason: chainedOutcome + " quota", Status: status}
+	}
 	if o.Class == ContentFilter {
 		return o // a RetryAfter on a filtered request is meaningless
 	}
@@ -331,7 +339,13 @@ var (
 		"enforced_spend_limit_reached",
 		"contract_spend_limit_reached",
 		"linked_organization_spend_limit_reached",
+		// A chained llmgate's own: the client's stored answers at that
+		// gateway are at its quota, which frees only as they expire.
+		"client_storage_quota_exceeded",
 	)
+	// chainedOutcome is the header in which a chained llmgate says how it
+	// classified its upstream's answer.
+	chainedOutcome = "X-Llmgate-Outcome"
 	// contentFilterCodes: Azure OpenAI's 400 for a filtered prompt, and
 	// OpenAI's content_policy_violation.
 	contentFilterCodes = rules(ContentFilter,

@@ -1205,13 +1205,15 @@ func parseLogs(t *testing.T, text string) []string {
 //   - llmgate_detached_calls and llmgate_admission_inflight_bytes: a keyed
 //     call past its client's deadline runs on, holding its body's bytes;
 //     whether it has ended when the scrape comes depends on the clock;
-//   - llmgate_store_free_bytes and llmgate_store_used_bytes: the disk's
-//     free space and the store's files, which other processes and Badger's
-//     own flushes move;
+//   - llmgate_store_free_bytes, llmgate_store_used_bytes and
+//     llmgate_store_live_bytes: the disk's free space, the store's files
+//     and its live entries, which other processes, Badger's own flushes
+//     and expiries move;
 //   - histogram buckets and sums: timings.
 var skippedMetrics = map[string]bool{
 	"llmgate_store_free_bytes": true,
 	"llmgate_store_used_bytes": true,
+	"llmgate_store_live_bytes": true,
 	"llmgate_store_records":    true,
 	"llmgate_deadletters":      true,
 	"llmgate_deadletter_alert": true,

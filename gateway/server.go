@@ -337,6 +337,7 @@ func (g *Gateway) routes() *echo.Echo {
 
 	g.admin.Routes(e)
 	e.DELETE("/admin/clients/:name/data", g.admin.PurgeClientData(g), g.admin.Auth)
+	e.GET("/admin/clients", g.admin.Clients, g.admin.Auth)
 	// GET only: a signed-in page's cookie opens it (admin.MetricsAuth).
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})), g.admin.MetricsAuth)
 	e.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
@@ -450,17 +451,21 @@ func (g *Gateway) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			ok = true
 		}
 		if ok {
-			c.SetRequest(request.WithClient(r, name))
+			r = request.WithClient(r, name)
 		}
+		r, err := request.WithTenant(r)
+		if err != nil {
+			return err
+		}
+		c.SetRequest(r)
 		return next(c)
 	}
 }
 
 func (g *Gateway) clientName(r *http.Request) (string, error) {
-	tok, ok := admin.Bearer(r.Header.Get("Authorization"))
-	if !ok {
-		return "", &apierror.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-			Message: "You didn't provide an API key. Send your llmgate key as 'Authorization: Bearer <key>'."}
+	tok, err := credential(r.Header)
+	if err != nil {
+		return "", err
 	}
 	sum := config.KeyDigest(tok)
 	name, found := "", 0
@@ -484,6 +489,44 @@ func clientNames(cs []clientKey) []string {
 		names[i] = c.name
 	}
 	return names
+}
+
+// credential is the client key a request carries: "Authorization: Bearer
+// <key>", or "x-api-key: <key>" (as Anthropic's SDKs send it), or both
+// naming the same key. An ambiguous credential — either header twice, or
+// both naming different keys — is refused with a 400, as duplicate JSON
+// fields are: were one of them picked, a proxy in front that checks the
+// other would authorize one client and the gateway serve another.
+func credential(h http.Header) (string, error) {
+	auth, xkey := h.Values("Authorization"), h.Values("X-Api-Key")
+	if len(auth) > 1 || len(xkey) > 1 {
+		return "", ambiguousCredentials("The request has more than one Authorization or x-api-key header.")
+	}
+	var tok string
+	if len(auth) == 1 {
+		bearer, ok := admin.Bearer(auth[0])
+		if !ok && len(xkey) == 1 {
+			return "", ambiguousCredentials("The request has an x-api-key header and an Authorization header that is not 'Bearer <key>'.")
+		}
+		tok = bearer
+	}
+	if len(xkey) == 1 {
+		k := strings.TrimSpace(xkey[0])
+		if tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(k)) != 1 {
+			return "", ambiguousCredentials("The request's Authorization and x-api-key headers name different keys.")
+		}
+		tok = k
+	}
+	if tok == "" {
+		return "", &apierror.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			Message: "You didn't provide an API key. Send your llmgate key as 'Authorization: Bearer <key>'."}
+	}
+	return tok, nil
+}
+
+func ambiguousCredentials(what string) *apierror.Error {
+	return &apierror.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "ambiguous_credentials",
+		Message: what + " Send your llmgate key once, as 'Authorization: Bearer <key>' (or 'x-api-key: <key>')."}
 }
 
 // clientShare is the most request bytes in memory one client may hold:

@@ -37,9 +37,9 @@ func (g *Gateway) spaceReady() string {
 	if !ok || !sp.Full {
 		return ""
 	}
-	return fmt.Sprintf("ready; store full (%s: %d bytes free, floor %d; %d bytes used, cap %d; read-only %v): "+
+	return fmt.Sprintf("ready; store full (%s: %d bytes free, floor %d; %d bytes live, cap %d; read-only %v): "+
 		"new keyed requests get 503 idempotency_store_full, replays and requests without a key are served\n",
-		sp.Reason, sp.FreeBytes, sp.MinFreeBytes, sp.UsedBytes, sp.MaxBytes, sp.ReadOnly)
+		sp.Reason, sp.FreeBytes, sp.MinFreeBytes, sp.LiveBytes, sp.MaxBytes, sp.ReadOnly)
 }
 
 // registerSpace exports the store's room, for the alerts LlmgateStoreFull
@@ -63,8 +63,10 @@ func (g *Gateway) registerSpace() {
 		func(sp cache.Space) float64 { return float64(sp.FreeBytes) })
 	gauge(prometheus.GaugeOpts{Name: "llmgate_store_min_free_bytes", Help: "The store's free-space floor (store.min_free_bytes)."},
 		func(sp cache.Space) float64 { return float64(sp.MinFreeBytes) })
-	gauge(prometheus.GaugeOpts{Name: "llmgate_store_used_bytes", Help: "Bytes in the store's files (.sst and .vlog), as store.max_bytes counts them."},
+	gauge(prometheus.GaugeOpts{Name: "llmgate_store_used_bytes", Help: "Bytes in the store's files (.sst and .vlog); deleted and expired entries stay in them until the store reclaims its disk."},
 		func(sp cache.Space) float64 { return float64(sp.UsedBytes) })
+	gauge(prometheus.GaugeOpts{Name: "llmgate_store_live_bytes", Help: "Bytes of the store's live entries (not expired or deleted), which store.max_bytes caps."},
+		func(sp cache.Space) float64 { return float64(sp.LiveBytes) })
 	gauge(prometheus.GaugeOpts{Name: "llmgate_store_max_bytes", Help: "The store's size cap, store.max_bytes (0: none)."},
 		func(sp cache.Space) float64 { return float64(sp.MaxBytes) })
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
 
+	"github.com/llmgate/llmgate/cache"
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	redisstore "github.com/llmgate/llmgate/cache/redis"
 	"github.com/llmgate/llmgate/cmd/gateway/demo"
@@ -200,7 +201,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		r := cfg.Store.Redis
 		return redisstore.Open(ctx, redisstore.Options{
 			URL: r.URL, PoolSize: r.PoolSize, Prefix: r.Prefix, Cluster: r.Cluster, Logger: log,
-			WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout.D(),
+			WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout.D(), DeadLetters: deadLetterBound(cfg),
 		})
 	}
 	return badgerstore.Open(badgerstore.Options{
@@ -211,7 +212,15 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		Logger:       log,
 		MaxBytes:     cfg.Store.MaxBytes,
 		MinFreeBytes: cfg.Store.MinFreeBytes,
+		DeadLetters:  deadLetterBound(cfg),
 	})
+}
+
+// deadLetterBound is the bound on each client's dead letters that the
+// config sets.
+func deadLetterBound(cfg config.Config) cache.DeadLetterBound {
+	d := cfg.DeadLetters
+	return cache.DeadLetterBound{MaxCount: d.MaxPerClient, MaxBytes: d.PerClientBytes(cfg.Store.MaxBytes)}
 }
 
 type redisLogger struct{ log *slog.Logger }

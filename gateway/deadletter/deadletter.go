@@ -70,6 +70,9 @@ type Queue struct {
 	mu         sync.Mutex
 	alerting   bool
 	lastNotify time.Time
+	// drops counts, by client, the letters the store deleted to keep the
+	// client within its bound, since start (Dropped).
+	drops map[string]int64
 }
 
 // New starts the queue's monitor.
@@ -139,12 +142,40 @@ func (q *Queue) Record(ctx context.Context, k cache.Key, r Request, f *outcome.F
 		return
 	}
 	q.metrics.DLQRecorded.WithLabelValues(f.Class).Inc()
+	q.dropped(d)
 	if q.onRec != nil {
 		q.onRec(LastUpstream(*d))
 	}
 	q.log.Warn("dead letter recorded", "id", d.ID, "client", d.Client, "idempotency_key", idempotency.HashKey(k.ID),
 		"class", f.Class, "upstreams", strings.Join(f.Tried, ","), "failures", d.Failures)
 	q.Poke()
+}
+
+// dropped counts the letters the store deleted to make room for d.
+func (q *Queue) dropped(d *cache.DeadLetter) {
+	if len(d.Dropped) == 0 {
+		return
+	}
+	q.metrics.DeadLettersDropped(d.Client, len(d.Dropped))
+	q.mu.Lock()
+	if q.drops == nil {
+		q.drops = map[string]int64{}
+	}
+	q.drops[d.Client] += int64(len(d.Dropped))
+	q.mu.Unlock()
+	q.log.Warn("dead letters dropped: the client is over its dead-letter bound", "client", d.Client, "dropped", len(d.Dropped))
+}
+
+// Dropped returns, by client, how many of its dead letters were deleted
+// since start to keep it within its bound (oldest first).
+func (q *Queue) Dropped() map[string]int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make(map[string]int64, len(q.drops))
+	for c, n := range q.drops {
+		out[c] = n
+	}
+	return out
 }
 
 // Resolve removes the dead letter of a key that has now succeeded.

@@ -48,6 +48,7 @@ type Metrics struct {
 	DLQAlert    prometheus.Gauge
 	DLQReplays  *prometheus.CounterVec
 	DLQRecorded *prometheus.CounterVec
+	dlqDropped  *prometheus.CounterVec
 
 	mu          sync.Mutex
 	models      map[string]bool
@@ -151,7 +152,11 @@ func (m *Metrics) deadLetterSeries() []prometheus.Collector {
 	m.DLQRecorded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgate_deadletters_recorded_total", Help: "Keyed requests recorded as dead letters, by final class.",
 	}, []string{"class"})
-	return []prometheus.Collector{m.DLQSize, m.DLQAlert, m.DLQReplays, m.DLQRecorded}
+	m.dlqDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_deadletters_dropped_total",
+		Help: "Dead letters deleted to keep their client within dead_letters.max_per_client and max_bytes_per_client (its oldest first), by client.",
+	}, []string{"client"})
+	return []prometheus.Collector{m.DLQSize, m.DLQAlert, m.DLQReplays, m.DLQRecorded, m.dlqDropped}
 }
 
 // clientSeries makes the series of clients' limits and stored bytes.
@@ -196,6 +201,12 @@ func (m *Metrics) tokenSeries() []prometheus.Collector {
 // scope when no clients are configured).
 func (m *Metrics) ClientLimited(client, limit string) {
 	m.clientLimited.WithLabelValues(client, limit).Inc()
+}
+
+// DeadLettersDropped counts n of client's dead letters deleted to keep it
+// within its bound.
+func (m *Metrics) DeadLettersDropped(client string, n int) {
+	m.dlqDropped.WithLabelValues(m.clientLabel(client)).Add(float64(n))
 }
 
 // ClientLimitFailOpen counts a check of limit made without what it

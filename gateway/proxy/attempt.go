@@ -37,6 +37,9 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 	if err != nil {
 		return a.fail(err)
 	}
+	if c.Tenant != "" {
+		req.Header.Set("X-Llmgate-Tenant", c.Tenant)
+	}
 	res, err := u.client.Do(req)
 	if err != nil {
 		return a.fail(err)

@@ -110,6 +110,10 @@ type Call struct {
 	// the routed upstream (or the one holding the objects the request
 	// names); the rest are the fallbacks the plan kept.
 	Hops []Hop
+	// Tenant, when set, is sent as X-Llmgate-Tenant: the opaque id of the
+	// tenant the call is made for, by which a chained llmgate narrows its
+	// scope (see request.TenantHeader).
+	Tenant string
 	// Deadline: no attempt or fallback starts after it. ClientDeadline
 	// says it is the client's own (X-Llmgate-Deadline), not the
 	// operator's: a retry it stops says nothing about the upstream.

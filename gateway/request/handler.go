@@ -48,6 +48,7 @@ func (g *Handler) handlePost(ep endpoint) echo.HandlerFunc {
 		}
 		cl := &proxy.Call{In: r, Suffix: ep.suffix, API: ep.api, Body: body, Model: rt.Model,
 			Stream: rt.Stream, Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
+		cl.Tenant = g.forwardTenant(r)
 		view := sharedView{path: r.URL.Path, body: body, storeFalse: g.storeFalseBody(ep.suffix, body)}
 		if err := g.plan(r, cl, u, view); err != nil {
 			return err

@@ -60,7 +60,7 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 	}
 	fp := idempotency.Fingerprint(body)
 	return &idempotency.Request{
-		Key:         cache.Key{Scope: scope, Endpoint: ep.path, ID: "cache:" + fp},
+		Key:         cache.Key{Scope: scope, Endpoint: ep.path, ID: contentCacheID(r, fp)},
 		Fingerprint: fp,
 		TTL:         g.cfg.Idempotency.CacheTTL.D(),
 		Cache:       true,

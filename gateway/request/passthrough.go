@@ -163,6 +163,7 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 		cl := &proxy.Call{In: r, Suffix: strings.TrimPrefix(r.URL.EscapedPath(), "/v1"), Query: r.URL.RawQuery,
 			Source: body.src, Model: body.model, Passthrough: true, RecordLimit: rt.maxRecord,
 			Unbuffered: key == "", Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
+		cl.Tenant = g.forwardTenant(r)
 		if err := g.plan(r, cl, u, g.passView(r, body)); err != nil {
 			return err
 		}

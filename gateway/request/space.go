@@ -30,5 +30,5 @@ func (g *Handler) spaceCheck(kr *idempotency.Request) error {
 		return nil
 	}
 	return &apierror.StoreFull{Reason: sp.Reason, RetryAfter: StoreFullRetryAfter,
-		Err: fmt.Errorf("%s: %d bytes free (floor %d), %d bytes used (cap %d)", sp.Reason, sp.FreeBytes, sp.MinFreeBytes, sp.UsedBytes, sp.MaxBytes)}
+		Err: fmt.Errorf("%s: %d bytes free (floor %d), %d bytes live (cap %d)", sp.Reason, sp.FreeBytes, sp.MinFreeBytes, sp.LiveBytes, sp.MaxBytes)}
 }

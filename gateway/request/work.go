@@ -16,7 +16,8 @@ import (
 // workSet tracks the keyed calls in flight, so that shutdown can give them
 // the grace period and then end them (their keys released, their dead
 // letters recorded) before the store closes, and counts the detached ones
-// — those whose client stopped waiting — against a cap.
+// — those whose client stopped waiting — against a cap, and each client's
+// against its share of it (see detach).
 type workSet struct {
 	mu       sync.Mutex
 	cancels  map[*workItem]struct{}
@@ -24,37 +25,47 @@ type workSet struct {
 	detached atomic.Int64
 	max      int64
 	closed   bool
+	// byClient holds each client's detached calls, under mu.
+	byClient map[string]map[*workItem]struct{}
+	seq      int64 // orders detaches, under mu
 }
 
 // workItem is one keyed call. Its state moves once from running to
 // detached (its client stopped waiting) and once to finished, by
 // compare-and-swap, so a detach that loses the race with the call's end is
-// a no-op and the detached count is decremented exactly once.
+// a no-op and the detached count is decremented exactly once; a detached
+// call cancelled to make room for another client's moves to evicted, and
+// is no longer counted.
 type workItem struct {
 	cancel context.CancelCauseFunc
 	state  atomic.Int32
+	client string
+	seq    int64 // when it detached, under workSet.mu
 }
 
 const (
 	workRunning int32 = iota
 	workDetached
+	workEvicted
 	workFinished
 )
 
 func newWorkSet(max int) *workSet {
-	return &workSet{cancels: map[*workItem]struct{}{}, max: int64(max)}
+	return &workSet{cancels: map[*workItem]struct{}{}, max: int64(max), byClient: map[string]map[*workItem]struct{}{}}
 }
 
-// start registers a keyed call. Its context is detached from the client's
-// (parent's values are kept) and ends at operatorDeadline (when not zero),
-// at Drain's cancellation, or when done is called.
+// start registers a keyed call of the client parent's request was
+// authenticated as. Its context is detached from the client's (parent's
+// values are kept) and ends at operatorDeadline (when not zero), at
+// Drain's cancellation, or when done is called.
 func (s *workSet) start(parent context.Context, operatorDeadline time.Time) (ctx context.Context, it *workItem, done func()) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	var stopDL context.CancelFunc = func() {}
 	if !operatorDeadline.IsZero() {
 		ctx, stopDL = context.WithDeadlineCause(ctx, operatorDeadline, outcome.ErrOperatorDeadline)
 	}
-	it = &workItem{cancel: cancel}
+	client, _ := parent.Value(clientCtxKey{}).(string)
+	it = &workItem{cancel: cancel, client: client}
 	s.mu.Lock()
 	if s.closed {
 		cancel(outcome.ErrShutdown)
@@ -65,35 +76,97 @@ func (s *workSet) start(parent context.Context, operatorDeadline time.Time) (ctx
 	return ctx, it, func() {
 		stopDL()
 		cancel(context.Canceled)
-		if it.state.Swap(workFinished) == workDetached {
-			s.detached.Add(-1)
-		}
 		s.mu.Lock()
+		if it.state.Swap(workFinished) == workDetached {
+			s.forget(it)
+		}
 		delete(s.cancels, it)
 		s.mu.Unlock()
 		s.wg.Done()
 	}
 }
 
-// detach counts it as running on without its client. Past the cap the call
-// is cancelled instead: it reports false. A call already finished (or
-// already detached) is left as it is.
+// share is the most detached calls one client may hold: half the cap (as
+// a client may hold half of limits.max_inflight_bytes), so that one client
+// whose calls hang cannot take every slot; at least one.
+func (s *workSet) share() int { return max(int(s.max/2), 1) }
+
+// detach counts it as running on without its client. A call already
+// finished (or already detached) is left as it is. Past its client's
+// share (see share), the call is cancelled instead: it reports false.
+// Within the share but past the cap (several clients each near their
+// share), room is made by cancelling the newest detached call of the
+// client holding the most — never of a client holding fewer than this
+// one; if this client holds the most, this call is cancelled.
 func (s *workSet) detach(it *workItem) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !it.state.CompareAndSwap(workRunning, workDetached) {
 		return true
 	}
-	if s.detached.Add(1) > s.max {
+	own := s.byClient[it.client]
+	if len(own) >= s.share() {
+		it.state.Store(workEvicted)
 		it.cancel(errDetachedCap)
 		return false
 	}
+	if s.detached.Load() >= s.max {
+		victim := s.biggest()
+		if victim == nil || len(s.byClient[victim.client]) <= len(own) {
+			it.state.Store(workEvicted)
+			it.cancel(errDetachedCap)
+			return false
+		}
+		victim.state.Store(workEvicted)
+		s.forget(victim)
+		victim.cancel(errDetachedCap)
+	}
+	if own == nil {
+		own = map[*workItem]struct{}{}
+		s.byClient[it.client] = own
+	}
+	s.seq++
+	it.seq = s.seq
+	own[it] = struct{}{}
+	s.detached.Add(1)
 	return true
+}
+
+// biggest is the newest detached call of the client holding the most.
+// The caller holds mu.
+func (s *workSet) biggest() *workItem {
+	var most map[*workItem]struct{}
+	for _, own := range s.byClient {
+		if len(own) > len(most) {
+			most = own
+		}
+	}
+	var newest *workItem
+	for it := range most {
+		if newest == nil || it.seq > newest.seq {
+			newest = it
+		}
+	}
+	return newest
+}
+
+// forget uncounts a detached call. The caller holds mu.
+func (s *workSet) forget(it *workItem) {
+	own := s.byClient[it.client]
+	delete(own, it)
+	if len(own) == 0 {
+		delete(s.byClient, it.client)
+	}
+	s.detached.Add(-1)
 }
 
 var errDetachedCap = &capError{}
 
 type capError struct{}
 
-func (*capError) Error() string        { return "too many detached keyed calls (idempotency.max_detached)" }
+func (*capError) Error() string {
+	return "too many detached keyed calls (idempotency.max_detached, or this client's share of it)"
+}
 func (*capError) Is(target error) bool { return target == outcome.ErrShutdown }
 
 // Drain waits for the keyed calls in flight until ctx ends, then cancels
