@@ -157,8 +157,25 @@ type Upstream struct {
 	// https://api.openai.com/v1. Requests go to BaseURL + the path after /v1.
 	// Load removes a trailing slash.
 	BaseURL string `yaml:"base_url"`
-	// APIKey is sent as "Authorization: Bearer <key>". May be empty (Ollama).
+	// APIKey is the upstream's credential, sent as Auth says. May be
+	// empty (Ollama).
 	APIKey string `yaml:"api_key"`
+	// API is the provider API the upstream speaks: APIOpenAI (the
+	// /v1/chat/completions family) or APIAnthropic (/v1/messages). An
+	// endpoint routes only to upstreams of its API, and a fallback chain
+	// never mixes them: nothing is translated. If empty, Load sets
+	// APIOpenAI.
+	API string `yaml:"api"`
+	// Auth is how APIKey goes out: AuthBearer ("Authorization: Bearer
+	// <key>") or AuthXAPIKey ("x-api-key: <key>", Anthropic's). If empty,
+	// Load sets AuthXAPIKey for an Anthropic upstream, AuthBearer for any
+	// other.
+	Auth string `yaml:"auth"`
+	// AnthropicVersion is the anthropic-version header sent to an
+	// Anthropic upstream when the client sent none; a client's own value
+	// is forwarded as it is, whatever it is. If empty, Load sets
+	// DefaultAnthropicVersion for an Anthropic upstream.
+	AnthropicVersion string `yaml:"anthropic_version"`
 	// Models this upstream serves: exact names, or patterns with '*'
 	// wildcards ("gpt-4o*", "*"); see Serves. If empty, Load sets ["*"].
 	Models []string `yaml:"models"`
@@ -193,6 +210,22 @@ type Upstream struct {
 	// to byte fidelity: only that member's value changes. Default false.
 	ForceStoreFalse bool `yaml:"force_store_false"`
 }
+
+// The provider APIs an upstream may speak (Upstream.API).
+const (
+	APIOpenAI    = "openai"
+	APIAnthropic = "anthropic"
+)
+
+// How an upstream's key goes out (Upstream.Auth).
+const (
+	AuthBearer  = "bearer"
+	AuthXAPIKey = "x-api-key"
+)
+
+// DefaultAnthropicVersion is the anthropic-version an Anthropic upstream
+// gets when the client sent none: the one Anthropic's docs send.
+const DefaultAnthropicVersion = "2023-06-01"
 
 // PropagatesTrace reports whether trace context goes to u: PropagateTrace
 // when set, else Internal.

@@ -40,7 +40,12 @@ var expectedErrors = map[string][]string{
 	"upstream_unknown_fallback.bad.yml": {`upstreams[0].fallbacks[0]: unknown upstream "nope"`},
 	"upstream_self_fallback.bad.yml":    {`upstreams[0].fallbacks[0]: "openai" is the upstream itself`},
 	"upstream_empty_model.bad.yml":      {`upstreams[0].models[1]: empty pattern (use "*" to serve every model)`},
-	"upstreams_none.bad.yml":            {"upstreams: none configured (set OPENAI_API_KEY for the default OpenAI upstream, or list upstreams in the config file; -demo runs a simulated one)"},
+	"upstream_api_unknown.bad.yml":      {`upstreams[0].api: "gemini" is not openai or anthropic (leave it out for openai)`},
+	"upstream_auth_unknown.bad.yml":     {`upstreams[0].auth: "basic" is not x-api-key or bearer (leave it out: x-api-key for an anthropic upstream, bearer otherwise)`},
+	"upstream_fallback_mixed_api.bad.yml": {
+		`upstreams[0].fallbacks[0]: "openai" speaks the openai API, "anthropic" the anthropic API; a fallback chain cannot mix APIs (list a fallback of the same api)`,
+	},
+	"upstreams_none.bad.yml": {"upstreams: none configured (set OPENAI_API_KEY for the default OpenAI upstream, or list upstreams in the config file; -demo runs a simulated one)"},
 
 	"client_empty_key.bad.yml":          {"clients[0].key: empty (set key, or key_sha256)"},
 	"client_duplicate_name.bad.yml":     {`clients[1].name: duplicate client name "alice" (names must be unique)`},
@@ -178,6 +183,8 @@ func TestGoodConfig(t *testing.T) {
 				MaxIdleConns:   64,
 				Cache:          true,
 				PropagateTrace: new(false),
+				API:            APIOpenAI,
+				Auth:           AuthBearer,
 			},
 			{
 				Name:         "groq",
@@ -186,6 +193,8 @@ func TestGoodConfig(t *testing.T) {
 				Models:       []string{"llama-*", "meta-llama/*"},
 				Timeout:      Duration(DefaultUpstreamTimeout),
 				MaxIdleConns: DefaultUpstreamMaxIdleConns,
+				API:          APIOpenAI,
+				Auth:         AuthBearer,
 			},
 			{
 				Name:         "ollama",
@@ -194,6 +203,19 @@ func TestGoodConfig(t *testing.T) {
 				Timeout:      Duration(DefaultUpstreamTimeout),
 				MaxIdleConns: DefaultUpstreamMaxIdleConns,
 				Internal:     true,
+				API:          APIOpenAI,
+				Auth:         AuthBearer,
+			},
+			{
+				Name:             "anthropic",
+				BaseURL:          "https://api.anthropic.com",
+				APIKey:           "sk-ant-secret",
+				Models:           []string{"claude-*"},
+				Timeout:          Duration(DefaultUpstreamTimeout),
+				MaxIdleConns:     DefaultUpstreamMaxIdleConns,
+				API:              APIAnthropic,
+				Auth:             AuthXAPIKey,
+				AnthropicVersion: DefaultAnthropicVersion,
 			},
 		},
 		Clients: []Client{
@@ -387,6 +409,8 @@ func TestZeroConfig(t *testing.T) {
 		Models:       []string{"*"},
 		Timeout:      Duration(120 * time.Second),
 		MaxIdleConns: 256,
+		API:          APIOpenAI,
+		Auth:         AuthBearer,
 	}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Load(nil) =\n%+v\nwant\n%+v", c, want)
@@ -561,6 +585,31 @@ func TestOTelEnv(t *testing.T) {
 			}
 			if c.Tracing.Endpoint != tc.want {
 				t.Errorf("tracing.endpoint = %q, want %q", c.Tracing.Endpoint, tc.want)
+			}
+		})
+	}
+}
+
+// TestUpstreamAPIDefaults: an upstream speaks OpenAI's API unless it says
+// anthropic; an Anthropic upstream's key goes out as x-api-key with
+// anthropic-version 2023-06-01 unless it says otherwise.
+func TestUpstreamAPIDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		in                  Upstream
+		api, auth, aversion string
+	}{
+		{"openai by default", Upstream{}, APIOpenAI, AuthBearer, ""},
+		{"anthropic", Upstream{API: APIAnthropic}, APIAnthropic, AuthXAPIKey, DefaultAnthropicVersion},
+		{"anthropic under a bearer token", Upstream{API: APIAnthropic, Auth: AuthBearer}, APIAnthropic, AuthBearer, DefaultAnthropicVersion},
+		{"anthropic with its own version", Upstream{API: APIAnthropic, AnthropicVersion: "2026-10-21"}, APIAnthropic, AuthXAPIKey, "2026-10-21"},
+		{"openai under x-api-key", Upstream{Auth: AuthXAPIKey}, APIOpenAI, AuthXAPIKey, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := tc.in.WithDefaults()
+			if u.API != tc.api || u.Auth != tc.auth || u.AnthropicVersion != tc.aversion {
+				t.Errorf("api, auth, anthropic_version = %q, %q, %q; want %q, %q, %q",
+					u.API, u.Auth, u.AnthropicVersion, tc.api, tc.auth, tc.aversion)
 			}
 		})
 	}

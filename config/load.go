@@ -342,6 +342,18 @@ func (u Upstream) WithDefaults() Upstream {
 	if u.MaxIdleConns <= 0 {
 		u.MaxIdleConns = DefaultUpstreamMaxIdleConns
 	}
+	if u.API == "" {
+		u.API = APIOpenAI
+	}
+	if u.Auth == "" {
+		u.Auth = AuthBearer
+		if u.API == APIAnthropic {
+			u.Auth = AuthXAPIKey
+		}
+	}
+	if u.AnthropicVersion == "" && u.API == APIAnthropic {
+		u.AnthropicVersion = DefaultAnthropicVersion
+	}
 	return u
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -235,6 +236,11 @@ func (c *Config) validateUpstreams(p *problems) {
 		if u.MaxIdleConns < 0 {
 			p.add(f+".max_idle_conns", "must be >= 0 (0 means the default, 256)")
 		}
+		validateUpstreamAPI(p, f, u)
+	}
+	apis := make(map[string]string, len(c.Upstreams))
+	for _, u := range c.Upstreams {
+		apis[u.Name] = cmp.Or(u.API, APIOpenAI)
 	}
 	// Fallbacks are checked once every name is known.
 	for i, u := range c.Upstreams {
@@ -248,9 +254,27 @@ func (c *Config) validateUpstreams(p *problems) {
 				p.add(f, "unknown upstream %q", fb)
 			case seen[fb]:
 				p.add(f, "%q is listed twice", fb)
+			case apis[fb] != apis[u.Name]:
+				// Nothing is translated: a fallback must take the same body.
+				p.add(f, "%q speaks the %s API, %q the %s API; a fallback chain cannot mix APIs (list a fallback of the same api)",
+					fb, apis[fb], u.Name, apis[u.Name])
 			}
 			seen[fb] = true
 		}
+	}
+}
+
+// validateUpstreamAPI checks upstream f's api and auth.
+func validateUpstreamAPI(p *problems, f string, u Upstream) {
+	switch u.API {
+	case "", APIOpenAI, APIAnthropic: // "": not defaulted yet, openai
+	default:
+		p.add(f+".api", "%q is not openai or anthropic (leave it out for openai)", u.API)
+	}
+	switch u.Auth {
+	case "", AuthBearer, AuthXAPIKey:
+	default:
+		p.add(f+".auth", "%q is not x-api-key or bearer (leave it out: x-api-key for an anthropic upstream, bearer otherwise)", u.Auth)
 	}
 }
 
