@@ -12,10 +12,13 @@ import (
 )
 
 // Request headers a client may send to the upstream. Everything else is
-// dropped — Authorization above all (the upstream gets its own key from
-// config), Idempotency-Key (llmgate forwards a derived one), and the
-// provider-account headers unless the upstream allows them.
-var forwardedRequest = []string{"Content-Type", "Accept", "User-Agent", "Openai-Beta"}
+// dropped — Authorization and X-Api-Key above all (they carry the client's
+// gateway key; the upstream gets its own key from config), Idempotency-Key
+// (llmgate forwards a derived one), and the provider-account headers
+// unless the upstream allows them. Anthropic-Version and Anthropic-Beta
+// pass as the client sent them, any value: they choose the answer's
+// shape, and a version the gateway has never seen is the client's to send.
+var forwardedRequest = []string{"Content-Type", "Accept", "User-Agent", "Openai-Beta", "Anthropic-Version", "Anthropic-Beta"}
 
 // forwardedRequestPrefixes: the official SDKs' telemetry headers.
 var forwardedRequestPrefixes = []string{"X-Stainless-"}

@@ -33,19 +33,24 @@ func TestResponseAllowList(t *testing.T) {
 
 func TestRequestAllowList(t *testing.T) {
 	in := http.Header{}
-	for _, k := range []string{"Content-Type", "Authorization", "Idempotency-Key", "Openai-Organization", "X-Stainless-Lang", "Cookie", "Host"} {
+	for _, k := range []string{"Content-Type", "Authorization", "X-Api-Key", "Idempotency-Key", "Openai-Organization", "X-Stainless-Lang",
+		"Anthropic-Version", "Anthropic-Beta", "Cookie", "Host"} {
 		in.Set(k, "v")
 	}
+	in["Anthropic-Beta"] = []string{"interleaved-thinking-2025-05-14", "fine-grained-tool-streaming-2025-05-14"}
 	for _, account := range []bool{false, true} {
 		out := http.Header{}
 		CopyRequest(out, in, account)
-		for _, k := range []string{"Authorization", "Idempotency-Key", "Cookie", "Host"} {
+		for _, k := range []string{"Authorization", "X-Api-Key", "Idempotency-Key", "Cookie", "Host"} {
 			if out.Get(k) != "" {
 				t.Errorf("%s forwarded", k)
 			}
 		}
-		if out.Get("Content-Type") == "" || out.Get("X-Stainless-Lang") == "" {
+		if out.Get("Content-Type") == "" || out.Get("X-Stainless-Lang") == "" || out.Get("Anthropic-Version") != "v" {
 			t.Errorf("allowed header dropped: %v", out)
+		}
+		if got := out.Values("Anthropic-Beta"); len(got) != 2 || got[1] != "fine-grained-tool-streaming-2025-05-14" {
+			t.Errorf("Anthropic-Beta = %q, want both values as sent", got)
 		}
 		if (out.Get("Openai-Organization") != "") != account {
 			t.Errorf("account=%v: Openai-Organization %q", account, out.Get("Openai-Organization"))

@@ -151,8 +151,12 @@ func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, o o
 	// second retry layer. Without GetBody it re-sends only what never left.
 	req.GetBody = nil
 	headers.CopyRequest(req.Header, in.Header, u.Cfg.ForwardAccountHeaders)
-	if o.key != "" {
-		req.Header.Set("Authorization", "Bearer "+o.key)
+	u.setCredential(req.Header, o.key)
+	if u.Cfg.AnthropicVersion != "" && req.Header.Get("Anthropic-Version") == "" {
+		// The client's own version, whatever it is, went as it was; one
+		// that sent none gets the configured default, which Anthropic
+		// requires.
+		req.Header.Set("Anthropic-Version", u.Cfg.AnthropicVersion)
 	}
 	if o.idemKey != "" {
 		// An upstream that honours Idempotency-Key (another llmgate, some
@@ -164,6 +168,20 @@ func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, o o
 		tracing.Inject(ctx, req.Header)
 	}
 	return req, nil
+}
+
+// setCredential sets the hop's key as the upstream's auth says: "x-api-key:
+// <key>" (Anthropic's) or "Authorization: Bearer <key>". The client's own
+// credentials never got here (headers.CopyRequest drops them).
+func (u *Upstream) setCredential(h http.Header, key string) {
+	if key == "" {
+		return
+	}
+	if u.Cfg.Auth == config.AuthXAPIKey {
+		h.Set("X-Api-Key", key)
+		return
+	}
+	h.Set("Authorization", "Bearer "+key)
 }
 
 // outgoing is what an upstream request is made of besides its body: the
