@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/classify"
+	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/apierror"
 )
 
@@ -17,6 +18,9 @@ import (
 type API struct {
 	// Name is the API's name in logs and traces ("openai.chat").
 	Name string
+	// provider is the upstreams' api (config.APIOpenAI,
+	// config.APIAnthropic): an endpoint of this API routes only to them.
+	provider string
 	// classify classifies a whole 2xx body; nil: any 2xx is a success.
 	classify func(body []byte, h http.Header, now time.Time) classify.Outcome
 	// usage reads the token usage of a 2xx body that classify does not
@@ -64,18 +68,18 @@ const (
 var (
 	// Plain answers are not inspected (embeddings, passthrough): any 2xx
 	// is a success; usage, where there is any, is read from the body.
-	Plain = &API{Name: "openai.plain", usage: classify.Usage, stream: chatFraming}
+	Plain = &API{Name: "openai.plain", provider: config.APIOpenAI, usage: classify.Usage, stream: chatFraming}
 	// ChatCompletions is /v1/chat/completions: a body is classified by
 	// classify.FromCompletion; a stream is data-only events ending at
 	// [DONE], its tail starting at the first finish_reason.
-	ChatCompletions = &API{Name: "openai.chat", classify: fromCompletion, stream: chatFraming}
+	ChatCompletions = &API{Name: "openai.chat", provider: config.APIOpenAI, classify: fromCompletion, stream: chatFraming}
 	// Completions is /v1/completions, classified as chat is.
-	Completions = &API{Name: "openai.completions", classify: fromCompletion, stream: chatFraming}
+	Completions = &API{Name: "openai.completions", provider: config.APIOpenAI, classify: fromCompletion, stream: chatFraming}
 	// Responses is /v1/responses: a body is classified by
 	// classify.FromResponses; a stream is typed events that end at a
 	// terminal event (response.completed, response.incomplete,
 	// response.failed), which is its tail.
-	Responses = &API{Name: "openai.responses", classify: classify.FromResponses, stream: framing{
+	Responses = &API{Name: "openai.responses", provider: config.APIOpenAI, classify: classify.FromResponses, stream: framing{
 		observer:  typedResponses,
 		preamble:  classify.ResponsesPreamble,
 		cutReason: "stream ended without a terminal event",
@@ -93,13 +97,20 @@ var (
 	// message_start followed by an overloaded_error event is retried. A
 	// broken stream ends with Anthropic's error event, which its SDKs
 	// raise on.
-	Messages = &API{Name: "anthropic.messages", classify: classify.FromMessages, stream: framing{
-		observer:  typedMessages,
-		preamble:  classify.MessagesPreamble,
-		cutReason: "stream ended without message_stop",
-		event:     apierror.AnthropicStreamEvent,
-	}}
+	Messages = &API{Name: "anthropic.messages", provider: config.APIAnthropic, classify: classify.FromMessages, stream: messagesFraming}
+	// CountTokens is Anthropic's /v1/messages/count_tokens: any 2xx is a
+	// success, and its input_tokens are a count, not tokens used.
+	CountTokens = &API{Name: "anthropic.count_tokens", provider: config.APIAnthropic, usage: noUsage, stream: messagesFraming}
 )
+
+var messagesFraming = framing{
+	observer:  typedMessages,
+	preamble:  classify.MessagesPreamble,
+	cutReason: "stream ended without message_stop",
+	event:     apierror.AnthropicStreamEvent,
+}
+
+func noUsage([]byte) classify.Tokens { return classify.Tokens{} }
 
 var chatFraming = framing{observer: dataOnly, cutReason: "stream ended without [DONE]", event: apierror.StreamEvent}
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/llmgate/llmgate/config"
@@ -96,17 +97,29 @@ func NewRouter(cfgs []config.Upstream) (*Router, error) {
 	return r, nil
 }
 
-// Route returns the upstream that serves model, or nil.
-func (r *Router) Route(model string) *Upstream {
+// Route returns the upstream speaking api that serves model, or nil: an
+// endpoint's request goes only to an upstream of its own API, since
+// nothing is translated.
+func (r *Router) Route(api *API, model string) *Upstream {
+	return r.route(model, func(u *Upstream) bool { return u.Cfg.API == api.provider })
+}
+
+// Elsewhere returns an upstream of another API than api that serves
+// model, or nil: what a request routed nowhere is told to use instead.
+func (r *Router) Elsewhere(api *API, model string) *Upstream {
+	return r.route(model, func(u *Upstream) bool { return u.Cfg.API != api.provider })
+}
+
+// route is the first upstream among those speaks allows whose models
+// match model, exact names before wildcards.
+func (r *Router) route(model string, speaks func(*Upstream) bool) *Upstream {
 	for _, u := range r.upstreams {
-		for _, m := range u.Cfg.Models {
-			if m == model {
-				return u
-			}
+		if speaks(u) && slices.Contains(u.Cfg.Models, model) {
+			return u
 		}
 	}
 	for _, u := range r.upstreams {
-		if u.Cfg.Serves(model) {
+		if speaks(u) && u.Cfg.Serves(model) {
 			return u
 		}
 	}

@@ -35,7 +35,7 @@ func (g *Handler) handlePost(ep endpoint) echo.HandlerFunc {
 		var held admission.Reservation
 		defer held.Release()
 		start := g.now()
-		body, rt, u, err := g.parseRequest(r, &held)
+		body, rt, u, err := g.parseRequest(r, ep.api, &held)
 		s.model = rt.Model
 		if err != nil {
 			return err
@@ -49,6 +49,9 @@ func (g *Handler) handlePost(ep endpoint) echo.HandlerFunc {
 		cl := &proxy.Call{In: r, Suffix: ep.suffix, API: ep.api, Body: body, Model: rt.Model,
 			Stream: rt.Stream, Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		cl.Tenant = g.forwardTenant(r)
+		if ep.query {
+			cl.Query = r.URL.RawQuery
+		}
 		view := sharedView{path: r.URL.Path, body: body, storeFalse: g.storeFalseBody(ep.suffix, body)}
 		if err := g.plan(r, cl, u, view); err != nil {
 			return err
@@ -139,8 +142,9 @@ func (s *summary) note(resp *proxy.Response) {
 	s.attempts = resp.Attempts
 }
 
-// parseRequest reads, validates and routes a POST body.
-func (g *Handler) parseRequest(r *http.Request, held *admission.Reservation) ([]byte, routing, *proxy.Upstream, error) {
+// parseRequest reads, validates and routes a POST body to an upstream
+// speaking api.
+func (g *Handler) parseRequest(r *http.Request, api *proxy.API, held *admission.Reservation) ([]byte, routing, *proxy.Upstream, error) {
 	body, err := g.readBody(r, held)
 	if err != nil {
 		return nil, routing{}, nil, err
@@ -152,12 +156,24 @@ func (g *Handler) parseRequest(r *http.Request, held *admission.Reservation) ([]
 	if rt.Model == "" {
 		return nil, rt, nil, apierror.Invalid("model", "You must provide a model parameter.")
 	}
-	u := g.router.Route(rt.Model)
+	u := g.router.Route(api, rt.Model)
 	if u == nil {
-		return nil, rt, nil, apierror.NotFound("model_not_found", "model",
-			fmt.Sprintf("The model `%s` is not served by this gateway: no configured upstream lists it.", rt.Model))
+		return nil, rt, nil, notServed(r, api, rt.Model, g.router.Elsewhere(api, rt.Model))
 	}
 	return body, rt, u, nil
+}
+
+// notServed is the 404 for a model no upstream of the endpoint's API
+// serves; elsewhere, when not nil, serves it in another API, which the
+// gateway does not translate to.
+func notServed(r *http.Request, api *proxy.API, model string, elsewhere *proxy.Upstream) error {
+	msg := fmt.Sprintf("The model `%s` is not served by this gateway: no configured upstream lists it.", model)
+	if elsewhere != nil {
+		msg = fmt.Sprintf("The model `%s` is served by upstream %q, which speaks the %s API, not the one of %s; "+
+			"this gateway does not translate between APIs: call the %s API's endpoint.",
+			model, elsewhere.Cfg.Name, elsewhere.Cfg.API, r.URL.Path, elsewhere.Cfg.API)
+	}
+	return apierror.NotFound("model_not_found", "model", msg)
 }
 
 // routingError is the client's error for a body parseRouting refused.

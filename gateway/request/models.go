@@ -87,7 +87,7 @@ func (g *Handler) handleModel(c echo.Context) error {
 		s.endpoint = "models"
 		id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
 		s.model = id
-		u := g.router.Route(id)
+		u := g.router.Route(proxy.Plain, id)
 		suffix, ok := modelPath(id)
 		if !ok || u == nil {
 			return apierror.NotFound("model_not_found", "model",

@@ -187,7 +187,7 @@ func (g *Handler) passUpstream(rt passRoute, model string, s *summary) (*proxy.U
 	s.model = model
 	u := rt.upstream
 	if model != "" {
-		if u = g.router.Route(model); u == nil {
+		if u = g.router.Route(proxy.Plain, model); u == nil {
 			return nil, apierror.NotFound("model_not_found", "model",
 				fmt.Sprintf("The model `%s` is not served by this gateway: no configured upstream lists it.", model))
 		}

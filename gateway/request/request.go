@@ -130,8 +130,12 @@ type endpoint struct {
 	path   string // "/v1/chat/completions"
 	suffix string // "/chat/completions", appended to an upstream's base_url
 	label  string // metrics label
-	// api is the provider API it speaks, for classification and streams.
+	// api is the provider API it speaks, for routing, classification,
+	// streams and the shape of errors.
 	api *proxy.API
+	// query: the client's query string is forwarded (Claude Code posts
+	// /v1/messages?beta=true).
+	query bool
 }
 
 var postEndpoints = []endpoint{
@@ -139,6 +143,9 @@ var postEndpoints = []endpoint{
 	{path: "/v1/completions", suffix: "/completions", label: "completions", api: proxy.Completions},
 	{path: "/v1/embeddings", suffix: "/embeddings", label: "embeddings", api: proxy.Plain},
 	{path: "/v1/responses", suffix: "/responses", label: "responses", api: proxy.Responses},
+	// Anthropic's base_url is its API root without /v1, as its docs give it.
+	{path: "/v1/messages", suffix: "/v1/messages", label: "messages", api: proxy.Messages, query: true},
+	{path: "/v1/messages/count_tokens", suffix: "/v1/messages/count_tokens", label: "count_tokens", api: proxy.CountTokens, query: true},
 }
 
 // Detached is how many keyed calls run on after their client stopped

@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
+)
+
+const (
+	anthropicKey = "sk-ant-upstream-secret-0123456789"
+	gwClientKey  = "sk-gw-client-secret-abcdef"
+)
+
+// messagesHarness is a gateway in front of two upstreams: "primary"
+// (OpenAI's API, gpt-* models, the harness's fake) and "anthropic"
+// (Anthropic's API, claude-* models, an Anthropic fake recording what it
+// saw), with one client whose key is gwClientKey.
+type messagesHarness struct {
+	*harness
+	ant *fakeprovider.Anthropic
+}
+
+func newMessagesHarness(t *testing.T, mutate func(c *config.Config)) *messagesHarness {
+	t.Helper()
+	ant := fakeprovider.NewAnthropic()
+	url := newTestServer(t, ant)
+	h := newHarness(t, func(c *config.Config) {
+		c.Upstreams[0].Models = []string{"gpt-*"}
+		c.Upstreams = append(c.Upstreams, config.Upstream{Name: "anthropic", BaseURL: url, APIKey: anthropicKey,
+			API: config.APIAnthropic, Models: []string{"claude-*"}, Timeout: config.Duration(5 * time.Second)})
+		c.Clients = []config.Client{{Name: "team", Key: gwClientKey}}
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	return &messagesHarness{harness: h, ant: ant}
+}
+
+// messages posts body to path (/v1/messages...) with the client's key.
+func (h *messagesHarness) messages(path, body string, hdr map[string]string) result {
+	h.t.Helper()
+	all := map[string]string{"Authorization": "Bearer " + gwClientKey, "Anthropic-Version": "2023-06-01"}
+	for k, v := range hdr {
+		all[k] = v
+	}
+	return h.do(http.MethodPost, path, body, all)
+}
+
+const messagesBody = `{"model":"claude-sonnet-4-5","max_tokens":256,"messages":[{"role":"user","content":"Hello"}]}`
+
+// TestMessagesRoute: POST /v1/messages reaches the Anthropic upstream at
+// base_url + /v1/messages with the client's query, its body byte for
+// byte (unknown fields, temperature 0, thinking, cache_control as sent),
+// anthropic-version and anthropic-beta as the client sent them, and the
+// upstream's own key as x-api-key — never the client's gateway key; the
+// answer comes back byte for byte.
+func TestMessagesRoute(t *testing.T) {
+	h := newMessagesHarness(t, nil)
+	body := `{"model":"claude-sonnet-4-5","max_tokens":1024,"temperature":0,"x_unknown":{"a":[1,2.50]},` +
+		`"thinking":{"type":"enabled","budget_tokens":512},` +
+		`"system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}],` +
+		`"messages":[{"role":"user","content":"Hello"}]}`
+	r := h.messages("/v1/messages?beta=true", body, map[string]string{
+		"X-Api-Key": gwClientKey, "Anthropic-Version": "2026-10-21", "Anthropic-Beta": "interleaved-thinking-2025-05-14",
+	})
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if want := fakeprovider.AnthropicMessage("claude-sonnet-4-5", "Hello from the fake Anthropic provider.", "end_turn"); string(r.body) != want {
+		t.Errorf("answer not relayed byte for byte:\n got %s\nwant %s", r.body, want)
+	}
+	reqs := h.ant.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("upstream saw %d requests, want 1", len(reqs))
+	}
+	up := reqs[0]
+	if up.Path != "/v1/messages" || up.RawQuery != "beta=true" {
+		t.Errorf("upstream saw %s?%s, want /v1/messages?beta=true", up.Path, up.RawQuery)
+	}
+	if !bytes.Equal(up.Body, []byte(body)) {
+		t.Errorf("body changed on its way:\n got %s\nwant %s", up.Body, body)
+	}
+	if got := up.Header.Get("X-Api-Key"); got != anthropicKey {
+		t.Errorf("upstream x-api-key = %q, want the upstream's own key", got)
+	}
+	if got := up.Header.Get("Authorization"); got != "" {
+		t.Errorf("upstream saw Authorization %q", got)
+	}
+	for k, vs := range up.Header {
+		for _, v := range vs {
+			if strings.Contains(v, gwClientKey) {
+				t.Errorf("the client's gateway key reached the provider in %s", k)
+			}
+		}
+	}
+	if got := up.Header.Get("Anthropic-Version"); got != "2026-10-21" {
+		t.Errorf("anthropic-version = %q, want the client's", got)
+	}
+	if got := up.Header.Get("Anthropic-Beta"); got != "interleaved-thinking-2025-05-14" {
+		t.Errorf("anthropic-beta = %q, want the client's", got)
+	}
+}
+
+// TestMessagesDefaultVersion: a client that sends no anthropic-version
+// gets the upstream's anthropic_version.
+func TestMessagesDefaultVersion(t *testing.T) {
+	h := newMessagesHarness(t, nil)
+	r := h.do(http.MethodPost, "/v1/messages", messagesBody, map[string]string{"Authorization": "Bearer " + gwClientKey})
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if got := h.ant.Requests()[0].Header.Get("Anthropic-Version"); got != config.DefaultAnthropicVersion {
+		t.Errorf("anthropic-version = %q, want %q", got, config.DefaultAnthropicVersion)
+	}
+}
+
+// TestCountTokens: /v1/messages/count_tokens is passed to the Anthropic
+// upstream, unkeyed: nothing is committed, a second call goes upstream.
+func TestCountTokens(t *testing.T) {
+	h := newMessagesHarness(t, nil)
+	for i := range 2 {
+		r := h.messages("/v1/messages/count_tokens", `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"Hello"}]}`, nil)
+		if r.status != http.StatusOK || string(r.body) != `{"input_tokens":12}` {
+			t.Fatalf("call %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if n := h.ant.Calls(); n != 2 {
+		t.Errorf("upstream calls = %d, want 2", n)
+	}
+	if p := h.ant.Requests()[0].Path; p != "/v1/messages/count_tokens" {
+		t.Errorf("upstream path %q", p)
+	}
+}
+
+// TestMessagesRouteByAPI: an endpoint routes only to upstreams of its own
+// API. A claude model, served only by the Anthropic upstream, asked for on
+// /v1/chat/completions is a 404 that names the API to use, and a gpt model
+// on /v1/messages likewise; neither reaches an upstream.
+func TestMessagesRouteByAPI(t *testing.T) {
+	h := newMessagesHarness(t, nil)
+	chat := h.do(http.MethodPost, "/v1/chat/completions", `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"Hi"}]}`,
+		map[string]string{"Authorization": "Bearer " + gwClientKey})
+	e := wantOpenAIError(t, chat, http.StatusNotFound)
+	if msg, _ := e["message"].(string); !strings.Contains(msg, "anthropic API") || !strings.Contains(msg, "does not translate") {
+		t.Errorf("404 does not say which API serves the model: %s", msg)
+	}
+	msgs := h.messages("/v1/messages", `{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"Hi"}]}`, nil)
+	if msgs.status != http.StatusNotFound || !strings.Contains(string(msgs.body), "openai API") {
+		t.Errorf("gpt model on /v1/messages: %d %s", msgs.status, msgs.body)
+	}
+	if n := h.ant.Calls() + h.fake.Calls(""); n != 0 {
+		t.Errorf("%d upstream calls, want none", n)
+	}
+}
