@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -27,9 +28,16 @@ type messagesHarness struct {
 
 func newMessagesHarness(t *testing.T, mutate func(c *config.Config)) *messagesHarness {
 	t.Helper()
+	return newMessagesHarnessStore(t, mutate, nil)
+}
+
+// newMessagesHarnessStore is newMessagesHarness with the store wrapped by
+// wrap (fault injection).
+func newMessagesHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store) *messagesHarness {
+	t.Helper()
 	ant := fakeprovider.NewAnthropic()
 	url := newTestServer(t, ant)
-	h := newHarness(t, func(c *config.Config) {
+	h := newHarnessStore(t, func(c *config.Config) {
 		c.Upstreams[0].Models = []string{"gpt-*"}
 		c.Upstreams = append(c.Upstreams, config.Upstream{Name: "anthropic", BaseURL: url, APIKey: anthropicKey,
 			API: config.APIAnthropic, Models: []string{"claude-*"}, Timeout: config.Duration(5 * time.Second)})
@@ -37,7 +45,7 @@ func newMessagesHarness(t *testing.T, mutate func(c *config.Config)) *messagesHa
 		if mutate != nil {
 			mutate(c)
 		}
-	})
+	}, wrap, fakeprovider.Options{})
 	return &messagesHarness{harness: h, ant: ant}
 }
 
@@ -156,4 +164,112 @@ func TestMessagesRouteByAPI(t *testing.T) {
 	if n := h.ant.Calls() + h.fake.Calls(""); n != 0 {
 		t.Errorf("%d upstream calls, want none", n)
 	}
+}
+
+// wantAnthropicError checks r is Anthropic's error body — exactly
+// {"type":"error","error":{"type":...,"message":...}} — with the status
+// and error type, and returns its message.
+func wantAnthropicError(t *testing.T, r result, status int, typ string) string {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)
+	}
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	var e struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := dec.Decode(&e); err != nil || e.Type != "error" || e.Error.Message == "" {
+		t.Fatalf("not Anthropic's error shape (%v): %s", err, r.body)
+	}
+	if e.Error.Type != typ {
+		t.Errorf("error.type = %q, want %q: %s", e.Error.Type, typ, r.body)
+	}
+	return e.Error.Message
+}
+
+const gwSlowKey = "sk-gw-slow-client-secret-123456"
+
+// TestMessagesErrorsInAnthropicShape: every error the gateway itself
+// makes on /v1/messages is Anthropic's error body with the status and
+// Anthropic error type of that status, and x-should-retry and
+// Retry-After as the OpenAI route has them.
+func TestMessagesErrorsInAnthropicShape(t *testing.T) {
+	var fs *faultyStore
+	h := newMessagesHarnessStore(t, func(c *config.Config) {
+		c.Limits.MaxBodyBytes = 4096
+		c.Clients = append(c.Clients, config.Client{Name: "slow", Key: gwSlowKey,
+			Limits: config.ClientLimits{RequestsPerSecond: 0.001, Burst: 1}})
+	}, func(s Store) Store { fs = &faultyStore{Store: s}; return fs })
+	for _, tc := range []struct {
+		name        string
+		setup       func()
+		send        func() result
+		status      int
+		typ         string
+		shouldRetry string
+		retryAfter  bool
+	}{
+		{name: "bad JSON", send: func() result { return h.messages("/v1/messages", `{"model":`, nil) },
+			status: 400, typ: "invalid_request_error", shouldRetry: "false"},
+		{name: "no key", send: func() result { return h.do(http.MethodPost, "/v1/messages", messagesBody, nil) },
+			status: 401, typ: "authentication_error", shouldRetry: "false"},
+		{name: "model not served", send: func() result {
+			return h.messages("/v1/messages", `{"model":"gpt-4o","max_tokens":5,"messages":[]}`, nil)
+		}, status: 404, typ: "not_found_error", shouldRetry: "false"},
+		{name: "body too large", send: func() result {
+			return h.messages("/v1/messages", `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"`+strings.Repeat("a", 5000)+`"}]}`, nil)
+		}, status: 413, typ: "request_too_large", shouldRetry: "false"},
+		{name: "key reused", setup: func() {
+			if r := h.messages("/v1/messages", messagesBody, key("err-reused")); r.status != 200 {
+				t.Fatalf("first call: %d %s", r.status, r.body)
+			}
+		}, send: func() result {
+			return h.messages("/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":9,"messages":[]}`, key("err-reused"))
+		}, status: 422, typ: "invalid_request_error", shouldRetry: "false"},
+		{name: "client rate limit", setup: func() {
+			h.do(http.MethodPost, "/v1/messages", messagesBody, map[string]string{"Authorization": "Bearer " + gwSlowKey})
+		}, send: func() result {
+			return h.do(http.MethodPost, "/v1/messages", messagesBody, map[string]string{"Authorization": "Bearer " + gwSlowKey})
+		}, status: 429, typ: "rate_limit_error", shouldRetry: "true", retryAfter: true},
+		{name: "upstream refused the gateway's key", setup: func() {
+			h.ant.Enqueue(fakeprovider.AnthropicStep{Status: 401, ErrorType: "authentication_error", Message: "invalid x-api-key"})
+		}, send: func() result { return h.messages("/v1/messages", messagesBody, nil) },
+			status: 502, typ: "api_error", shouldRetry: "false"},
+		{name: "store unavailable", setup: func() { fs.failClaim.Store(true) }, send: func() result {
+			defer fs.failClaim.Store(false)
+			return h.messages("/v1/messages", messagesBody, key("err-store"))
+		}, status: 503, typ: "overloaded_error", shouldRetry: "false", retryAfter: true},
+		{name: "deadline spent", send: func() result {
+			return h.messages("/v1/messages", messagesBody, map[string]string{"X-Llmgate-Deadline": "1ns"})
+		}, status: 504, typ: "timeout_error"},
+		{name: "breaker open", setup: func() {
+			if r := h.admin(http.MethodPost, "/admin/breakers/anthropic/open"); r.status != 200 {
+				t.Fatalf("force open: %d %s", r.status, r.body)
+			}
+		}, send: func() result { return h.messages("/v1/messages", messagesBody, nil) },
+			status: 503, typ: "overloaded_error", shouldRetry: "false", retryAfter: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.setup != nil {
+				tc.setup()
+			}
+			r := tc.send()
+			wantAnthropicError(t, r, tc.status, tc.typ)
+			if tc.shouldRetry != "" {
+				if got := r.header.Get("X-Should-Retry"); got != tc.shouldRetry {
+					t.Errorf("x-should-retry = %q, want %q", got, tc.shouldRetry)
+				}
+			}
+			if got := r.header.Get("Retry-After") != ""; got != tc.retryAfter {
+				t.Errorf("Retry-After %q, want one: %v", r.header.Get("Retry-After"), tc.retryAfter)
+			}
+		})
+	}
+	// The OpenAI routes keep OpenAI's shape.
+	wantOpenAIError(t, h.chat(`{"model":`, map[string]string{"Authorization": "Bearer " + gwClientKey}), 400)
 }

@@ -344,14 +344,15 @@ func (g *Gateway) routes() *echo.Echo {
 	return e
 }
 
-// errorHandler is echo's single error path: every error becomes an OpenAI
-// error object (apierror.Write); the detail behind it goes to the log line,
+// errorHandler is echo's single error path: every error becomes an error
+// object in the shape of the route's API (request.APIOf: OpenAI's, or
+// Anthropic's on /v1/messages); the detail behind it goes to the log line,
 // not the client.
 func (g *Gateway) errorHandler(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	apierror.Write(c.Response(), fromEcho(err))
+	request.APIOf(c.Request()).WriteError(c.Response(), fromEcho(err))
 }
 
 // fromEcho gives echo's own errors (404 for unknown routes, 405, 413)

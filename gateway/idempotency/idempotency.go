@@ -100,6 +100,10 @@ type Request struct {
 	// Model is the body's model: the model label of the tokens a replay
 	// saves.
 	Model string
+	// ErrorBody renders the error of a not-stored marker in the shape of
+	// the route's API, so that the key's retries get it as their SDK
+	// parses it. If nil, apierror.Body (OpenAI's).
+	ErrorBody func(*apierror.Error) []byte
 }
 
 // CacheHeader turns content-keyed caching on or off for one request,
@@ -411,7 +415,11 @@ func (l *Lease) CommitNotStored(ctx context.Context, upstream string, size int64
 	e := apierror.Wire(&apierror.NotStored{Size: size, At: at})
 	h := http.Header{"Content-Type": {"application/json"}, "X-Llmgate-Outcome": {"not_stored"}}
 	apierror.SetRetry(h, e.ShouldRetry, e.RetryAfter)
-	return l.Commit(ctx, &cache.Record{Status: http.StatusGone, Body: apierror.Body(e), Upstream: upstream, Header: h})
+	body := apierror.Body
+	if l.req.ErrorBody != nil {
+		body = l.req.ErrorBody
+	}
+	return l.Commit(ctx, &cache.Record{Status: http.StatusGone, Body: body(e), Upstream: upstream, Header: h})
 }
 
 // Release gives the key up, so the client's retry runs again. Only the

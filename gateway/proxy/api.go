@@ -28,6 +28,9 @@ type API struct {
 	usage func(body []byte) classify.Tokens
 	// stream is how its SSE streams are framed.
 	stream framing
+	// errorBody renders an error the gateway itself makes in the shape
+	// the API's SDKs parse (apierror.Body, apierror.AnthropicBody).
+	errorBody func(*apierror.Error) []byte
 }
 
 // framing is how an API's streams are read.
@@ -68,18 +71,18 @@ const (
 var (
 	// Plain answers are not inspected (embeddings, passthrough): any 2xx
 	// is a success; usage, where there is any, is read from the body.
-	Plain = &API{Name: "openai.plain", provider: config.APIOpenAI, usage: classify.Usage, stream: chatFraming}
+	Plain = &API{Name: "openai.plain", provider: config.APIOpenAI, errorBody: apierror.Body, usage: classify.Usage, stream: chatFraming}
 	// ChatCompletions is /v1/chat/completions: a body is classified by
 	// classify.FromCompletion; a stream is data-only events ending at
 	// [DONE], its tail starting at the first finish_reason.
-	ChatCompletions = &API{Name: "openai.chat", provider: config.APIOpenAI, classify: fromCompletion, stream: chatFraming}
+	ChatCompletions = &API{Name: "openai.chat", provider: config.APIOpenAI, errorBody: apierror.Body, classify: fromCompletion, stream: chatFraming}
 	// Completions is /v1/completions, classified as chat is.
-	Completions = &API{Name: "openai.completions", provider: config.APIOpenAI, classify: fromCompletion, stream: chatFraming}
+	Completions = &API{Name: "openai.completions", provider: config.APIOpenAI, errorBody: apierror.Body, classify: fromCompletion, stream: chatFraming}
 	// Responses is /v1/responses: a body is classified by
 	// classify.FromResponses; a stream is typed events that end at a
 	// terminal event (response.completed, response.incomplete,
 	// response.failed), which is its tail.
-	Responses = &API{Name: "openai.responses", provider: config.APIOpenAI, classify: classify.FromResponses, stream: framing{
+	Responses = &API{Name: "openai.responses", provider: config.APIOpenAI, errorBody: apierror.Body, classify: classify.FromResponses, stream: framing{
 		observer:  typedResponses,
 		preamble:  classify.ResponsesPreamble,
 		cutReason: "stream ended without a terminal event",
@@ -97,10 +100,10 @@ var (
 	// message_start followed by an overloaded_error event is retried. A
 	// broken stream ends with Anthropic's error event, which its SDKs
 	// raise on.
-	Messages = &API{Name: "anthropic.messages", provider: config.APIAnthropic, classify: classify.FromMessages, stream: messagesFraming}
+	Messages = &API{Name: "anthropic.messages", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, classify: classify.FromMessages, stream: messagesFraming}
 	// CountTokens is Anthropic's /v1/messages/count_tokens: any 2xx is a
 	// success, and its input_tokens are a count, not tokens used.
-	CountTokens = &API{Name: "anthropic.count_tokens", provider: config.APIAnthropic, usage: noUsage, stream: messagesFraming}
+	CountTokens = &API{Name: "anthropic.count_tokens", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, usage: noUsage, stream: messagesFraming}
 )
 
 var messagesFraming = framing{
@@ -122,6 +125,23 @@ func fromCompletion(body []byte, _ http.Header, _ time.Time) classify.Outcome {
 // broke after its first byte reached the client, in the shape its SDKs
 // raise on.
 func (a *API) StreamEvent(msg, code string) []byte { return a.stream.event(msg, code) }
+
+// ErrorBody is e, an error the gateway itself makes, in the shape this
+// API's SDKs parse.
+func (a *API) ErrorBody(e *apierror.Error) []byte { return a.errorBody(e) }
+
+// WriteError maps err (apierror.Wire) and writes it to w in this API's
+// shape, with the same status, Retry-After and x-should-retry whatever
+// the API.
+func (a *API) WriteError(w http.ResponseWriter, err error) *apierror.Error {
+	e := apierror.Wire(err)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	apierror.SetRetry(h, e.ShouldRetry, e.RetryAfter)
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(a.errorBody(e))
+	return e
+}
 
 // Classify classifies a whole 2xx body of this API.
 func (a *API) Classify(body []byte, h http.Header, now time.Time) classify.Outcome {

@@ -170,6 +170,11 @@ func (c *Call) api() *API {
 // StreamEvent is the one error event ending a stream of c's API early.
 func (c *Call) StreamEvent(msg, code string) []byte { return c.api().StreamEvent(msg, code) }
 
+// WriteError writes err to w in the shape of the call's API.
+func (c *Call) WriteError(w http.ResponseWriter, err error) *apierror.Error {
+	return c.api().WriteError(w, err)
+}
+
 // Usage is the token usage resp reported: its stream's, or its body's as
 // c's API reads it. A body too large to buffer was never read whole, and
 // reports none.

@@ -37,7 +37,7 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 		}
 		return &idempotency.Request{
 			Key: cache.Key{Scope: scope, Endpoint: ep.path, ID: key},
-			Raw: key, Fingerprint: idempotency.Fingerprint(body), TTL: g.cfg.Idempotency.TTL.D(),
+			Raw: key, Fingerprint: idempotency.Fingerprint(body), TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: ep.api.ErrorBody,
 		}, nil
 	}
 	if g.cfg.Idempotency.RequireKey {
@@ -317,7 +317,7 @@ func (g *Handler) detach(it *workItem, s *summary) bool {
 func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool, cl *proxy.Call) (abort bool) {
 	err := &apierror.ClientDeadline{Keyed: goesOn}
 	if !wrote {
-		apierror.Write(w, err)
+		cl.WriteError(w, err)
 		return false
 	}
 	if !strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {

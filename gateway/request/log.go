@@ -55,7 +55,7 @@ func (g *Handler) RequestLog(next echo.HandlerFunc) echo.HandlerFunc {
 		s := &summary{}
 		c.Set(summaryKey, s)
 		r, span := g.tracer.Start(r, c.Path())
-		c.SetRequest(r)
+		c.SetRequest(withRouteAPI(r, c.Path()))
 		var err error
 		defer func() {
 			g.metrics.Inflight.Dec()

@@ -160,6 +160,31 @@ func (g *Handler) Drain(ctx context.Context, wait time.Duration) { g.work.Drain(
 // WaitCalls waits until no keyed call is running.
 func (g *Handler) WaitCalls() { g.work.wg.Wait() }
 
+type apiCtxKey struct{}
+
+// withRouteAPI is r carrying the API of the route it matched (route, the
+// echo path pattern): the errors the gateway makes for it are in that
+// API's shape, whichever room makes them (authentication, limits, the
+// idempotency store, a breaker). A route of no endpoint is OpenAI's.
+func withRouteAPI(r *http.Request, route string) *http.Request {
+	for _, ep := range postEndpoints {
+		if ep.path == route {
+			return r.WithContext(context.WithValue(r.Context(), apiCtxKey{}, ep.api))
+		}
+	}
+	return r
+}
+
+// APIOf is the API of the route r matched: the shape its errors are
+// written in (proxy.API.WriteError). proxy.Plain, OpenAI's, for a route of
+// no endpoint or outside /v1.
+func APIOf(r *http.Request) *proxy.API {
+	if api, ok := r.Context().Value(apiCtxKey{}).(*proxy.API); ok {
+		return api
+	}
+	return proxy.Plain
+}
+
 type clientCtxKey struct{}
 
 // WithClient is r authenticated as client.
