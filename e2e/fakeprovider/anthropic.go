@@ -40,6 +40,11 @@ type AnthropicStep struct {
 	Events []string
 	// Cut drops the connection after Events: the stream never ends.
 	Cut bool
+	// Arrived, when not nil, is closed when the request that takes this
+	// step has arrived; the answer then waits until Release is closed (or
+	// the request ends), so a test can hold a call in flight.
+	Arrived chan struct{}
+	Release <-chan struct{}
 }
 
 // AnthropicRequest is what the Anthropic fake recorded of one request.
@@ -94,6 +99,16 @@ func (a *Anthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st, a.queue = a.queue[0], a.queue[1:]
 	}
 	a.mu.Unlock()
+	if st.Arrived != nil {
+		close(st.Arrived)
+	}
+	if st.Release != nil {
+		select {
+		case <-st.Release:
+		case <-r.Context().Done():
+			panic(http.ErrAbortHandler)
+		}
+	}
 
 	for k, v := range st.Header {
 		w.Header().Set(k, v)

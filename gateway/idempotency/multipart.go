@@ -9,6 +9,8 @@ import (
 	"hash"
 	"io"
 	"mime/multipart"
+	"net/http"
+	"strconv"
 )
 
 // maxFieldValue bounds a form field value MultipartFingerprint returns.
@@ -105,5 +107,31 @@ func WithQuery(fingerprint, query string) string {
 	h := sha256.New()
 	writeString(h, fingerprint)
 	writeString(h, query)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// WithHeaders folds the request headers names (canonical) into a body
+// fingerprint, each as written, its values in order: the same key with
+// another anthropic-beta is another request, since the headers change the
+// answer. A request with none of them keeps its body's fingerprint.
+func WithHeaders(fingerprint string, hdr http.Header, names []string) string {
+	h := sha256.New()
+	writeString(h, fingerprint)
+	seen := false
+	for _, name := range names {
+		vs := hdr[name]
+		if len(vs) == 0 {
+			continue
+		}
+		seen = true
+		writeString(h, name)
+		writeString(h, strconv.Itoa(len(vs)))
+		for _, v := range vs {
+			writeString(h, v)
+		}
+	}
+	if !seen {
+		return fingerprint
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }

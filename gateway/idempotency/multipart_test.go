@@ -3,6 +3,7 @@ package idempotency
 import (
 	"bytes"
 	"mime/multipart"
+	"net/http"
 	"net/textproto"
 	"testing"
 )
@@ -93,4 +94,30 @@ func FuzzMultipartFingerprint(f *testing.F) {
 			t.Fatalf("boundaries disagree: %v %v", errA, errB)
 		}
 	})
+}
+
+// TestWithHeaders: the headers named change the fingerprint as written,
+// in order; a request with none of them keeps its body's fingerprint.
+func TestWithHeaders(t *testing.T) {
+	names := []string{"Anthropic-Version", "Anthropic-Beta"}
+	body := Fingerprint([]byte(`{"model":"claude","max_tokens":5}`))
+	fp := func(h http.Header) string { return WithHeaders(body, h, names) }
+	base := fp(http.Header{"Anthropic-Version": {"2023-06-01"}, "Anthropic-Beta": {"a,b"}})
+	if got := fp(http.Header{}); got != body {
+		t.Errorf("no header: %s, want the body's %s", got, body)
+	}
+	if got := fp(http.Header{"Anthropic-Version": {"2023-06-01"}, "Anthropic-Beta": {"a,b"}, "User-Agent": {"x"}}); got != base {
+		t.Error("a header not named changed the fingerprint")
+	}
+	for name, h := range map[string]http.Header{
+		"another version":        {"Anthropic-Version": {"2026-10-21"}, "Anthropic-Beta": {"a,b"}},
+		"another beta":           {"Anthropic-Version": {"2023-06-01"}, "Anthropic-Beta": {"a"}},
+		"no beta":                {"Anthropic-Version": {"2023-06-01"}},
+		"beta in two lines":      {"Anthropic-Version": {"2023-06-01"}, "Anthropic-Beta": {"a", "b"}},
+		"values moved to a name": {"Anthropic-Version": {"2023-06-01", "Anthropic-Beta", "a,b"}},
+	} {
+		if fp(h) == base {
+			t.Errorf("%s: same fingerprint", name)
+		}
+	}
 }

@@ -31,6 +31,10 @@ type API struct {
 	// errorBody renders an error the gateway itself makes in the shape
 	// the API's SDKs parse (apierror.Body, apierror.AnthropicBody).
 	errorBody func(*apierror.Error) []byte
+	// fingerprinted are the request headers (canonical names) that change
+	// the answer as much as the body does: an idempotency key's
+	// fingerprint covers them. None for OpenAI's APIs.
+	fingerprinted []string
 }
 
 // framing is how an API's streams are read.
@@ -100,11 +104,14 @@ var (
 	// message_start followed by an overloaded_error event is retried. A
 	// broken stream ends with Anthropic's error event, which its SDKs
 	// raise on.
-	Messages = &API{Name: "anthropic.messages", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, classify: classify.FromMessages, stream: messagesFraming}
+	Messages = &API{Name: "anthropic.messages", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, fingerprinted: anthropicHeaders, classify: classify.FromMessages, stream: messagesFraming}
 	// CountTokens is Anthropic's /v1/messages/count_tokens: any 2xx is a
 	// success, and its input_tokens are a count, not tokens used.
-	CountTokens = &API{Name: "anthropic.count_tokens", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, usage: noUsage, stream: messagesFraming}
+	CountTokens = &API{Name: "anthropic.count_tokens", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming}
 )
+
+// anthropicHeaders choose the answer's version and beta features.
+var anthropicHeaders = []string{"Anthropic-Version", "Anthropic-Beta"}
 
 var messagesFraming = framing{
 	observer:  typedMessages,
@@ -125,6 +132,10 @@ func fromCompletion(body []byte, _ http.Header, _ time.Time) classify.Outcome {
 // broke after its first byte reached the client, in the shape its SDKs
 // raise on.
 func (a *API) StreamEvent(msg, code string) []byte { return a.stream.event(msg, code) }
+
+// Fingerprinted are the request headers an idempotency key's fingerprint
+// covers besides the body (canonical names).
+func (a *API) Fingerprinted() []string { return a.fingerprinted }
 
 // ErrorBody is e, an error the gateway itself makes, in the shape this
 // API's SDKs parse.

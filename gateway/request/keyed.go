@@ -37,7 +37,7 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 		}
 		return &idempotency.Request{
 			Key: cache.Key{Scope: scope, Endpoint: ep.path, ID: key},
-			Raw: key, Fingerprint: idempotency.Fingerprint(body), TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: ep.api.ErrorBody,
+			Raw: key, Fingerprint: fingerprint(r, ep, body), TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: ep.api.ErrorBody,
 		}, nil
 	}
 	if g.cfg.Idempotency.RequireKey {
@@ -58,14 +58,26 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 	if strings.Contains(cc, "no-cache") {
 		return nil, nil
 	}
-	fp := idempotency.Fingerprint(body)
+	fp := fingerprint(r, ep, body)
 	return &idempotency.Request{
 		Key:         cache.Key{Scope: scope, Endpoint: ep.path, ID: contentCacheID(r, fp)},
 		Fingerprint: fp,
 		TTL:         g.cfg.Idempotency.CacheTTL.D(),
 		Cache:       true,
 		NoStore:     strings.Contains(cc, "no-store"),
+		ErrorBody:   ep.api.ErrorBody,
 	}, nil
+}
+
+// fingerprint is what a key's request is compared by: its body, the
+// headers its API says change the answer (anthropic-version,
+// anthropic-beta), and the query when it is forwarded.
+func fingerprint(r *http.Request, ep endpoint, body []byte) string {
+	fp := idempotency.WithHeaders(idempotency.Fingerprint(body), r.Header, ep.api.Fingerprinted())
+	if ep.query {
+		fp = idempotency.WithQuery(fp, r.URL.RawQuery)
+	}
+	return fp
 }
 
 // serveKeyed runs a keyed request: replay a committed response, wait for
