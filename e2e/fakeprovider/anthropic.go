@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Anthropic is a fake Anthropic Messages provider (POST /v1/messages and
@@ -51,7 +52,8 @@ type AnthropicStep struct {
 type AnthropicRequest struct {
 	Path, RawQuery string
 	Header         http.Header
-	Body           []byte // exactly as received
+	Body           []byte    // exactly as received
+	At             time.Time // arrival
 }
 
 // NewAnthropic returns an Anthropic fake with an empty script.
@@ -74,7 +76,8 @@ func (a *Anthropic) Requests() []AnthropicRequest {
 	defer a.mu.Unlock()
 	out := make([]AnthropicRequest, len(a.reqs))
 	for i, r := range a.reqs {
-		out[i] = AnthropicRequest{Path: r.Path, RawQuery: r.RawQuery, Header: r.Header.Clone(), Body: slices.Clone(r.Body)}
+		out[i] = r
+		out[i].Header, out[i].Body = r.Header.Clone(), slices.Clone(r.Body)
 	}
 	return out
 }
@@ -93,7 +96,7 @@ func (a *Anthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	a.mu.Lock()
-	a.reqs = append(a.reqs, AnthropicRequest{Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+	a.reqs = append(a.reqs, AnthropicRequest{Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body, At: time.Now()})
 	var st AnthropicStep
 	if len(a.queue) > 0 {
 		st, a.queue = a.queue[0], a.queue[1:]
