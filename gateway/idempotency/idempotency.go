@@ -104,6 +104,10 @@ type Request struct {
 	// the route's API, so that the key's retries get it as their SDK
 	// parses it. If nil, apierror.Body (OpenAI's).
 	ErrorBody func(*apierror.Error) []byte
+	// StreamUsage reads the usage of a committed stream of the route's API
+	// from its events, for the tokens a replay saves. If nil, a stream is
+	// read as an OpenAI one (recordUsage).
+	StreamUsage func(events [][]byte) classify.Tokens
 }
 
 // CacheHeader turns content-keyed caching on or off for one request,
@@ -263,22 +267,26 @@ func (k *Keeper) replay(w http.ResponseWriter, kr *Request, rec *cache.Record) E
 	} else {
 		k.metrics.IdemEvent("replay")
 	}
-	k.metrics.UsageSaved(rec.Upstream, kr.Model, kr.Key.Scope, recordUsage(rec))
+	k.metrics.UsageSaved(rec.Upstream, kr.Model, kr.Key.Scope, recordUsage(rec, kr.StreamUsage))
 	Replay(w, rec)
 	return Event{Replayed: true, Upstream: rec.Upstream, Class: "replayed"}
 }
 
 // recordUsage is the usage a committed answer reported: its body's, or a
-// stream's last usage chunk. A stream is read backwards from its end and
+// stream's as its API reads it (stream), or — stream nil, an OpenAI
+// stream — its last usage chunk. Such a stream is read backwards from its end and
 // only down to the chunk with a finish_reason — the usage comes with it
 // or after it (OpenAI sends it last, with "choices":[]) — so a stream sent
 // without include_usage costs a look at its tail, not a walk of it all.
-func recordUsage(rec *cache.Record) classify.Tokens {
+func recordUsage(rec *cache.Record, stream func(events [][]byte) classify.Tokens) classify.Tokens {
 	if rec.Status < 200 || rec.Status > 299 {
 		return classify.Tokens{} // a not-stored marker: no answer
 	}
 	if !rec.Stream {
 		return classify.Usage(rec.Body)
+	}
+	if stream != nil {
+		return stream(rec.Events)
 	}
 	for i := len(rec.Events) - 1; i >= 0; i-- {
 		var o classify.StreamObserver

@@ -183,7 +183,8 @@ func (m *Metrics) clientSeries() []prometheus.Collector {
 func (m *Metrics) tokenSeries() []prometheus.Collector {
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgate_tokens_total",
-		Help: "Tokens that upstream answers reported in their usage, by upstream, model, client and kind: input (prompt_tokens), output (completion_tokens).",
+		Help: "Tokens that upstream answers reported in their usage, by upstream, model, client and kind: input (prompt_tokens, input_tokens), output (completion_tokens, output_tokens), " +
+			"cache_creation_input and cache_read_input (Anthropic's prompt cache, beside input).",
 	}, []string{"upstream", "model", "client", "kind"})
 	m.tokensSaved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgate_tokens_saved_total",

@@ -4,14 +4,18 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/llmgate/llmgate/classify"
 )
 
 // Token usage: llmgate_tokens_total and llmgate_tokens_saved_total are
-// labelled by upstream, model, client and kind (input, output), and
+// labelled by upstream, model, client and kind (input, output, and for
+// answers that report them, Anthropic's cache_creation_input and
+// cache_read_input, which its input_tokens does not include), and
 // llmgate_usage_missing_total by upstream and endpoint. Every label set is
 // bounded, so together they are too: at most
-// upstreams × (exact models + 64 + 1) × (clients + 1) × 2 series each —
+// upstreams × (exact models + 64 + 1) × (clients + 1) × 4 series each —
 // the configured upstreams; the model label of llmgate_requests_total
 // (ModelLabel); the configured client names plus "".
 
@@ -47,6 +51,7 @@ func (m *Metrics) Usage(upstream, endpoint, model, client string, t classify.Tok
 	model, client = m.ModelLabel(model, true, true), m.clientLabel(client)
 	m.tokens.WithLabelValues(upstream, model, client, "input").Add(float64(t.In))
 	m.tokens.WithLabelValues(upstream, model, client, "output").Add(float64(t.Out))
+	addCache(m.tokens, upstream, model, client, t)
 	m.addTokens(tokenKey{upstream, model, client}, t, false)
 }
 
@@ -60,7 +65,20 @@ func (m *Metrics) UsageSaved(upstream, model, client string, t classify.Tokens) 
 	model, client = m.ModelLabel(model, true, true), m.clientLabel(client)
 	m.tokensSaved.WithLabelValues(upstream, model, client, "input").Add(float64(t.In))
 	m.tokensSaved.WithLabelValues(upstream, model, client, "output").Add(float64(t.Out))
+	addCache(m.tokensSaved, upstream, model, client, t)
 	m.addTokens(tokenKey{upstream, model, client}, t, true)
+}
+
+// addCache counts the prompt-cache tokens of t (Anthropic's), whose
+// series exist only where an answer reported some: an OpenAI-only
+// gateway shows none.
+func addCache(c *prometheus.CounterVec, upstream, model, client string, t classify.Tokens) {
+	if t.CacheCreation > 0 {
+		c.WithLabelValues(upstream, model, client, "cache_creation_input").Add(float64(t.CacheCreation))
+	}
+	if t.CacheRead > 0 {
+		c.WithLabelValues(upstream, model, client, "cache_read_input").Add(float64(t.CacheRead))
+	}
 }
 
 type tokenKey struct{ upstream, model, client string }

@@ -7,6 +7,7 @@ import (
 	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/sse"
 )
 
 // API is one provider API as the request path sees it: how its 2xx
@@ -54,6 +55,10 @@ type framing struct {
 	// event is the one error event that ends a stream which broke after
 	// its first byte reached the client, in the shape its SDKs raise on.
 	event func(msg, code string) []byte
+	// recordedUsage reads the usage of a committed stream from its
+	// recorded events, for the tokens a replay saves; nil: idempotency
+	// reads it as an OpenAI stream's (its tail's usage chunk).
+	recordedUsage func(events [][]byte) classify.Tokens
 }
 
 type observerKind uint8
@@ -118,6 +123,15 @@ var messagesFraming = framing{
 	preamble:  classify.MessagesPreamble,
 	cutReason: "stream ended without message_stop",
 	event:     apierror.AnthropicStreamEvent,
+	// message_start has the input counts, the last message_delta the
+	// output's: the stream is read whole, as the relay read it.
+	recordedUsage: func(events [][]byte) classify.Tokens {
+		var o classify.MessagesObserver
+		for _, ev := range events {
+			o.Observe(sse.Data(ev))
+		}
+		return o.Usage()
+	},
 }
 
 func noUsage([]byte) classify.Tokens { return classify.Tokens{} }
@@ -132,6 +146,11 @@ func fromCompletion(body []byte, _ http.Header, _ time.Time) classify.Outcome {
 // broke after its first byte reached the client, in the shape its SDKs
 // raise on.
 func (a *API) StreamEvent(msg, code string) []byte { return a.stream.event(msg, code) }
+
+// RecordedUsage reads the usage of a committed stream of this API from
+// its recorded events; nil where idempotency's own reading (OpenAI's)
+// applies.
+func (a *API) RecordedUsage() func(events [][]byte) classify.Tokens { return a.stream.recordedUsage }
 
 // Fingerprinted are the request headers an idempotency key's fingerprint
 // covers besides the body (canonical names).

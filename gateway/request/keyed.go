@@ -37,7 +37,7 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 		}
 		return &idempotency.Request{
 			Key: cache.Key{Scope: scope, Endpoint: ep.path, ID: key},
-			Raw: key, Fingerprint: fingerprint(r, ep, body), TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: ep.api.ErrorBody,
+			Raw: key, Fingerprint: fingerprint(r, ep, body), TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: ep.api.ErrorBody, StreamUsage: ep.api.RecordedUsage(),
 		}, nil
 	}
 	if g.cfg.Idempotency.RequireKey {
@@ -66,6 +66,7 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 		Cache:       true,
 		NoStore:     strings.Contains(cc, "no-store"),
 		ErrorBody:   ep.api.ErrorBody,
+		StreamUsage: ep.api.RecordedUsage(),
 	}, nil
 }
 
