@@ -41,6 +41,9 @@ const (
 const (
 	demoUpstream     = "demo"
 	demoDownUpstream = "demo-down"
+	// demoAnthropicUpstream answers claude-* models on /v1/messages, in
+	// Anthropic's API (claude-demo-* fail as the demo models do).
+	demoAnthropicUpstream = "demo-anthropic"
 )
 
 // demoMode is what -demo set up.
@@ -111,7 +114,10 @@ func (d *demoMode) configure(cfg *config.Config) error {
 		d.tour = true
 		down := config.Upstream{Name: demoDownUpstream, BaseURL: d.baseURL, APIKey: "demo", Models: []string{demo.DemoDown}}
 		rest := config.Upstream{Name: demoUpstream, BaseURL: d.baseURL, APIKey: "demo", Models: []string{"*"}}
-		cfg.Upstreams = []config.Upstream{down.WithDefaults(), rest.WithDefaults()}
+		// Anthropic's base_url has no /v1.
+		ant := config.Upstream{Name: demoAnthropicUpstream, BaseURL: strings.TrimSuffix(d.baseURL, "/v1"), APIKey: "demo",
+			API: config.APIAnthropic, Models: []string{"claude-*"}}
+		cfg.Upstreams = []config.Upstream{down.WithDefaults(), rest.WithDefaults(), ant.WithDefaults()}
 	}
 	if cfg.AdminToken == "" {
 		d.token = randomString(24)
@@ -158,6 +164,9 @@ func (d *demoMode) banner(w io.Writer, cfg config.Config, addr string) {
 		for _, m := range demo.Demos(d.outage) {
 			fmt.Fprintf(&b, "\n  %s: %s\n    %s\n", m.Model, m.Does, demoCurl(base, m, int(cfg.Breaker.ConsecutiveFailures)+1))
 		}
+		fmt.Fprintf(&b, "\n  claude-sonnet-4-5, or any claude-* model, on Anthropic's Messages API (claude-demo-* fail as demo-* do)\n    %s\n",
+			"curl -si "+base+"/v1/messages -H 'Content-Type: application/json' -H 'anthropic-version: 2023-06-01'"+
+				` -d '{"model":"claude-sonnet-4-5","max_tokens":256,"messages":[{"role":"user","content":"Hello"}]}'`)
 		fmt.Fprintf(&b, "\n  demo-down is upstream %q, with a circuit breaker of its own: %d failed requests open it,\n"+
 			"  which refuses the next at once; %s later it lets one through, and once the outage is over it closes.\n"+
 			"  Each failed request with an Idempotency-Key is a dead letter, to replay once demo-down is back.\n",

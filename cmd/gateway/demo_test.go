@@ -167,7 +167,28 @@ func TestDemoBanner(t *testing.T) {
 	var v struct {
 		Breakers []struct{ Name, State string }
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != 200 || len(v.Breakers) != 2 {
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != 200 || len(v.Breakers) != 3 {
 		t.Fatalf("GET /admin/breakers with the printed token: %d %+v %v", resp.StatusCode, v, err)
+	}
+
+	// claude-* models are answered on Anthropic's Messages API.
+	if !strings.Contains(banner, base[1]+"/v1/messages") {
+		t.Errorf("no /v1/messages line in the banner:\n%s", banner)
+	}
+	mreq, _ := http.NewRequestWithContext(ctx, http.MethodPost, base[1]+"/v1/messages",
+		strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"Hello"}]}`))
+	mreq.Header.Set("Content-Type", "application/json")
+	mresp, err := http.DefaultClient.Do(mreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mresp.Body.Close()
+	var m struct {
+		Type       string `json:"type"`
+		StopReason string `json:"stop_reason"`
+	}
+	if err := json.NewDecoder(mresp.Body).Decode(&m); err != nil || mresp.StatusCode != 200 || mresp.Header.Get("X-Llmgate-Upstream") != "demo-anthropic" ||
+		m.Type != "message" || m.StopReason != "end_turn" {
+		t.Fatalf("POST /v1/messages: %d %s %+v %v", mresp.StatusCode, mresp.Header.Get("X-Llmgate-Upstream"), m, err)
 	}
 }

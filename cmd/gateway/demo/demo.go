@@ -72,9 +72,10 @@ type demoState struct {
 	downFrom time.Time
 }
 
-// demoStep returns the Step of a request for a demo model, and false for
-// any other request.
-func (s *Server) demoStep(body []byte) (Step, bool) {
+// demoStep returns the Step of a request to ep for a demo model, and false
+// for any other request. On /v1/messages the demo models are named
+// claude-demo-* (claude-demo-flaky, ...).
+func (s *Server) demoStep(ep endpoint, body []byte) (Step, bool) {
 	var req struct {
 		Model  string `json:"model"`
 		Stream bool   `json:"stream"`
@@ -82,7 +83,11 @@ func (s *Server) demoStep(body []byte) (Step, bool) {
 	if !s.opts.DemoModels || json.Unmarshal(body, &req) != nil {
 		return Step{}, false
 	}
-	switch req.Model {
+	model := req.Model
+	if ep == messages {
+		model = anthropicDemoModel(model)
+	}
+	switch model {
 	case DemoFlaky:
 		// The gateway's three attempts (retry.max_attempts' default) meet
 		// 503, 503, then an answer.
@@ -105,6 +110,11 @@ func (s *Server) demoStep(body []byte) (Step, bool) {
 	case DemoEmpty:
 		return Step{Empty: true}, true
 	case DemoCut:
+		if req.Stream && ep == messages {
+			// message_start, content_block_start, ping and two text
+			// deltas, then the end: the client has seen part of the text.
+			return Step{StopAfter: 5}, true
+		}
 		if req.Stream {
 			// The role chunk and two content chunks, then the end.
 			return Step{StopAfter: 3}, true

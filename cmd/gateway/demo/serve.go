@@ -30,6 +30,8 @@ const (
 	getModel
 	createResponse
 	responseByID // GET/DELETE /v1/responses/{id}, .../cancel, .../input_items
+	messages     // Anthropic's POST /v1/messages
+	countTokens  // Anthropic's POST /v1/messages/count_tokens
 )
 
 func route(method, path string) endpoint {
@@ -46,6 +48,10 @@ func route(method, path string) endpoint {
 		return getModel
 	case method == http.MethodPost && path == "/v1/responses":
 		return createResponse
+	case method == http.MethodPost && path == "/v1/messages":
+		return messages
+	case method == http.MethodPost && path == "/v1/messages/count_tokens":
+		return countTokens
 	}
 	if rest, ok := strings.CutPrefix(path, "/v1/responses/"); ok {
 		if _, _, ok := storedResponseRoute(method, rest); ok {
@@ -57,8 +63,12 @@ func route(method, path string) endpoint {
 
 // scripted reports whether requests to e consume a Step.
 func (e endpoint) scripted() bool {
-	return e == chatCompletions || e == completions || e == embeddings || e == createResponse
+	return e == chatCompletions || e == completions || e == embeddings || e == createResponse || e == messages
 }
+
+// anthropic reports whether e is one of Anthropic's routes, whose errors
+// are in Anthropic's shape.
+func (e endpoint) anthropic() bool { return e == messages || e == countTokens }
 
 // ServeHTTP tells the Script of the request, then answers it as its Step
 // says.
@@ -72,7 +82,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var st Step
 	if authorized && ep.scripted() {
 		var demo bool
-		if st, demo = s.demoStep(body); !demo && s.opts.Script != nil {
+		if st, demo = s.demoStep(ep, body); !demo && s.opts.Script != nil {
 			st = s.opts.Script.Next()
 		}
 	}
@@ -150,6 +160,8 @@ func (x *exchange) serve(ep endpoint, body []byte, readErr error, authorized boo
 	}
 
 	switch {
+	case !authorized && ep.anthropic():
+		return x.anthropicError(http.StatusUnauthorized, "", "invalid x-api-key")
 	case !authorized:
 		msg := "Incorrect API key provided."
 		if x.r.Header.Get("Authorization") == "" {
@@ -168,6 +180,12 @@ func (x *exchange) serve(ep endpoint, body []byte, readErr error, authorized boo
 	case ep == responseByID:
 		op, id, _ := storedResponseRoute(x.r.Method, strings.TrimPrefix(x.r.URL.Path, "/v1/responses/"))
 		return x.storedResponse(op, id)
+	case ep.anthropic() && ((st.Status != 0 && st.Status != http.StatusOK) || st.Body != ""):
+		return x.messagesScripted()
+	case ep == messages:
+		return x.messages(body)
+	case ep == countTokens:
+		return x.countTokens(body)
 	case (st.Status != 0 && st.Status != http.StatusOK) || st.Body != "":
 		return x.scripted(body)
 	case ep == chatCompletions:

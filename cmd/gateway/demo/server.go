@@ -238,6 +238,10 @@ func (s *Server) authorized(r *http.Request) bool {
 		return true
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		// Anthropic's way (an upstream with auth: x-api-key).
+		token, ok = r.Header.Get("X-Api-Key"), r.Header.Get("X-Api-Key") != ""
+	}
 	return ok && subtle.ConstantTimeCompare([]byte(token), []byte(s.opts.APIKey)) == 1
 }
 
