@@ -273,3 +273,25 @@ func TestMessagesErrorsInAnthropicShape(t *testing.T) {
 	// The OpenAI routes keep OpenAI's shape.
 	wantOpenAIError(t, h.chat(`{"model":`, map[string]string{"Authorization": "Bearer " + gwClientKey}), 400)
 }
+
+// TestAnthropicUpstreamOffOpenAIPaths: an Anthropic upstream takes no part
+// in OpenAI's surface — GET /v1/models lists the OpenAI upstreams' models
+// without asking it, and a passthrough path goes to the first OpenAI
+// upstream even when the Anthropic one is listed first.
+func TestAnthropicUpstreamOffOpenAIPaths(t *testing.T) {
+	h := newMessagesHarness(t, func(c *config.Config) {
+		c.Upstreams[0], c.Upstreams[1] = c.Upstreams[1], c.Upstreams[0]
+	})
+	auth := map[string]string{"Authorization": "Bearer " + gwClientKey}
+	models := h.do(http.MethodGet, "/v1/models", "", auth)
+	if models.status != 200 || !strings.Contains(string(models.body), `"gpt-4o-mini"`) {
+		t.Fatalf("models: %d %s", models.status, models.body)
+	}
+	h.do(http.MethodPost, "/v1/moderations", `{"input":"hi"}`, auth)
+	if n := h.fake.Calls("/v1/moderations"); n != 1 {
+		t.Errorf("the OpenAI upstream saw %d passthrough calls, want 1", n)
+	}
+	if n := h.ant.Calls(); n != 0 {
+		t.Errorf("the Anthropic upstream was called %d times: %+v", n, h.ant.Requests())
+	}
+}

@@ -101,13 +101,27 @@ func NewRouter(cfgs []config.Upstream) (*Router, error) {
 // endpoint's request goes only to an upstream of its own API, since
 // nothing is translated.
 func (r *Router) Route(api *API, model string) *Upstream {
-	return r.route(model, func(u *Upstream) bool { return u.Cfg.API == api.provider })
+	return r.route(model, func(u *Upstream) bool { return u.Speaks(api) })
+}
+
+// Speaks reports whether u is an upstream of api's provider API.
+func (u *Upstream) Speaks(api *API) bool { return u.Cfg.API == api.provider }
+
+// First is the first configured upstream speaking api, or the first of
+// all when none does.
+func (r *Router) First(api *API) *Upstream {
+	for _, u := range r.upstreams {
+		if u.Speaks(api) {
+			return u
+		}
+	}
+	return r.upstreams[0]
 }
 
 // Elsewhere returns an upstream of another API than api that serves
 // model, or nil: what a request routed nowhere is told to use instead.
 func (r *Router) Elsewhere(api *API, model string) *Upstream {
-	return r.route(model, func(u *Upstream) bool { return u.Cfg.API != api.provider })
+	return r.route(model, func(u *Upstream) bool { return !u.Speaks(api) })
 }
 
 // route is the first upstream among those speaks allows whose models

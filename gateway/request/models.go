@@ -18,7 +18,9 @@ import (
 	"github.com/llmgate/llmgate/gateway/proxy"
 )
 
-// handleModels merges GET /models from every upstream; an upstream that
+// handleModels merges GET /models from every upstream of OpenAI's API
+// (an Anthropic upstream's models are not served on OpenAI's endpoints,
+// and its list is in another shape); an upstream that
 // fails is left out (and logged) unless all fail. Each item is relayed as
 // the upstream wrote it (never decoded into a struct and re-encoded, which
 // would drop vendor fields and add empty ones); a duplicate id is the first
@@ -30,7 +32,7 @@ func (g *Handler) handleModels(c echo.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 30*time.Second)
 	defer cancel()
-	ups := g.router.Upstreams()
+	ups := slices.DeleteFunc(slices.Clone(g.router.Upstreams()), func(u *proxy.Upstream) bool { return !u.Speaks(proxy.Plain) })
 	results := make([]result, len(ups))
 	var wg sync.WaitGroup
 	for i, u := range ups {

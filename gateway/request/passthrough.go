@@ -91,7 +91,8 @@ func (g *Handler) routeFor(u *url.URL) (passRoute, error) {
 	if rt.label == "" || path.Clean(p) != p {
 		return rt, echo.ErrNotFound
 	}
-	rt.upstream = g.router.Upstreams()[0]
+	// The passthrough paths are OpenAI's: the first upstream speaking it.
+	rt.upstream = g.router.First(proxy.Plain)
 	rt.maxBody = g.cfg.Limits.MaxBodyBytes
 	if under(p, "/v1/files") || under(p, "/v1/uploads") {
 		rt.maxBody = config.DefaultUploadBodyBytes
