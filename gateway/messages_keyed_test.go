@@ -3,10 +3,13 @@ package gateway
 import (
 	"bytes"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmgate/llmgate/e2e/fakeprovider"
+	"github.com/llmgate/llmgate/gateway/request"
 )
 
 const messagesStreamBody = `{"model":"claude-sonnet-4-5","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"Hello"}]}`
@@ -146,5 +149,51 @@ func TestMessagesKeyedStreamHoldsTail(t *testing.T) {
 	}
 	if n := h.ant.Calls(); n != 2 {
 		t.Errorf("upstream calls = %d, want 2", n)
+	}
+}
+
+// TestMessagesClientDeadlineKeyed: when a keyed call's client deadline
+// passes before the answer, the client gets a 504 in Anthropic's shape
+// saying the call goes on; the call commits, and the retry with the key
+// replays its answer without another upstream call.
+func TestMessagesClientDeadlineKeyed(t *testing.T) {
+	h := newMessagesHarness(t, nil)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	h.ant.Enqueue(fakeprovider.AnthropicStep{Arrived: arrived, Release: release})
+	deadline, committed := make(chan time.Time, 1), make(chan struct{})
+	hk := &request.CallHooks{Deadline: deadline, At: func(p request.SettlePoint) {
+		if p == request.PointCommitted {
+			close(committed)
+		}
+	}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.gw.Handler().ServeHTTP(w, r.WithContext(request.WithCallHooks(r.Context(), hk)))
+	}))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/messages", strings.NewReader(messagesBody))
+	req.Header.Set("Authorization", "Bearer "+gwClientKey)
+	req.Header.Set("Idempotency-Key", "msg-deadline")
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	go func() {
+		<-arrived
+		deadline <- time.Time{}
+	}()
+	res, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := result{status: res.StatusCode, header: res.Header, body: readAllBody(t, res)}
+	msg := wantAnthropicError(t, r, http.StatusGatewayTimeout, "timeout_error")
+	if !strings.Contains(msg, "same key") || r.header.Get("X-Should-Retry") != "true" {
+		t.Errorf("504 does not say to retry with the key: %q, x-should-retry %q", msg, r.header.Get("X-Should-Retry"))
+	}
+	close(release)
+	<-committed
+	again := h.messages("/v1/messages", messagesBody, map[string]string{"Idempotency-Key": "msg-deadline"})
+	if again.status != 200 || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d replayed=%q %s", again.status, again.header.Get("Idempotent-Replayed"), again.body)
+	}
+	if n := h.ant.Calls(); n != 1 {
+		t.Errorf("upstream calls %d, want 1", n)
 	}
 }
