@@ -18,9 +18,14 @@ import (
 // a body with "stream": true — the typed events of one. Safe for
 // concurrent use; create it with NewAnthropic.
 type Anthropic struct {
+	// Discard, set before it serves, keeps no request (Requests is
+	// empty; Calls still counts): what a benchmark wants.
+	Discard bool
+
 	mu    sync.Mutex
 	queue []AnthropicStep
 	reqs  []AnthropicRequest
+	calls int
 }
 
 // AnthropicStep scripts the answer to one request.
@@ -86,7 +91,7 @@ func (a *Anthropic) Requests() []AnthropicRequest {
 func (a *Anthropic) Calls() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.reqs)
+	return a.calls
 }
 
 // ServeHTTP records the request, then answers it as its step says.
@@ -96,7 +101,10 @@ func (a *Anthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	a.mu.Lock()
-	a.reqs = append(a.reqs, AnthropicRequest{Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body, At: time.Now()})
+	a.calls++
+	if !a.Discard {
+		a.reqs = append(a.reqs, AnthropicRequest{Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body, At: time.Now()})
+	}
 	var st AnthropicStep
 	if len(a.queue) > 0 {
 		st, a.queue = a.queue[0], a.queue[1:]
