@@ -21,12 +21,23 @@ var (
 	answerKeys = jsonscan.NewKeys("id", "model", "choices", "usage")
 	choiceKeys = jsonscan.NewKeys("index", "finish_reason")
 	usageKeys  = jsonscan.NewKeys("prompt_tokens", "completion_tokens")
+
+	// Anthropic's: a message (or message_start's "message"), a
+	// message_delta's "delta" with the stop_reason, and the usage of
+	// either, the last count of each winning (message_delta's is
+	// cumulative).
+	messageKeys      = jsonscan.NewKeys("id", "model", "message", "stop_reason", "delta", "usage")
+	messageDeltaKeys = jsonscan.NewKeys("stop_reason")
+	messageUsageKeys = jsonscan.NewKeys("input_tokens", "output_tokens")
 )
 
 // answer is what the GenAI conventions record of a response: the model
 // that answered, the completion's id, each choice's finish reason and the
 // token usage. Nothing of the content is read.
 type answer struct {
+	// anthropic: the answer is Anthropic's Messages (a message, or its
+	// typed events), read by scanMessage.
+	anthropic       bool
 	id, model       string
 	finish          []string // by choice index
 	input, output   int
@@ -51,6 +62,10 @@ func (a *answer) observe(data []byte) {
 }
 
 func (a *answer) scan(b []byte) {
+	if a.anthropic {
+		a.scanMessage(jsonscan.New(b, 0))
+		return
+	}
 	s := jsonscan.New(b, 0)
 	for key := range s.Fields(answerKeys) {
 		switch key {
@@ -78,6 +93,51 @@ func (a *answer) scan(b []byte) {
 				}
 			}
 		}
+	}
+}
+
+// scanMessage reads an Anthropic message or stream event at s: its id and
+// model (message_start's under "message"), its stop_reason as the one
+// finish reason, and its usage counts.
+func (a *answer) scanMessage(s *jsonscan.Scanner) {
+	for key := range s.Fields(messageKeys) {
+		switch key {
+		case "id":
+			if a.id == "" {
+				a.id = bounded(s.Value())
+			}
+		case "model":
+			if a.model == "" {
+				a.model = bounded(s.Value())
+			}
+		case "message":
+			a.scanMessage(s)
+		case "stop_reason":
+			a.stopReason(s.Value())
+		case "delta":
+			for range s.Fields(messageDeltaKeys) {
+				a.stopReason(s.Value())
+			}
+		case "usage":
+			for key := range s.Fields(messageUsageKeys) {
+				n, ok := count(s.Value())
+				switch {
+				case !ok:
+				case key == "input_tokens":
+					a.input, a.hasIn = n, true
+				case key == "output_tokens":
+					a.output, a.hasOut = n, true
+				}
+			}
+		}
+	}
+}
+
+// stopReason files a message's stop_reason (tok; null is none) as its
+// finish reason.
+func (a *answer) stopReason(tok []byte) {
+	if r := bounded(tok); r != "" {
+		a.finish, a.sawAnyChoiceEnd = []string{r}, true
 	}
 }
 

@@ -41,6 +41,8 @@ type Attempt struct {
 	parent trace.Span
 	// answer gathers a stream's model, finish reasons and usage.
 	answer *answer
+	// anthropic: its answers are Anthropic's Messages (see answer).
+	anthropic bool
 }
 
 // StartAttempt begins the span of an attempt, as a child of the request's
@@ -65,7 +67,7 @@ func (t *Tracer) StartAttempt(ctx context.Context, a AttemptStart) (context.Cont
 			name += " " + a.Model
 		}
 	}
-	attrs = append(attrs, providerOpenAI, UpstreamKey.String(a.Upstream), AttemptKey.Int(a.N))
+	attrs = append(attrs, provider(a.Path), UpstreamKey.String(a.Upstream), AttemptKey.Int(a.N))
 	attrs = appendNonEmpty(attrs, semconv.GenAIRequestModelKey, a.Model)
 	if a.Stream {
 		attrs = append(attrs, semconv.GenAIRequestStream(true))
@@ -77,9 +79,9 @@ func (t *Tracer) StartAttempt(ctx context.Context, a AttemptStart) (context.Cont
 		attrs = append(attrs, semconv.HTTPRequestResendCount(a.N-1), BackoffKey.Float64(a.Backoff.Seconds()))
 	}
 	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	at := Attempt{span: span, parent: parent}
+	at := Attempt{span: span, parent: parent, anthropic: anthropicPath(a.Path)}
 	if a.Stream {
-		at.answer = &answer{}
+		at.answer = &answer{anthropic: at.anthropic}
 	}
 	return ctx, at
 }
@@ -133,7 +135,7 @@ func (a *Attempt) End(status int, o classify.Outcome, body []byte) {
 	}
 	ans := a.answer
 	if ans == nil && status >= 200 && status <= 299 && body != nil {
-		ans = &answer{}
+		ans = &answer{anthropic: a.anthropic}
 		ans.read(body)
 	}
 	if ans != nil {

@@ -55,17 +55,30 @@ const (
 	EventRetryBudget = "llmgate.retry.budget_exhausted"
 )
 
-// providerOpenAI is gen_ai.provider.name for every upstream: llmgate speaks
-// OpenAI's API to all of them, and the convention names the API flavour
-// "as identified by the instrumentation" (server.address and the models
-// tell which provider it really was).
-var providerOpenAI = semconv.GenAIProviderNameOpenAI
+// provider is gen_ai.provider.name for a path under /v1 (or an upstream's
+// suffix): the API llmgate speaks there, anthropic on Anthropic's Messages
+// paths and openai on every other, whoever the upstream is — the
+// convention names the API flavour "as identified by the instrumentation"
+// (server.address and the models tell which provider it really was).
+func provider(path string) attribute.KeyValue {
+	if anthropicPath(path) {
+		return semconv.GenAIProviderNameAnthropic
+	}
+	return semconv.GenAIProviderNameOpenAI
+}
+
+// anthropicPath reports whether path is one of Anthropic's Messages paths,
+// whose answers are read in Anthropic's shape.
+func anthropicPath(path string) bool {
+	p := strings.TrimPrefix(path, "/v1")
+	return p == "/messages" || p == "/messages/count_tokens"
+}
 
 // operation is gen_ai.operation.name for a path under /v1 (or an
 // upstream's suffix).
 func operation(path string) (attribute.KeyValue, bool) {
 	switch strings.TrimPrefix(path, "/v1") {
-	case "/chat/completions":
+	case "/chat/completions", "/messages":
 		return semconv.GenAIOperationNameChat, true
 	case "/completions":
 		return semconv.GenAIOperationNameTextCompletion, true
@@ -89,7 +102,7 @@ func (t *Tracer) Start(r *http.Request, route string) (*http.Request, trace.Span
 	attrs := make([]attribute.KeyValue, 0, 4)
 	attrs = append(attrs, semconv.HTTPRequestMethodKey.String(r.Method), semconv.HTTPRoute(route))
 	if op, ok := operation(route); ok && r.Method == http.MethodPost {
-		attrs = append(attrs, op, providerOpenAI)
+		attrs = append(attrs, op, provider(route))
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...)}
 	if client := trace.SpanContextFromContext(traceContext.Extract(ctx, propagation.HeaderCarrier(r.Header))); client.IsValid() {
