@@ -295,3 +295,25 @@ func TestAnthropicUpstreamOffOpenAIPaths(t *testing.T) {
 		t.Errorf("the Anthropic upstream was called %d times: %+v", n, h.ant.Requests())
 	}
 }
+
+// TestMessagesClientKeyInXAPIKey: a client that sends its gateway key as
+// x-api-key (Claude Code's ANTHROPIC_API_KEY, curl examples) is
+// authenticated by it, and the provider sees the upstream's own key in
+// that header, never the client's; ambiguous credentials are a 400 in
+// Anthropic's shape.
+func TestMessagesClientKeyInXAPIKey(t *testing.T) {
+	h := newMessagesHarness(t, nil)
+	r := h.do(http.MethodPost, "/v1/messages?beta=true", messagesBody, map[string]string{"X-Api-Key": gwClientKey, "Anthropic-Version": "2023-06-01"})
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	up := h.ant.Requests()[0]
+	if got := up.Header.Get("X-Api-Key"); got != anthropicKey {
+		t.Errorf("provider saw x-api-key %q, want the upstream's key", got)
+	}
+	bad := h.do(http.MethodPost, "/v1/messages", messagesBody, map[string]string{"X-Api-Key": gwClientKey, "Authorization": "Bearer " + gwSlowKey})
+	wantAnthropicError(t, bad, http.StatusBadRequest, "invalid_request_error")
+	if n := h.ant.Calls(); n != 1 {
+		t.Errorf("upstream calls %d, want 1", n)
+	}
+}
