@@ -11,8 +11,9 @@ import (
 // transient failures, its upstream's breaker was open with no fallback, or
 // its deadline ran out. It is kept for diagnosis and replay, one record per
 // key: a later failure of the same key updates it, a later success removes
-// it. Headers are never stored — the body is the client's, headers may
-// carry secrets. BodyNotKept says the body was not stored at all (a
+// it. Headers are not stored — the body is the client's, headers may carry
+// secrets — but for those the key's fingerprint covers (Header).
+// BodyNotKept says the body was not stored at all (a
 // multipart or binary passthrough body is spooled as it comes, not held
 // whole), and BodySize is then its length: such a letter cannot be
 // replayed, only the client can send the body again. Letters recorded
@@ -41,6 +42,12 @@ type DeadLetter struct {
 	FirstAt       time.Time `json:"first_at"`
 	LastAt        time.Time `json:"last_at"`
 	ExpiresAt     time.Time `json:"expires_at"`
+
+	// Header holds the request headers the key's fingerprint covers
+	// (anthropic-version, anthropic-beta on /v1/messages), replayed with
+	// it; none of them carries a secret. Empty in letters recorded before
+	// it was kept, and for endpoints whose fingerprint covers no header.
+	Header map[string][]string `json:"header,omitempty"`
 	// Dropped is set by PutDeadLetter: the ids of the client's oldest
 	// letters it deleted to keep the client within its DeadLetterBound.
 	// Not stored.

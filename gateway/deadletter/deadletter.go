@@ -99,6 +99,9 @@ type Request struct {
 	Model string
 	// Query is the request's query string, replayed with it.
 	Query string
+	// Header is the request headers its key's fingerprint covers,
+	// replayed with it.
+	Header map[string][]string
 	// Body is the request's body, held whole (a JSON body).
 	Body []byte
 	// NotKept: the body is not in Body — a multipart or binary
@@ -114,7 +117,7 @@ type Request struct {
 // RequestOf is what a dead letter keeps of cl, which started at first: its
 // JSON body, or the length of a body that was not held whole.
 func RequestOf(cl *proxy.Call, first time.Time) Request {
-	r := Request{Model: cl.Model, Query: cl.Query, Body: cl.Body, First: first}
+	r := Request{Model: cl.Model, Query: cl.Query, Header: cl.FingerprintedHeaders(), Body: cl.Body, First: first}
 	if cl.Body == nil && cl.Source != nil && cl.Source.Size() > 0 {
 		r.NotKept, r.Size = true, cl.Source.Size()
 	}
@@ -133,7 +136,7 @@ func (q *Queue) Record(ctx context.Context, k cache.Key, r Request, f *outcome.F
 		size = int(r.Size)
 	}
 	d := &cache.DeadLetter{
-		Model: r.Model, Query: r.Query, Body: body, BodySize: size, BodyTruncated: truncated, BodyNotKept: r.NotKept,
+		Model: r.Model, Query: r.Query, Header: r.Header, Body: body, BodySize: size, BodyTruncated: truncated, BodyNotKept: r.NotKept,
 		Upstreams: f.Tried, Attempts: f.Attempts, Class: f.Class, Message: f.Message, Status: f.Status,
 		FirstAt: r.First, LastAt: q.now(),
 	}

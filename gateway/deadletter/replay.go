@@ -67,6 +67,11 @@ func (q *Queue) Replay(ctx context.Context, d *cache.DeadLetter) ReplayResult {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", QuoteKey(d.Key))
+	for k, v := range d.Header {
+		// The key's fingerprint covers them (anthropic-beta): without
+		// them the replay would commit another request under the key.
+		req.Header[k] = v
+	}
 	w := &discardWriter{header: http.Header{}}
 	q.handler.ServeHTTP(w, req)
 	res.Status = w.status

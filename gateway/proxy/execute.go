@@ -170,6 +170,22 @@ func (c *Call) api() *API {
 // StreamEvent is the one error event ending a stream of c's API early.
 func (c *Call) StreamEvent(msg, code string) []byte { return c.api().StreamEvent(msg, code) }
 
+// FingerprintedHeaders are the client's request headers the call's API
+// fingerprints besides the body (anthropic-version, anthropic-beta), as
+// sent; nil when there are none.
+func (c *Call) FingerprintedHeaders() http.Header {
+	var h http.Header
+	for _, name := range c.api().Fingerprinted() {
+		if v := c.In.Header.Values(name); len(v) > 0 {
+			if h == nil {
+				h = http.Header{}
+			}
+			h[name] = v
+		}
+	}
+	return h
+}
+
 // WriteError writes err to w in the shape of the call's API.
 func (c *Call) WriteError(w http.ResponseWriter, err error) *apierror.Error {
 	return c.api().WriteError(w, err)

@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/llmgate/llmgate/cache"
@@ -49,6 +50,26 @@ func TestDeadLetterQuery(t *testing.T) {
 	old := append([]byte{deadLetterV1}, `{"id":"b2","client":"","endpoint":"/v1/images/generations","idempotency_key":"k","body_size":5,"upstreams":["primary"],"attempts":1,"failures":1,"class":"transient","message":"m","first_at":"2026-01-02T03:04:05Z","last_at":"2026-01-02T03:04:05Z","expires_at":"2026-01-09T03:04:05Z","body":"aGVsbG8="}`...)
 	d, err := DecodeDeadLetter(old)
 	if err != nil || d.Query != "" || string(d.Body) != "hello" {
+		t.Fatalf("previous release's letter: %+v %v", d, err)
+	}
+}
+
+// A dead letter keeps the request headers its key's fingerprint covers
+// across the store; one written before they were kept reads with none.
+func TestDeadLetterHeader(t *testing.T) {
+	in := &cache.DeadLetter{ID: "a1", Endpoint: "/v1/messages", Key: "k", Query: "beta=true",
+		Header: map[string][]string{"Anthropic-Version": {"2023-06-01"}, "Anthropic-Beta": {"a", "b"}}}
+	b, err := EncodeDeadLetter(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeDeadLetter(b)
+	if err != nil || !reflect.DeepEqual(out.Header, in.Header) {
+		t.Fatalf("round trip: %+v %v", out, err)
+	}
+	old := append([]byte{deadLetterV1}, `{"id":"b2","client":"","endpoint":"/v1/messages","idempotency_key":"k","body_size":5,"upstreams":["primary"],"attempts":1,"failures":1,"class":"transient","message":"m","first_at":"2026-01-02T03:04:05Z","last_at":"2026-01-02T03:04:05Z","expires_at":"2026-01-09T03:04:05Z","body":"aGVsbG8="}`...)
+	d, err := DecodeDeadLetter(old)
+	if err != nil || d.Header != nil || string(d.Body) != "hello" {
 		t.Fatalf("previous release's letter: %+v %v", d, err)
 	}
 }
