@@ -195,6 +195,7 @@ func Simulate(o Options) (*Result, error) {
 	if err := serveFinal(cfg, fs, o, w, h); err != nil {
 		return nil, err
 	}
+	up.Close() // every provider handler has ended and recorded its run
 	final := finalState(fs, w, clk)
 	h.mu.Lock()
 	h.final = final
