@@ -117,14 +117,14 @@ func checkAgree(k string, kh *keyHistory, _ map[string]int) []Violation {
 	first := complete[0]
 	var vs []Violation
 	for _, o := range complete[1:] {
-		if !bytes.Equal(o.Body, first.Body) {
+		if o.Hash != first.Hash {
 			vs = append(vs, Violation{PropAgree, k, fmt.Sprintf("op %d saw run %d complete, later op %d saw run %d (%d vs %d bytes)",
-				first.ID, first.Run, o.ID, o.Run, len(first.Body), len(o.Body))})
+				first.ID, first.Run, o.ID, o.Run, first.Size, o.Size)})
 		}
 	}
 	switch {
 	case kh.kept() != 0:
-		if !bytes.Equal(first.Body, kh.final.Body) {
+		if first.Hash != kh.final.Hash {
 			vs = append(vs, Violation{PropAgree, k, fmt.Sprintf("op %d saw run %d complete, the store keeps run %d", first.ID, first.Run, kh.final.Run)})
 		}
 	case kh.final.State == "committed" && kh.final.Status == 410 && kh.big():
@@ -139,7 +139,11 @@ func checkAgree(k string, kh *keyHistory, _ map[string]int) []Violation {
 func checkOneBody(k string, kh *keyHistory, _ map[string]int) []Violation {
 	var vs []Violation
 	var first *StoreCall
+	wrote := map[[32]byte]bool{}
 	for _, c := range kh.calls {
+		if c.Method == "Commit" && (c.Applied || c.Maybe) {
+			wrote[c.Hash] = true
+		}
 		if c.Method != "Commit" || !c.Applied {
 			continue
 		}
@@ -151,7 +155,7 @@ func checkOneBody(k string, kh *keyHistory, _ map[string]int) []Violation {
 			vs = append(vs, Violation{PropOneBody, k, fmt.Sprintf("commit %d wrote run %d, commit %d wrote run %d", first.Seq, first.Run, c.Seq, c.Run)})
 		}
 	}
-	if kh.final.State == "committed" && (first == nil || first.Hash != kh.final.Hash) {
+	if kh.final.State == "committed" && (!wrote[kh.final.Hash] || first != nil && first.Hash != kh.final.Hash) {
 		vs = append(vs, Violation{PropOneBody, k, fmt.Sprintf("the store holds run %d, which no applied commit wrote", kh.final.Run)})
 	}
 	return vs
@@ -170,6 +174,10 @@ func (kh *keyHistory) lostCause(run int) (cause, bad string) {
 			return "commit_" + c.Fault, ""
 		case strings.Contains(c.Err, "not the owner"):
 			return "commit_lease_lost", ""
+		case strings.Contains(c.Err, "deadline exceeded"):
+			// The store did not answer within store.op_timeout: a real
+			// timeout, and the client was told the commit failed.
+			return "commit_store_timeout", ""
 		case c.Err != "":
 			bad = fmt.Sprintf("commit %d of run %d failed with no injected fault: %s", c.Seq, run, c.Err)
 		}

@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,6 +106,10 @@ func send(hc *http.Client, url string, rq request, h *History) *Op {
 		o.Complete = bytes.HasSuffix(o.Body, []byte("data: [DONE]\n\n")) && !o.ErrorEvent
 	default:
 		o.Complete = o.Run != 0
+	}
+	o.Hash, o.Size = sha256.Sum256(o.Body), len(o.Body)
+	if o.Complete || !o.Stream {
+		o.Body = nil
 	}
 	return o
 }

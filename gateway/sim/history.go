@@ -38,7 +38,12 @@ type Op struct {
 	Start   time.Duration
 	End     time.Duration
 	Status  int
-	Body    []byte // every byte the client read
+	// Body is every byte the client read, kept only for a stream that did
+	// not complete (the checker compares prefixes); Hash and Size are of
+	// every answer.
+	Body []byte
+	Hash [32]byte
+	Size int
 	// Complete: a 2xx JSON body read whole, or a stream that ended with
 	// [DONE] and no error event.
 	Complete   bool
@@ -71,11 +76,14 @@ type StoreCall struct {
 	Owner   string
 	Fault   string // "" when none
 	Err     string
-	Applied bool   // the call took effect in the store
-	Status  string // Claim: its status
-	Run     int    // Commit: the run its record came from (0: none, a marker)
-	Hash    [32]byte
-	At      time.Duration
+	Applied bool // the call took effect in the store
+	// Maybe: the call failed with no injected fault in a way that leaves it
+	// unknown whether it took effect (a timeout waiting for the reply).
+	Maybe  bool
+	Status string // Claim: its status
+	Run    int    // Commit: the run its record came from (0: none, a marker)
+	Hash   [32]byte
+	At     time.Duration
 	// Takeover names why a Claim took a key another owner still held.
 	Takeover string
 }
@@ -202,7 +210,7 @@ func describeOp(o *Op) string {
 	if o.Trailer != "" {
 		s += " committed-trailer=" + o.Trailer
 	}
-	return s + fmt.Sprintf(" bytes=%d hash=%x (ended %.3fms)", len(o.Body), sha256Prefix(o.Body), float64(o.End.Microseconds())/1000)
+	return s + fmt.Sprintf(" bytes=%d hash=%x (ended %.3fms)", o.Size, o.Hash[:4], float64(o.End.Microseconds())/1000)
 }
 
 func describeCall(c *StoreCall) string {
@@ -220,13 +228,11 @@ func describeCall(c *StoreCall) string {
 		s += " takeover=" + c.Takeover
 	}
 	s += fmt.Sprintf(" applied=%v", c.Applied)
+	if c.Maybe {
+		s += " (maybe)"
+	}
 	if c.Err != "" {
 		s += " err=" + c.Err
 	}
 	return s
-}
-
-func sha256Prefix(b []byte) []byte {
-	s := sha256.Sum256(b)
-	return s[:4]
 }

@@ -35,7 +35,7 @@ type Options struct {
 	Seed int64
 	// Ops is the number of client requests. If <= 0, 2000.
 	Ops int
-	// Workers is the number of clients sending at once. If <= 0, 32.
+	// Workers is the number of clients sending at once. If <= 0, 64.
 	Workers int
 	// OpenStore opens the store under test on the simulation's clock (its
 	// leases and Wait timers).
@@ -158,7 +158,7 @@ func Simulate(o Options) (*Result, error) {
 		o.Ops = 2000
 	}
 	if o.Workers <= 0 {
-		o.Workers = 32
+		o.Workers = 64
 	}
 	if o.Store == (StoreRates{}) {
 		o.Store = DefaultStoreRates

@@ -30,6 +30,20 @@ func simOps(t *testing.T, def int) int {
 	return def
 }
 
+// simWorkers reads LLMGATE_SIM_WORKERS, the clients sending at once (0: the
+// simulation's default).
+func simWorkers(t *testing.T) int {
+	v := os.Getenv("LLMGATE_SIM_WORKERS")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("LLMGATE_SIM_WORKERS=%q: want a positive number", v)
+	}
+	return n
+}
+
 func simSeed(t *testing.T) int64 {
 	if v := os.Getenv("LLMGATE_SIM_SEED"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -108,7 +122,7 @@ func TestSimulation(t *testing.T) {
 		open func(*testing.T) func(*sim.Clock) (gateway.Store, error)
 	}{{"badger", openBadger}, {"redis", openRedis}} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := sim.Simulate(sim.Options{Seed: seed, Ops: ops, OpenStore: tc.open(t), Dir: t.TempDir()})
+			res, err := sim.Simulate(sim.Options{Seed: seed, Ops: ops, Workers: simWorkers(t), OpenStore: tc.open(t), Dir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
