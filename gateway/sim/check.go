@@ -178,6 +178,11 @@ func (kh *keyHistory) lostCause(run int) (cause, bad string) {
 			// The store did not answer within store.op_timeout: a real
 			// timeout, and the client was told the commit failed.
 			return "commit_store_timeout", ""
+		case c.Err != "" && !strings.Contains(c.Err, "context canceled"):
+			// The store itself failed (a Redis read timeout under load):
+			// the client was told. A cancelled commit is no such cause —
+			// nothing may cancel a commit.
+			return "commit_store_error", ""
 		case c.Err != "":
 			bad = fmt.Sprintf("commit %d of run %d failed with no injected fault: %s", c.Seq, run, c.Err)
 		}

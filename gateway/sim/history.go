@@ -77,8 +77,9 @@ type StoreCall struct {
 	Fault   string // "" when none
 	Err     string
 	Applied bool // the call took effect in the store
-	// Maybe: the call failed with no injected fault in a way that leaves it
-	// unknown whether it took effect (a timeout waiting for the reply).
+	// Maybe: the call reached the store and failed there in a way that
+	// leaves it unknown whether it took effect (a timeout waiting for the
+	// reply).
 	Maybe  bool
 	Status string // Claim: its status
 	Run    int    // Commit: the run its record came from (0: none, a marker)

@@ -140,7 +140,7 @@ func (s *FaultyStore) record(c *StoreCall, fault string, err error, applied bool
 	c.Fault, c.Applied, c.At = fault, applied, s.hist.since()
 	if err != nil {
 		c.Err = err.Error()
-		c.Maybe = !applied && (fault == "" || fault == FaultStall) && !errors.Is(err, cache.ErrNotOwner)
+		c.Maybe = !applied && fault != FaultFailBefore && !errors.Is(err, cache.ErrNotOwner)
 	}
 	s.hist.addCall(c)
 }
