@@ -72,6 +72,11 @@ type Options struct {
 	WaitTimeout time.Duration
 }
 
+// clusterReload is how often a Cluster store re-reads the slot map, so a
+// failover (a replica promoted in a dead master's place) is followed within
+// about this long.
+const clusterReload = time.Second
+
 // ErrNotReplicated: Options.WaitReplicas replicas did not acknowledge a
 // commit within Options.WaitTimeout. The record is committed on the
 // primary; a failover to a replica that lacks it loses it.
@@ -215,8 +220,19 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		opt.PoolSize = o.PoolSize
 	}
 	opt.ContextTimeoutEnabled = true
-	r.client = redis.NewUniversalClient(opt)
-	r.cluster, _ = r.client.(*redis.ClusterClient)
+	if o.Cluster {
+		// go-redis re-reads the slot map only on a MOVED reply or once its
+		// copy is ClusterStateReloadInterval old (60s by default), and a
+		// dead master sends no MOVED: after a failover the keys of its
+		// slots would fail for up to a minute while its replica serves
+		// them. Re-read it every clusterReload instead (one CLUSTER SLOTS).
+		co := opt.Cluster()
+		co.ClusterStateReloadInterval = clusterReload
+		r.cluster = redis.NewClusterClient(co)
+		r.client = r.cluster
+	} else {
+		r.client = redis.NewUniversalClient(opt)
+	}
 
 	r.wakePattern = globEscape(r.prefix) + redisWakeNS + "*"
 	r.ps = r.client.Subscribe(context.Background())
