@@ -43,6 +43,19 @@ type Options struct {
 	// Cluster uses a Redis Cluster client. Every script touches one key, so
 	// no command crosses slots (see the key layout in keys.go).
 	Cluster bool
+	// SentinelMaster, when set, finds the primary through Redis Sentinel
+	// (go-redis's failover client): the Sentinels at SentinelAddrs name the
+	// primary they monitor under this name, and the store follows them to
+	// a promoted replica after a failover. URL then supplies only the data
+	// nodes' credentials, database, TLS and timeouts — its host is
+	// ignored — and may be "". Not with Cluster.
+	SentinelMaster string
+	// SentinelAddrs are the Sentinels' host:port. Required with
+	// SentinelMaster.
+	SentinelAddrs []string
+	// SentinelPassword is the Sentinels' own password (their
+	// requirepass), apart from the data nodes' in URL. "" for none.
+	SentinelPassword string
 	// Now is the clock for leases, CreatedAt and ExpiresAt. If nil,
 	// time.Now. Redis's own expiry (PX) runs on real time.
 	Now func() time.Time
@@ -170,8 +183,11 @@ const (
 // itself, and calls fail meanwhile (Ping reports it). ctx bounds the
 // initial ping and the wait for the pub/sub subscription.
 func Open(ctx context.Context, o Options) (*Store, error) {
-	if o.URL == "" {
+	if o.URL == "" && o.SentinelMaster == "" {
 		return nil, errors.New("open redis store: Options.URL is required")
+	}
+	if o.SentinelMaster != "" && (o.Cluster || len(o.SentinelAddrs) == 0) {
+		return nil, errors.New("open redis store: SentinelMaster needs SentinelAddrs, and no Cluster")
 	}
 	r := &Store{
 		prefix:   o.Prefix,
@@ -207,7 +223,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		r.waitTimeout = defaultWaitTimeout
 	}
 
-	opt, err := universalOptions(o.URL, o.Cluster)
+	opt, err := storeOptions(o)
 	if err != nil {
 		return nil, fmt.Errorf("open redis store: %w", err)
 	}
@@ -254,6 +270,26 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		r.log.Warn("redis store: pub/sub not subscribed yet; waiters poll until it is")
 	}
 	return r, nil
+}
+
+// storeOptions are the client options of o: its URL's (universalOptions),
+// and with SentinelMaster the Sentinels in place of the URL's host, so
+// that redis.NewUniversalClient makes a failover client.
+func storeOptions(o Options) (*redis.UniversalOptions, error) {
+	if o.SentinelMaster == "" {
+		return universalOptions(o.URL, o.Cluster)
+	}
+	opt := &redis.UniversalOptions{}
+	if o.URL != "" {
+		var err error
+		if opt, err = universalOptions(o.URL, false); err != nil {
+			return nil, err
+		}
+	}
+	opt.Addrs = slices.Clone(o.SentinelAddrs)
+	opt.MasterName = o.SentinelMaster
+	opt.SentinelPassword = o.SentinelPassword
+	return opt, nil
 }
 
 // universalOptions parses url as go-redis does for the client that cluster
