@@ -240,6 +240,16 @@ func applyEnv(c *Config, getenv func(string) string) {
 	set(&c.Idempotency.ForwardKeySecret, "GATEWAY_FORWARD_KEY_SECRET")
 	set(&c.Store.Kind, "GATEWAY_STORE")
 	set(&c.Store.Redis.URL, "GATEWAY_REDIS_URL")
+	set(&c.Store.Redis.Sentinel.Master, "GATEWAY_REDIS_SENTINEL_MASTER")
+	set(&c.Store.Redis.Sentinel.Password, "GATEWAY_REDIS_SENTINEL_PASSWORD")
+	if v := getenv("GATEWAY_REDIS_SENTINEL_ADDRS"); v != "" {
+		c.Store.Redis.Sentinel.Addrs = nil
+		for _, a := range strings.Split(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				c.Store.Redis.Sentinel.Addrs = append(c.Store.Redis.Sentinel.Addrs, a)
+			}
+		}
+	}
 	set(&c.Log.Format, "GATEWAY_LOG_FORMAT")
 	set(&c.Log.Level, "GATEWAY_LOG_LEVEL")
 	applyOTelEnv(&c.Tracing, getenv)
