@@ -186,9 +186,6 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.URL == "" && o.SentinelMaster == "" {
 		return nil, errors.New("open redis store: Options.URL is required")
 	}
-	if o.SentinelMaster != "" && (o.Cluster || len(o.SentinelAddrs) == 0) {
-		return nil, errors.New("open redis store: SentinelMaster needs SentinelAddrs, and no Cluster")
-	}
 	r := &Store{
 		prefix:   o.Prefix,
 		now:      o.Now,
@@ -236,19 +233,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		opt.PoolSize = o.PoolSize
 	}
 	opt.ContextTimeoutEnabled = true
-	if o.Cluster {
-		// go-redis re-reads the slot map only on a MOVED reply or once its
-		// copy is ClusterStateReloadInterval old (60s by default), and a
-		// dead master sends no MOVED: after a failover the keys of its
-		// slots would fail for up to a minute while its replica serves
-		// them. Re-read it every clusterReload instead (one CLUSTER SLOTS).
-		co := opt.Cluster()
-		co.ClusterStateReloadInterval = clusterReload
-		r.cluster = redis.NewClusterClient(co)
-		r.client = r.cluster
-	} else {
-		r.client = redis.NewUniversalClient(opt)
-	}
+	r.client, r.cluster = newClient(opt, o.Cluster)
 
 	r.wakePattern = globEscape(r.prefix) + redisWakeNS + "*"
 	r.ps = r.client.Subscribe(context.Background())
@@ -272,12 +257,33 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	return r, nil
 }
 
+// newClient makes the client of opt: a Cluster client when cluster, else
+// what redis.NewUniversalClient makes (a failover client with a master
+// name, a plain one otherwise).
+func newClient(opt *redis.UniversalOptions, cluster bool) (redis.UniversalClient, *redis.ClusterClient) {
+	if !cluster {
+		return redis.NewUniversalClient(opt), nil
+	}
+	// go-redis re-reads the slot map only on a MOVED reply or once its copy
+	// is ClusterStateReloadInterval old (60s by default), and a dead master
+	// sends no MOVED: after a failover the keys of its slots would fail for
+	// up to a minute while its replica serves them. Re-read it every
+	// clusterReload instead (one CLUSTER SLOTS).
+	co := opt.Cluster()
+	co.ClusterStateReloadInterval = clusterReload
+	c := redis.NewClusterClient(co)
+	return c, c
+}
+
 // storeOptions are the client options of o: its URL's (universalOptions),
 // and with SentinelMaster the Sentinels in place of the URL's host, so
 // that redis.NewUniversalClient makes a failover client.
 func storeOptions(o Options) (*redis.UniversalOptions, error) {
 	if o.SentinelMaster == "" {
 		return universalOptions(o.URL, o.Cluster)
+	}
+	if o.Cluster || len(o.SentinelAddrs) == 0 {
+		return nil, errors.New("SentinelMaster needs SentinelAddrs, and no Cluster")
 	}
 	opt := &redis.UniversalOptions{}
 	if o.URL != "" {
