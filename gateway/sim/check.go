@@ -26,7 +26,10 @@ const (
 	PropSettled = "P4 settled-at-quiescence"
 	// PropPrefix (P5): a partial stream a client saw is a prefix of what a
 	// retry gets, or the retry is a fresh run the client was told to expect
-	// (an error event), or the client itself left.
+	// — an error event, or a connection that broke (the chunked body never
+	// ended, which every HTTP client raises) — or the client itself left.
+	// A stream that ends cleanly short of its end with no error event is a
+	// violation. Broken connections are counted (partial_broken/<mode>).
 	PropPrefix = "P5 partial-is-prefix-or-told"
 )
 
@@ -45,8 +48,9 @@ type keyHistory struct {
 }
 
 // Check holds the history to the properties; quiet is every key's state at
-// quiescence (before the final retries). It returns the violations and the
-// provider runs counted by what became of them.
+// quiescence (before the final retries). It returns the violations, and
+// the provider runs counted by what became of them with the partial
+// streams that ended in a broken connection.
 func Check(h *History, quiet map[string]*Final) ([]Violation, map[string]int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -240,7 +244,7 @@ func checkSettled(k string, kh *keyHistory, _ map[string]int) []Violation {
 	return vs
 }
 
-func checkPrefix(k string, kh *keyHistory, _ map[string]int) []Violation {
+func checkPrefix(k string, kh *keyHistory, counts map[string]int) []Violation {
 	var vs []Violation
 	kept := kh.kept()
 	for _, o := range kh.ops {
@@ -258,6 +262,9 @@ func checkPrefix(k string, kh *keyHistory, _ map[string]int) []Violation {
 			}
 		case o.ErrorEvent, o.ClientCut:
 			// Told (an error event), or it left: its retry may be a fresh run.
+		case o.ReadErr != "":
+			// The connection broke: the client's HTTP stack raises.
+			counts["partial_broken/"+o.Mode]++
 		default:
 			vs = append(vs, Violation{PropPrefix, k, fmt.Sprintf("op %d's stream of run %d stopped short with no error event (%s), and the key keeps run %d",
 				o.ID, o.Run, o.ReadErr, kept)})

@@ -78,7 +78,8 @@ type Result struct {
 	// Takeovers counts claims taken from another owner, by cause.
 	Takeovers map[string]int
 	// Runs counts the provider's attempts: completed answers, answers the
-	// gateway kept, and the extra completed answers with their cause.
+	// gateway kept, and the extra completed answers with their cause; and
+	// partial streams that ended in a broken connection, by client mode.
 	Runs    map[string]int
 	History *History
 }
