@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -169,13 +170,17 @@ func testClusterFailover(t *testing.T, c *testCluster) {
 	}
 	victim.kill()
 	killed := time.Now()
+	// The promoted replica has no replica of its own: the store that
+	// waits for one can neither commit nor replay in its slots (its
+	// clients are told to retry); one that does not wait goes on there.
+	plain := openTestRedis(t, Options{URL: c.url, Cluster: true, Prefix: r.prefix, PollInterval: time.Hour})
 	// The replica is promoted after the node timeout and an election; the
 	// store's calls to those slots fail meanwhile, then succeed.
 	probe := cache.Key{Endpoint: chatEP, ID: "after-failover"}
 	var cl cache.Claim
 	var lastErr error
 	eventually(t, 30*time.Second, "successful claim in the failed-over slots", func() bool {
-		cl, err = r.Claim(ctx, cache.Key{Endpoint: chatEP, ID: keys[0].ID}, "fp", lease)
+		cl, err = plain.Claim(ctx, keys[0], "fp", lease)
 		if err != nil && (lastErr == nil || err.Error() != lastErr.Error()) {
 			t.Logf("%v after the kill: %v", time.Since(killed).Round(time.Millisecond), err)
 		}
@@ -194,20 +199,34 @@ func testClusterFailover(t *testing.T, c *testCluster) {
 	if cl.Status != cache.Done {
 		t.Fatalf("a key committed with wait_replicas 1 before the failover: %v, want done", cl.Status)
 	}
+	// The store that waits follows the failover too (its own slot map).
+	eventually(t, 10*time.Second, "the waiting store reaching the promoted replica", func() bool {
+		_, err := r.Claim(ctx, onVictim[0], "fp", lease)
+		return errors.Is(err, ErrNotReplicated)
+	})
+	onVictimSet := map[cache.Key]bool{}
+	for _, k := range onVictim {
+		onVictimSet[k] = true
+	}
 	for _, k := range keys {
-		got, err := r.Claim(ctx, k, "fp", lease)
+		got, err := plain.Claim(ctx, k, "fp", lease)
 		if err != nil || got.Status != cache.Done || string(got.Record.Body) != string(rec.Body) {
 			t.Fatalf("after the failover %v: %+v, %v; want its committed record", k, got.Status, err)
 		}
+		// The store that waits for a replica replays only where one is.
+		got, err = r.Claim(ctx, k, "fp", lease)
+		if onVictimSet[k] != errors.Is(err, ErrNotReplicated) || (!onVictimSet[k] && got.Status != cache.Done) {
+			t.Fatalf("replay with wait_replicas 1 of %v (on the failed-over master: %v): %v, %v", k, onVictimSet[k], got.Status, err)
+		}
 	}
-	nc, err := r.Claim(ctx, probe, "fp", lease)
+	nc, err := plain.Claim(ctx, probe, "fp", lease)
 	if err != nil || nc.Status != cache.Claimed {
 		t.Fatalf("new claim after the failover: %+v, %v", nc, err)
 	}
-	if err := r.Commit(ctx, probe, nc.Owner, rec, ttl); err != nil {
+	if err := plain.Commit(ctx, probe, nc.Owner, rec, ttl); err != nil {
 		t.Fatalf("commit after the failover: %v", err)
 	}
-	if got, err := r.Claim(ctx, probe, "fp", lease); err != nil || got.Status != cache.Done {
+	if got, err := plain.Claim(ctx, probe, "fp", lease); err != nil || got.Status != cache.Done {
 		t.Fatalf("replay after the failover: %+v, %v", got.Status, err)
 	}
 }

@@ -411,7 +411,21 @@ func (r *Store) Claim(ctx context.Context, k cache.Key, fingerprint string, leas
 		LeaseUntil:  now.Add(lease),
 		CreatedAt:   now,
 	}
-	res, err := claimScript.Run(ctx, r.client, []string{r.recordKey(recordIdent(k))},
+	key := r.recordKey(recordIdent(k))
+	// With WaitReplicas a replay waits for the replicas on the connection
+	// that read the record (replicated).
+	var run redis.Scripter = r.client
+	var conn *redis.Conn
+	if r.waitReplicas > 0 {
+		node, err := r.primaryFor(ctx, key)
+		if err != nil {
+			return cache.Claim{}, fmt.Errorf("claim %s: %w", k, r.mapErr(err))
+		}
+		conn = node.Conn()
+		defer conn.Close()
+		run = conn
+	}
+	res, err := claimScript.Run(ctx, run, []string{key},
 		fingerprint, luaTime(now), owner, luaTime(rec.LeaseUntil), codec.EncodeRecord(rec),
 		pxMillis(lease+inFlightGrace)).Slice()
 	if err != nil {
@@ -437,7 +451,35 @@ func (r *Store) Claim(ctx context.Context, k cache.Key, fingerprint string, leas
 	if c.Record, err = codec.DecodeRecord([]byte(data)); err != nil {
 		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
+	if c.Status == cache.Done && conn != nil {
+		if err := r.replicated(ctx, conn, key); err != nil {
+			return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
+		}
+	}
 	return c, nil
+}
+
+// replicated holds a replay back until WaitReplicas replicas have the
+// record the connection just read. A commit whose WAIT failed stays on
+// the primary, and a duplicate or retry that replayed it there would show
+// its client an answer a failover can still lose (and the retry after it
+// would get another). WAIT counts only the connection's own writes, so it
+// writes a barrier (a short-lived key in the record's slot) after the
+// read: replicas apply the primary's writes in order, so once they have
+// acknowledged the barrier they have the record too. Fewer within
+// WaitTimeout: ErrNotReplicated, and the client is told to retry.
+func (r *Store) replicated(ctx context.Context, conn *redis.Conn, key string) error {
+	if err := conn.Set(ctx, r.barrierKey(key), "1", time.Second).Err(); err != nil {
+		return r.mapErr(err)
+	}
+	n, err := conn.Wait(ctx, r.waitReplicas, r.waitTimeout).Result()
+	if err != nil {
+		return fmt.Errorf("%w: WAIT %d before a replay: %w", ErrNotReplicated, r.waitReplicas, r.mapErr(err))
+	}
+	if n < int64(r.waitReplicas) {
+		return fmt.Errorf("%w: a replay found %d of %d within %v", ErrNotReplicated, n, r.waitReplicas, r.waitTimeout)
+	}
+	return nil
 }
 
 // Renew extends the lease of the caller's in-flight record to now+lease.
