@@ -85,6 +85,7 @@ type StoreCall struct {
 	Run    int    // Commit: the run its record came from (0: none, a marker)
 	Hash   [32]byte
 	At     time.Duration
+	Took   time.Duration // Commit: how long the call took, fault included
 	// Takeover names why a Claim took a key another owner still held.
 	Takeover string
 }

@@ -48,6 +48,11 @@ type Options struct {
 	Provider ProviderRates
 	// Logger receives the gateway's logs. If nil, they are discarded.
 	Logger *slog.Logger
+	// Disrupt, if set, runs once when half the requests have been handed
+	// out, and no further request is handed out until it returns (those
+	// in flight go on): a test's disruption of the store, such as a Redis
+	// failover.
+	Disrupt func()
 }
 
 // Default fault rates: each kind is common enough to meet every other
@@ -229,6 +234,9 @@ func serveWorkload(cfg config.Config, st gateway.Store, o Options, w *workload, 
 		}()
 	}
 	for i := range w.steps {
+		if i == len(w.steps)/2 && o.Disrupt != nil {
+			o.Disrupt()
+		}
 		ops <- i
 	}
 	close(ops)
@@ -265,4 +273,23 @@ func collectFaults(res *Result, fs *FaultyStore, prov *provider, w *workload, cl
 		}
 	}
 	res.Faults["clock/advance"] = clk.Advances() - 1 // not the one at quiescence
+}
+
+// CommitLatency is the median and 99th percentile of the commits that
+// succeeded with no injected fault: what a commit costs (with
+// wait_replicas, the replicas' acknowledgement too).
+func (r *Result) CommitLatency() (p50, p99 time.Duration) {
+	r.History.mu.Lock()
+	var d []time.Duration
+	for _, c := range r.History.calls {
+		if c.Method == "Commit" && c.Fault == "" && c.Applied {
+			d = append(d, c.Took)
+		}
+	}
+	r.History.mu.Unlock()
+	if len(d) == 0 {
+		return 0, 0
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[len(d)/2], d[len(d)*99/100]
 }

@@ -232,10 +232,11 @@ func (s *FaultyStore) Renew(ctx context.Context, k cache.Key, owner string, leas
 // Commit is the store's Commit under a fault; the record's provider run
 // and bytes are noted.
 func (s *FaultyStore) Commit(ctx context.Context, k cache.Key, owner string, rec *cache.Record, ttl time.Duration) error {
+	start := time.Now()
 	fault, stall := s.fault("Commit", k)
 	err, applied := s.do(ctx, fault, stall, func(ctx context.Context) error { return s.Store.Commit(ctx, k, owner, rec, ttl) })
 	b := recordBytes(rec)
-	c := &StoreCall{Method: "Commit", Key: k.ID, Owner: owner, Run: runOf(b), Hash: sha256.Sum256(b), Status: statusText(rec.Status)}
+	c := &StoreCall{Method: "Commit", Key: k.ID, Owner: owner, Run: runOf(b), Hash: sha256.Sum256(b), Status: statusText(rec.Status), Took: time.Since(start)}
 	if applied {
 		s.ended(k.ID, owner)
 	}
