@@ -238,8 +238,8 @@ func checkSettled(k string, kh *keyHistory, _ map[string]int) []Violation {
 			vs = append(vs, Violation{PropSettled, k, fmt.Sprintf("at quiescence, after the lease: %s (lease run out %v, claimable %v)", q.State, q.Expired, q.Claimable)})
 		}
 	}
-	if f := kh.final; f.State != "committed" && f.State != "free" {
-		vs = append(vs, Violation{PropSettled, k, "after the final retries, with every call ended: " + f.State})
+	if f := kh.final; f.State != "committed" && f.State != "free" && (f.State != "in_flight" || !f.Expired) {
+		vs = append(vs, Violation{PropSettled, k, fmt.Sprintf("after the final retries, with every call ended and the lease past: %s (lease run out %v)", f.State, f.Expired)})
 	}
 	return vs
 }
