@@ -19,7 +19,7 @@ func (fullError) StoreFull() bool { return true }
 const (
 	// FullDiskLow: the filesystem's free space is below the store's floor.
 	FullDiskLow = "disk_low"
-	// FullOverCap: the store's files are over store.max_bytes.
+	// FullOverCap: the store's live entries are at store.max_bytes.
 	FullOverCap = "over_cap"
 	// FullReadOnly: the store is open read-only (it started below the floor
 	// and has not reopened read-write yet).
@@ -39,7 +39,9 @@ type Space struct {
 	// FreeBytes is what the filesystem has free for the store's directory;
 	// MinFreeBytes the floor below which the store is full.
 	FreeBytes, MinFreeBytes int64
-	// UsedBytes is the size of the store's files; MaxBytes its cap (0:
-	// none).
-	UsedBytes, MaxBytes int64
+	// UsedBytes is the size of the store's files. LiveBytes is what its
+	// live entries take (keys and values not expired or deleted), which
+	// MaxBytes caps (0: none): a purge or an expiry gives the cap back at
+	// once, the files shrink later, as the store reclaims them.
+	UsedBytes, LiveBytes, MaxBytes int64
 }

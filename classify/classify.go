@@ -6,8 +6,9 @@
 // circuit breaker whether it counts against the upstream; POLICY.md is the
 // table both follow, and the table test in classify_test.go reads it.
 //
-// Decisions come from structure only: the status code, error.type and
-// error.code, finish_reason, errors.Is / errors.As on net errors. Message
+// Decisions come from structure only: the status code, error.type,
+// error.code and error.details.error_code, finish_reason (stop_reason,
+// status), errors.Is / errors.As on net errors. Message
 // text is never searched: providers reword messages, and a classifier that
 // greps for "quota" misfires on a prompt that is about quotas.
 //
@@ -41,7 +42,7 @@ const (
 	Transient     Class = "transient"      // connection refused/reset, DNS failure, TLS handshake timeout, upstream timeout, 502/503/504/529, 200 with an unparseable/truncated JSON body
 	RateLimited   Class = "rate_limited"   // 429 that is not a quota/billing error
 	ServerError   Class = "server_error"   // 500 and other 5xx: transient, but one retry only
-	Quota         Class = "quota"          // insufficient_quota, billing_hard_limit_reached, ... whatever the status
+	Quota         Class = "quota"          // 402, insufficient_quota, billing_hard_limit_reached, a spend limit, ... whatever the status
 	ClientError   Class = "client_error"   // 400, 404, 409, 413, 422 and other 4xx
 	Unauthorized  Class = "unauthorized"   // 401: the provider rejects the gateway's own key (revoked, wrong)
 	Auth          Class = "auth"           // 403: not allowed (often one model or one request)
@@ -177,12 +178,18 @@ func FromError(err error) Outcome {
 // 2xx is Success: the body is not looked at (FromCompletion and
 // StreamObserver do that). Otherwise, in this order:
 //
-//   - error.code or error.type insufficient_quota, billing_hard_limit_reached,
-//     billing_not_active, billing_limit_reached or quota_exceeded: Quota,
-//     whatever the status.
+//   - error.details.error_code, error.code or error.type
+//     insufficient_quota, billing_hard_limit_reached, billing_not_active,
+//     billing_limit_reached, quota_exceeded, billing_error (Anthropic's
+//     402), enforced_spend_limit_reached, contract_spend_limit_reached,
+//     linked_organization_spend_limit_reached (Anthropic's 429 for a spend
+//     limit) or client_storage_quota_exceeded (a chained llmgate's), or an
+//     X-Llmgate-Outcome: quota header (a chained llmgate's verdict on its
+//     own upstream's answer): Quota, whatever the status.
 //   - a 4xx whose error.code (or type) is content_filter or
 //     content_policy_violation: ContentFilter.
-//   - 401: Unauthorized. 403: Auth. 429: RateLimited. Other 4xx: ClientError.
+//   - 401: Unauthorized. 402: Quota. 403: Auth. 429: RateLimited. Other
+//     4xx: ClientError.
 //   - 502, 503, 504, 529: Transient. 500 and other 5xx: ServerError.
 //   - 1xx and 3xx (an upstream that should not send them): ServerError.
 //   - status 0 (an error object without a status, as sent inside a
@@ -198,11 +205,20 @@ func FromError(err error) Outcome {
 // x-ratelimit-reset-* headers on every response, and they say when the
 // rate-limit window refills, not that the request must wait — honouring
 // "6m0s" on a 503 would give up on a retry that would have worked.
+// Anthropic's anthropic-ratelimit-*-reset headers are never read: they are
+// RFC 3339 times at which a limit is wholly replenished, not the wait
+// before a request would pass (its retry-after is).
 func FromResponse(status int, h http.Header, body []byte, now time.Time) Outcome {
 	if status >= 200 && status < 300 {
 		return Outcome{Class: Success, Reason: statusReason(status), Status: status}
 	}
 	o := fromErrorBody(status, parseErrorBody(body))
+	if o.Class != Quota && h.Get(chainedOutcome) == string(Quota) {
+		// A chained llmgate classified its own upstream's answer as a
+		// quota error: whatever the body now says, retrying here would
+		// not pay for it either.
+		o = Outcome{Class: Quota, Reason: chainedOutcome + " quota", Status: status}
+	}
 	if o.Class == ContentFilter {
 		return o // a RetryAfter on a filtered request is meaningless
 	}
@@ -253,6 +269,10 @@ func statusClass(status int) Class {
 		return Unauthorized
 	case status == http.StatusForbidden:
 		return Auth
+	case status == http.StatusPaymentRequired:
+		// Payment Required: the account cannot pay (Anthropic's
+		// billing_error; OpenRouter's out of credits).
+		return Quota
 	case status == http.StatusTooManyRequests:
 		return RateLimited
 	case status >= 400 && status < 500:
@@ -287,14 +307,14 @@ func statusReason(status int) string {
 // codeRule is what a known error.type / error.code value means, with the
 // reasons precomputed (no string is built per response).
 type codeRule struct {
-	class     Class
-	code, typ string // "error.code X", "error.type X"
+	class             Class
+	code, typ, detail string // "error.code X", "error.type X", "error.details.error_code X"
 }
 
 func rules(class Class, values ...string) map[string]codeRule {
 	m := make(map[string]codeRule, len(values))
 	for _, v := range values {
-		m[v] = codeRule{class: class, code: "error.code " + v, typ: "error.type " + v}
+		m[v] = codeRule{class: class, code: "error.code " + v, typ: "error.type " + v, detail: "error.details.error_code " + v}
 	}
 	return m
 }
@@ -302,14 +322,30 @@ func rules(class Class, values ...string) map[string]codeRule {
 var (
 	// quotaCodes: the account cannot pay for the request; waiting a few
 	// seconds will not change that. OpenAI sends insufficient_quota as both
-	// type and code on a 429.
+	// type and code on a 429. Anthropic sends billing_error as the type of
+	// a 402, and a spend limit as a 429 rate_limit_error whose
+	// error.details.error_code says which limit: the organisation's
+	// monthly cap (enforced_), its contract's, or the one a linked
+	// organisation set (or its credit): all lifted by people, not by
+	// waiting. (ramp_limit_exceeded, the cap on how fast usage grows, is a
+	// rate limit: it asks for a retry after retry-after.)
 	quotaCodes = rules(Quota,
 		"insufficient_quota",
 		"billing_hard_limit_reached",
 		"billing_not_active",
 		"billing_limit_reached",
 		"quota_exceeded",
+		"billing_error",
+		"enforced_spend_limit_reached",
+		"contract_spend_limit_reached",
+		"linked_organization_spend_limit_reached",
+		// A chained llmgate's own: the client's stored answers at that
+		// gateway are at its quota, which frees only as they expire.
+		"client_storage_quota_exceeded",
 	)
+	// chainedOutcome is the header in which a chained llmgate says how it
+	// classified its upstream's answer.
+	chainedOutcome = "X-Llmgate-Outcome"
 	// contentFilterCodes: Azure OpenAI's 400 for a filtered prompt, and
 	// OpenAI's content_policy_violation.
 	contentFilterCodes = rules(ContentFilter,
@@ -339,9 +375,14 @@ func merge(ms ...map[string]codeRule) map[string]codeRule {
 	return out
 }
 
-// lookupCode finds e's code, then its type, in m; code wins because it is
-// the more specific of the two.
+// lookupCode finds e's detail, then its code, then its type, in m: the
+// more specific wins.
 func lookupCode(m map[string]codeRule, e errorFields) (reason string, ok bool) {
+	if e.detail != "" {
+		if r, ok := m[e.detail]; ok {
+			return r.detail, true
+		}
+	}
 	if e.code != "" {
 		if r, ok := m[e.code]; ok {
 			return r.code, true

@@ -94,6 +94,10 @@ var policy = []struct {
 			{"529", response(529, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), "status 529", false},
 			{"stream overloaded_error", stream(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), "error.type overloaded_error", false},
 			{"stream numeric code 503", stream(`{"error":{"code":503,"message":"unavailable","status":"UNAVAILABLE"}}`), "status 503", false},
+			{"anthropic 504 timeout_error", response(504, anthropicError("timeout_error")), "status 504", false},
+			{"messages error event overloaded_error", messagesRecorded("error_after_two_deltas.sse"), "error.type overloaded_error", false},
+			{"messages error event timeout_error", messagesStream(`{"type":"error","error":{"type":"timeout_error","message":"x"}}`), "error.type timeout_error", false},
+			{"messages 200 overloaded_error", messages(anthropicError("overloaded_error")), "error.type overloaded_error", false},
 		},
 	},
 	{
@@ -108,6 +112,9 @@ var policy = []struct {
 			{"responses truncated", responses(`{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hel`), "malformed response body", false},
 			{"responses html", responses(`<html>bad gateway</html>`), "malformed response body", false},
 			{"responses stream event not json", responsesStream(`{"type":"response.created","response":{"status":"in_progress"}}`, `{"type":"response.output_text.del`), "malformed stream event", false},
+			{"messages truncated", messages(`{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hel`), "malformed message body", false},
+			{"messages html", messages(`<html>bad gateway</html>`), "malformed message body", false},
+			{"messages stream event not json", messagesStream(`{"type":"message_start","message":{"content":[]}}`, `{"type":"content_block_del`), "malformed stream event", false},
 		},
 	},
 	{
@@ -121,6 +128,8 @@ var policy = []struct {
 			{"stream rate_limit_exceeded", stream(`{"error":{"type":"tokens","code":"rate_limit_exceeded"}}`), "error.code rate_limit_exceeded", false},
 			{"responses failed rate_limit_exceeded", responses(`{"id":"resp_1","object":"response","status":"failed","error":{"code":"rate_limit_exceeded","message":"Rate limit reached"},"output":[]}`), "error.code rate_limit_exceeded", false},
 			{"responses error event rate_limit_exceeded", responsesStream(`{"type":"error","code":"rate_limit_exceeded","message":"Rate limit reached","param":null,"sequence_number":1}`), "error.code rate_limit_exceeded", false},
+			{"anthropic 429 with details that are no spend limit", response(429, `{"type":"error","error":{"type":"rate_limit_error","details":{"error_code":"output_tokens_per_minute"}}}`), "status 429", false},
+			{"messages error event rate_limit_error", messagesStream(`{"type":"error","error":{"type":"rate_limit_error","message":"x"}}`), "error.type rate_limit_error", false},
 		},
 	},
 	{
@@ -153,6 +162,9 @@ var policy = []struct {
 			{"responses 200 error object", responses(`{"error":{"message":"?","type":"weird"}}`), "error object", false},
 			{"responses stream response.failed", responsesStream(`{"type":"response.created","response":{"status":"in_progress"}}`, `{"type":"response.output_text.delta","delta":"Hel"}`, `{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"x"}}}`), "error.code server_error", false},
 			{"responses stream error event", responsesStream(`{"type":"error","code":"server_error","message":"x","param":null}`), "error.code server_error", false},
+			{"anthropic 500 api_error", response(500, anthropicError("api_error")), "status 500", false},
+			{"messages error event api_error", messagesStream(`{"type":"message_start","message":{"content":[]}}`, `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`), "error.type api_error", false},
+			{"messages 200 type error", messages(`{"type":"error"}`), "error object", false},
 		},
 	},
 	{
@@ -180,6 +192,10 @@ var policy = []struct {
 			{"400 error is a string", response(400, `{"error":"bad request"}`), "status 400", false},
 			{"stream invalid_request_error", stream(`{"error":{"type":"invalid_request_error","code":null}}`), "error.type invalid_request_error", false},
 			{"responses error event invalid_request_error", responsesStream(`{"type":"error","error":{"type":"invalid_request_error","code":null,"message":"x"}}`), "error.type invalid_request_error", false},
+			{"anthropic 400 invalid_request_error", response(400, anthropicError("invalid_request_error")), "status 400", false},
+			{"anthropic 404 not_found_error", response(404, anthropicError("not_found_error")), "status 404", false},
+			{"anthropic 413 request_too_large", response(413, anthropicError("request_too_large")), "status 413", false},
+			{"messages error event invalid_request_error", messagesStream(`{"type":"error","error":{"type":"invalid_request_error","message":"x"}}`), "error.type invalid_request_error", false},
 		},
 	},
 	{
@@ -188,6 +204,7 @@ var policy = []struct {
 		[]policyCase{
 			{"401", response(401, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`), "status 401", false},
 			{"stream authentication_error", stream(`{"type":"error","error":{"type":"authentication_error"}}`), "error.type authentication_error", false},
+			{"anthropic 401 authentication_error", response(401, anthropicError("authentication_error")), "status 401", false},
 		},
 	},
 	{
@@ -195,6 +212,8 @@ var policy = []struct {
 		"permanent (auth)", "no", "no", Auth,
 		[]policyCase{
 			{"403", response(403, `{"error":{"type":"permission_error"}}`), "status 403", false},
+			{"anthropic 403 permission_error", response(403, anthropicError("permission_error")), "status 403", false},
+			{"messages error event permission_error", messagesStream(`{"type":"error","error":{"type":"permission_error"}}`), "error.type permission_error", false},
 		},
 	},
 	{
@@ -246,6 +265,45 @@ var policy = []struct {
 		[]policyCase{
 			{"json", responses(`{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[{"type":"message","content":[{"type":"output_text","text":"The quick"}]}]}`), "incomplete_details.reason max_output_tokens", false},
 			{"stream", responsesStream(`{"type":"response.output_text.delta","delta":"The"}`, `{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}}`), "incomplete_details.reason max_output_tokens", false},
+		},
+	},
+	{
+		"Anthropic: 429 rate_limit_error whose error.details.error_code is a spend limit, or 402 billing_error",
+		"permanent (quota)", "no", "no", Quota,
+		[]policyCase{
+			{"enforced_spend_limit_reached", response(429, `{"type":"error","error":{"type":"rate_limit_error","message":"x","details":{"error_code":"enforced_spend_limit_reached"}}}`), "error.details.error_code enforced_spend_limit_reached", false},
+			{"contract_spend_limit_reached", response(429, `{"type":"error","error":{"type":"rate_limit_error","message":"x","details":{"error_code":"contract_spend_limit_reached"}}}`), "error.details.error_code contract_spend_limit_reached", false},
+			{"402 billing_error", response(402, anthropicError("billing_error")), "error.type billing_error", false},
+			{"402 without a body", response(402, ``), "status 402", false},
+			{"messages error event spend limit", messagesStream(`{"type":"error","error":{"type":"rate_limit_error","message":"x","details":{"error_code":"enforced_spend_limit_reached"}}}`), "error.details.error_code enforced_spend_limit_reached", false},
+			{"messages error event billing_error", messagesStream(anthropicError("billing_error")), "error.type billing_error", false},
+		},
+	},
+	{
+		"Messages: stop_reason refusal",
+		"content filtered", "no", "no", ContentFilter,
+		[]policyCase{
+			{"json", messages(`{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"I can"}],"stop_reason":"refusal","stop_sequence":null}`), "stop_reason refusal", false},
+			{"json, no content", messages(`{"type":"message","content":[],"stop_reason":"refusal"}`), "stop_reason refusal", false},
+			{"stream", messagesRecorded("refusal.sse"), "stop_reason refusal", false},
+		},
+	},
+	{
+		"Messages: no content blocks, or only empty text or thinking blocks",
+		"empty output", "no", "no", Empty,
+		[]policyCase{
+			{"no content blocks", messages(`{"id":"msg_1","type":"message","role":"assistant","content":[],"stop_reason":"end_turn"}`), "empty output", false},
+			{"only empty text", messages(`{"type":"message","content":[{"type":"text","text":""}],"stop_reason":"end_turn"}`), "empty output", false},
+			{"only thinking", messages(`{"type":"message","content":[{"type":"thinking","thinking":"hmm","signature":"Eq"}],"stop_reason":"end_turn"}`), "empty output", false},
+			{"stream", messagesRecorded("empty.sse"), "empty output", false},
+		},
+	},
+	{
+		"Messages: stop_reason max_tokens",
+		"success (`X-Llmgate-Outcome: max_tokens`)", "no", "no", Success,
+		[]policyCase{
+			{"json", messages(`{"type":"message","content":[{"type":"text","text":"The quick"}],"stop_reason":"max_tokens"}`), "stop_reason max_tokens", false},
+			{"stream", messagesStream(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"The"}}`, `{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":1}}`, `{"type":"message_stop"}`), "stop_reason max_tokens", false},
 		},
 	},
 	{

@@ -9,6 +9,9 @@ import (
 // errorFields is what classification needs from an error object.
 type errorFields struct {
 	typ, code string
+	// detail is error.details.error_code (Anthropic's finer reason: a 429
+	// rate_limit_error whose detail is a spend limit is no rate limit).
+	detail string
 	// status is error.code when that is a number that is an HTTP error
 	// status (Google's {"error":{"code":429,...}}), else 0.
 	status int
@@ -49,8 +52,9 @@ func parseErrorBody(body []byte) errorFields {
 }
 
 var (
-	envelopeKeys = jsonscan.NewExactKeys("error", "type", "code")
-	errorKeys    = jsonscan.NewExactKeys("type", "code")
+	envelopeKeys = jsonscan.NewExactKeys("error", "type", "code", "details")
+	errorKeys    = jsonscan.NewExactKeys("type", "code", "details")
+	detailsKeys  = jsonscan.NewExactKeys("error_code")
 )
 
 // errorMember reads the value of an error object's member key into dst.
@@ -63,6 +67,12 @@ func errorMember(s *jsonscan.Scanner, dst *errorFields, key string) {
 	case "code":
 		if raw := s.Value(); raw != nil {
 			dst.code, dst.status = codeValue(raw)
+		}
+	case "details":
+		for range s.Fields(detailsKeys) {
+			if raw := s.Value(); len(raw) > 0 && raw[0] == '"' {
+				dst.detail = jsonscan.Unquote(raw)
+			}
 		}
 	}
 }

@@ -78,6 +78,8 @@ func FuzzFromResponse(f *testing.F) {
 	f.Add(500, "", []byte(`{"error":"string","type":5,"code":{"a":[1,2]}}`))
 	f.Add(-1, "-1", []byte(`{"error":{"code":"\ud800"}}`))
 	f.Add(200, "1", []byte(`garbage`))
+	f.Add(429, "", []byte(`{"type":"error","error":{"type":"rate_limit_error","details":{"error_code":"enforced_spend_limit_reached"}}}`))
+	f.Add(429, "", []byte(`{"error":{"code":429,"details":[{"error_code":"x"}],"status":"RESOURCE_EXHAUSTED"}}`))
 	f.Fuzz(func(t *testing.T, status int, retryAfter string, body []byte) {
 		h := http.Header{"Retry-After": {retryAfter}, "X-Ratelimit-Reset-Tokens": {retryAfter}}
 		o := FromResponse(status, h, body, now)

@@ -15,11 +15,20 @@ import (
 //
 // The same object is read from every kind of answer: a chat completion and
 // a legacy completion (prompt_tokens, completion_tokens), an embeddings
-// list (prompt_tokens and total_tokens; Out is 0), and the last chunk of a
-// stream sent with stream_options.include_usage.
+// list (prompt_tokens and total_tokens; Out is 0), the last chunk of a
+// stream sent with stream_options.include_usage, a Responses answer and
+// an Anthropic message (input_tokens, output_tokens).
 type Tokens struct {
 	In, Out  int64
 	Reported bool
+	// CacheCreation and CacheRead are Anthropic's
+	// cache_creation_input_tokens and cache_read_input_tokens: input
+	// written to and read from the prompt cache. Anthropic counts them
+	// beside input_tokens, not in it, so they are kept beside In (the
+	// whole input is In + CacheCreation + CacheRead); 0 where the answer
+	// does not report them (OpenAI's cached_tokens, which prompt_tokens
+	// includes, is not read).
+	CacheCreation, CacheRead int64
 }
 
 // Usage reads the top-level "usage" object of a JSON answer. A count is a
@@ -47,35 +56,92 @@ func Usage(body []byte) Tokens {
 
 var (
 	answerKeys = jsonscan.NewExactKeys("usage")
-	usageKeys  = jsonscan.NewExactKeys("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
+	usageKeys  = jsonscan.NewExactKeys("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens",
+		"cache_creation_input_tokens", "cache_read_input_tokens")
 )
 
 // readUsage reads the usage value the scanner is at, consuming it. What it
 // returns is only meaningful if the whole text turns out valid.
-// The Responses API names the counts input_tokens and output_tokens; they
-// are read as prompt_tokens and completion_tokens are.
+// The Responses API and Anthropic name the counts input_tokens and
+// output_tokens; they are read as prompt_tokens and completion_tokens are.
+// The input count is required; the output and cache counts may be absent
+// or null (0); any count that is present and not one makes the whole
+// object not Reported.
 func readUsage(s *jsonscan.Scanner) Tokens {
-	if s.Peek() != '{' {
-		return Tokens{} // null, or not an object; the caller's loop skips it
-	}
-	var t Tokens
-	in, out := false, true // out: an absent output count is 0
-	for key := range s.Fields(usageKeys) {
-		v := s.Value()
-		switch {
-		case key == "prompt_tokens" || key == "input_tokens":
-			t.In, in = count(v)
-		case string(v) == "null":
-			t.Out, out = 0, true
-		default:
-			t.Out, out = count(v)
-		}
-	}
-	if !in || !out {
+	u, ok := readUsageFields(s)
+	if !ok || u.state[usageIn] != counted {
 		return Tokens{}
 	}
-	t.Reported = true
-	return t
+	for _, st := range u.state {
+		if st == notACount {
+			return Tokens{}
+		}
+	}
+	u.t.Reported = true
+	return u.t
+}
+
+// The counts a usage object may hold, as indexes of usageRead.state.
+const (
+	usageIn = iota
+	usageOut
+	usageCacheCreation
+	usageCacheRead
+	usageFieldCount
+)
+
+// countState is what a usage object said of one count: the last value of
+// its key, as encoding/json decodes a repeated key.
+type countState uint8
+
+const (
+	absent    countState = iota // no such key
+	null                        // null: the count is 0
+	counted                     // a count
+	notACount                   // anything else
+)
+
+// usageRead is one usage object as written: its counts, and what each
+// key's value was.
+type usageRead struct {
+	t     Tokens
+	state [usageFieldCount]countState
+}
+
+// readUsageFields reads the usage object the scanner is at; ok is false
+// when the value is not an object (it is then not consumed).
+func readUsageFields(s *jsonscan.Scanner) (u usageRead, ok bool) {
+	if s.Peek() != '{' {
+		return u, false // null, or not an object; the caller's loop skips it
+	}
+	for key := range s.Fields(usageKeys) {
+		i, dst := usageField(&u.t, key)
+		v := s.Value()
+		n, isCount := count(v)
+		switch {
+		case isCount:
+			*dst, u.state[i] = n, counted
+		case string(v) == "null":
+			*dst, u.state[i] = 0, null
+		default:
+			*dst, u.state[i] = 0, notACount
+		}
+	}
+	return u, true
+}
+
+// usageField is the index and the count in t that a usage key fills.
+func usageField(t *Tokens, key string) (int, *int64) {
+	switch key {
+	case "prompt_tokens", "input_tokens":
+		return usageIn, &t.In
+	case "completion_tokens", "output_tokens":
+		return usageOut, &t.Out
+	case "cache_creation_input_tokens":
+		return usageCacheCreation, &t.CacheCreation
+	default: // cache_read_input_tokens
+		return usageCacheRead, &t.CacheRead
+	}
 }
 
 // count reads a token count: a JSON number of digits only, at most

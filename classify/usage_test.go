@@ -14,19 +14,24 @@ var usageCases = []struct {
 	name, body string
 	want       Tokens
 }{
-	{"chat completion", `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}`, Tokens{19, 10, true}},
-	{"legacy completion", `{"object":"text_completion","choices":[{"text":"Once","index":0,"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`, Tokens{5, 7, true}},
-	{"embeddings", `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.0023064255,-0.009327292,1e-7]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}`, Tokens{8, 0, true}},
-	{"usage chunk", `{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`, Tokens{3, 4, true}},
-	{"usage first", `{"usage":{"completion_tokens":2,"prompt_tokens":1},"choices":[]}`, Tokens{1, 2, true}},
-	{"zero counts", `{"usage":{"prompt_tokens":0,"completion_tokens":0}}`, Tokens{0, 0, true}},
-	{"completion_tokens null", `{"usage":{"prompt_tokens":4,"completion_tokens":null}}`, Tokens{4, 0, true}},
-	{"largest count", `{"usage":{"prompt_tokens":9223372036854775807}}`, Tokens{9223372036854775807, 0, true}},
-	{"escaped keys", `{"us\u0061ge":{"prompt_\u0074okens":6,"completion_tokens":1}}`, Tokens{6, 1, true}},
-	{"whitespace", " \n{ \"usage\" : { \"prompt_tokens\" : 2 , \"completion_tokens\" : 3 } }\n", Tokens{2, 3, true}},
-	{"last usage wins", `{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2,"completion_tokens":5}}`, Tokens{2, 5, true}},
-	{"last count wins", `{"usage":{"prompt_tokens":1,"prompt_tokens":9}}`, Tokens{9, 0, true}},
+	{"chat completion", `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}`, Tokens{In: 19, Out: 10, Reported: true}},
+	{"legacy completion", `{"object":"text_completion","choices":[{"text":"Once","index":0,"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`, Tokens{In: 5, Out: 7, Reported: true}},
+	{"embeddings", `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.0023064255,-0.009327292,1e-7]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}`, Tokens{In: 8, Out: 0, Reported: true}},
+	{"usage chunk", `{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`, Tokens{In: 3, Out: 4, Reported: true}},
+	{"usage first", `{"usage":{"completion_tokens":2,"prompt_tokens":1},"choices":[]}`, Tokens{In: 1, Out: 2, Reported: true}},
+	{"zero counts", `{"usage":{"prompt_tokens":0,"completion_tokens":0}}`, Tokens{In: 0, Out: 0, Reported: true}},
+	{"completion_tokens null", `{"usage":{"prompt_tokens":4,"completion_tokens":null}}`, Tokens{In: 4, Out: 0, Reported: true}},
+	{"largest count", `{"usage":{"prompt_tokens":9223372036854775807}}`, Tokens{In: 9223372036854775807, Out: 0, Reported: true}},
+	{"escaped keys", `{"us\u0061ge":{"prompt_\u0074okens":6,"completion_tokens":1}}`, Tokens{In: 6, Out: 1, Reported: true}},
+	{"whitespace", " \n{ \"usage\" : { \"prompt_tokens\" : 2 , \"completion_tokens\" : 3 } }\n", Tokens{In: 2, Out: 3, Reported: true}},
+	{"last usage wins", `{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2,"completion_tokens":5}}`, Tokens{In: 2, Out: 5, Reported: true}},
+	{"last count wins", `{"usage":{"prompt_tokens":1,"prompt_tokens":9}}`, Tokens{In: 9, Out: 0, Reported: true}},
 	{"nested usage is not the answer's", `{"choices":[{"message":{"content":"x","usage":{"prompt_tokens":1}}}],"metadata":{"usage":{"prompt_tokens":2}}}`, Tokens{}},
+
+	{"anthropic message", `{"id":"msg_01","type":"message","role":"assistant","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","usage":{"input_tokens":12,"cache_creation_input_tokens":1024,"cache_read_input_tokens":2048,"cache_creation":{"ephemeral_5m_input_tokens":1024,"ephemeral_1h_input_tokens":0},"output_tokens":6,"service_tier":"standard"}}`, Tokens{In: 12, Out: 6, Reported: true, CacheCreation: 1024, CacheRead: 2048}},
+	{"anthropic cache counts null", `{"usage":{"input_tokens":3,"cache_creation_input_tokens":null,"cache_read_input_tokens":null,"output_tokens":1}}`, Tokens{In: 3, Out: 1, Reported: true}},
+	{"anthropic cache count malformed", `{"usage":{"input_tokens":3,"cache_read_input_tokens":"7","output_tokens":1}}`, Tokens{}},
+	{"anthropic cache counts without input", `{"usage":{"cache_read_input_tokens":7,"output_tokens":1}}`, Tokens{}},
 
 	{"no usage", `{"choices":[{"message":{"content":"x"}}]}`, Tokens{}},
 	{"usage null (a stream chunk before the last)", `{"choices":[{"delta":{"content":"x"},"finish_reason":null}],"usage":null}`, Tokens{}},
@@ -93,14 +98,14 @@ func TestStreamObserverUsage(t *testing.T) {
 		events []string
 		want   Tokens
 	}{
-		{"include_usage", []string{content, finish, usage(12, 3), "[DONE]"}, Tokens{12, 3, true}},
+		{"include_usage", []string{content, finish, usage(12, 3), "[DONE]"}, Tokens{In: 12, Out: 3, Reported: true}},
 		{"without include_usage", []string{`{"choices":[{"delta":{"content":"Hi"},"finish_reason":null}]}`, `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, "[DONE]"}, Tokens{}},
 		{"cut before the usage chunk", []string{content, finish}, Tokens{}},
-		{"usage on the finish chunk", []string{content, `{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1}}`, "[DONE]"}, Tokens{2, 1, true}},
-		{"running totals: the last counts", []string{usage(5, 1), usage(5, 2), usage(5, 3), "[DONE]"}, Tokens{5, 3, true}},
-		{"a null after the usage keeps it", []string{usage(5, 3), `{"choices":[],"usage":null}`, "[DONE]"}, Tokens{5, 3, true}},
-		{"a malformed event keeps it", []string{usage(5, 3), `{"choices":[`, "[DONE]"}, Tokens{5, 3, true}},
-		{"after an error event", []string{content, `{"error":{"type":"server_error"}}`, usage(4, 1)}, Tokens{4, 1, true}},
+		{"usage on the finish chunk", []string{content, `{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1}}`, "[DONE]"}, Tokens{In: 2, Out: 1, Reported: true}},
+		{"running totals: the last counts", []string{usage(5, 1), usage(5, 2), usage(5, 3), "[DONE]"}, Tokens{In: 5, Out: 3, Reported: true}},
+		{"a null after the usage keeps it", []string{usage(5, 3), `{"choices":[],"usage":null}`, "[DONE]"}, Tokens{In: 5, Out: 3, Reported: true}},
+		{"a malformed event keeps it", []string{usage(5, 3), `{"choices":[`, "[DONE]"}, Tokens{In: 5, Out: 3, Reported: true}},
+		{"after an error event", []string{content, `{"error":{"type":"server_error"}}`, usage(4, 1)}, Tokens{In: 4, Out: 1, Reported: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,7 +125,8 @@ func TestStreamObserverUsage(t *testing.T) {
 
 // referenceUsage is Usage by encoding/json: the body decoded into
 // map[string]json.RawMessage (exact keys, the last of a repeated key),
-// then its usage the same way.
+// then its usage member by member, in order (prompt_tokens and
+// input_tokens name the same count, and the last of them counts).
 func referenceUsage(body []byte) Tokens {
 	var top map[string]json.RawMessage
 	if json.Unmarshal(body, &top) != nil || top == nil {
@@ -130,17 +136,42 @@ func referenceUsage(body []byte) Tokens {
 	if json.Unmarshal(top["usage"], &u) != nil || u == nil {
 		return Tokens{}
 	}
-	in, ok := referenceCount(u["prompt_tokens"])
-	if !ok {
-		return Tokens{}
-	}
-	var out int64
-	if raw, present := u["completion_tokens"]; present && string(raw) != "null" {
-		if out, ok = referenceCount(raw); !ok {
+	dec := json.NewDecoder(bytes.NewReader(top["usage"]))
+	dec.Token() // {
+	var t Tokens
+	raw := map[*int64]json.RawMessage{}
+	for dec.More() {
+		key, _ := dec.Token()
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
 			return Tokens{}
 		}
+		switch key {
+		case "prompt_tokens", "input_tokens":
+			raw[&t.In] = v
+		case "completion_tokens", "output_tokens":
+			raw[&t.Out] = v
+		case "cache_creation_input_tokens":
+			raw[&t.CacheCreation] = v
+		case "cache_read_input_tokens":
+			raw[&t.CacheRead] = v
+		}
 	}
-	return Tokens{In: in, Out: out, Reported: true}
+	if in, present := raw[&t.In]; !present || string(in) == "null" {
+		return Tokens{}
+	}
+	for dst, v := range raw {
+		if string(v) == "null" {
+			continue
+		}
+		n, ok := referenceCount(v)
+		if !ok {
+			return Tokens{}
+		}
+		*dst = n
+	}
+	t.Reported = true
+	return t
 }
 
 func referenceCount(raw json.RawMessage) (int64, bool) {
@@ -168,7 +199,7 @@ func FuzzUsage(f *testing.F) {
 		if want := referenceUsage(body); got != want {
 			t.Fatalf("Usage = %+v, encoding/json reads %+v", got, want)
 		}
-		if !got.Reported && (got.In != 0 || got.Out != 0) {
+		if !got.Reported && got != (Tokens{}) {
 			t.Fatalf("Usage = %+v: counts without Reported", got)
 		}
 		if c := FromCompletion(body).Usage; c != got {
@@ -207,9 +238,9 @@ func BenchmarkUsage(b *testing.B) {
 		body []byte
 		want Tokens
 	}{
-		{"completion 1KiB", benchCompletion, Tokens{19, 10, true}},
-		{"embeddings 1536 dims", benchEmbeddings, Tokens{8, 0, true}},
-		{"usage chunk", []byte(`{"id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_fc9f1d7035","choices":[],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29}}`), Tokens{19, 10, true}},
+		{"completion 1KiB", benchCompletion, Tokens{In: 19, Out: 10, Reported: true}},
+		{"embeddings 1536 dims", benchEmbeddings, Tokens{In: 8, Out: 0, Reported: true}},
+		{"usage chunk", []byte(`{"id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_fc9f1d7035","choices":[],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29}}`), Tokens{In: 19, Out: 10, Reported: true}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()

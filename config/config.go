@@ -88,6 +88,7 @@ func Default() Config {
 			AlertThreshold:  10,
 			WebhookTimeout:  Duration(5 * time.Second),
 			ReplayPerSecond: 5,
+			MaxPerClient:    1000,
 		},
 		Tracing:   Tracing{SampleRatio: 1, TrustClientContext: true},
 		Ownership: DefaultOwnership(),
@@ -130,7 +131,8 @@ type Config struct {
 	// load balancer, on one Redis store). Per-client request rates and
 	// concurrency are kept in each process, so each allows its share: the
 	// configured figure divided by Replicas. Default 1; with the Badger
-	// store it must be 1 (one process owns the data dir).
+	// store it must be 1 (one process owns the data dir). Env
+	// GATEWAY_REPLICAS (set it with the deployment's replica count).
 	Replicas int `yaml:"replicas"`
 
 	Retry       Retry       `yaml:"retry"`
@@ -377,8 +379,12 @@ type Idempotency struct {
 	MaxRecordEvents int `yaml:"max_record_events"`
 	// MaxDetached caps the keyed calls that run on after their client
 	// stopped waiting (it left, or its X-Llmgate-Deadline passed), so
-	// they can be committed. A call that would pass the cap is cancelled,
-	// its key released and its dead letter recorded. Default 256.
+	// they can be committed. One client may hold half of them: its call
+	// past that share is cancelled, its key released and its dead letter
+	// recorded. At the cap, a client within its share takes the slot of
+	// the newest detached call of the client holding the most (if that
+	// one holds more than it), else its own call is cancelled: one
+	// client's hanging calls never cancel another's. Default 256.
 	MaxDetached int `yaml:"max_detached"`
 	// ForwardKeySecret keys the Idempotency-Key llmgate forwards upstream:
 	// HMAC-SHA256(secret, client, endpoint, key), so two tenants' equal keys
@@ -402,7 +408,7 @@ type Store struct {
 	// GCInterval is how often Badger's value log is garbage collected.
 	// Default 10m.
 	GCInterval Duration `yaml:"gc_interval"`
-	// OpTimeout bounds each commit, release and lease renewal. They run
+	// OpTimeout bounds each claim, commit, release and lease renewal. They run
 	// detached from the client (a client's short deadline must not leave
 	// a key claimed), under this timeout alone. Default 5s.
 	OpTimeout Duration `yaml:"op_timeout"`
@@ -412,12 +418,17 @@ type Store struct {
 	// other replicas' commits and records deleted by an operator. 0 counts
 	// only at start (and retries a failed count every 30s). Default 10m.
 	UsageRescan Duration `yaml:"usage_rescan"`
-	// MaxBytes caps the Badger store's files (.sst and .vlog, as Badger
-	// counts them): over it, new keyed requests get 503
-	// idempotency_store_full until records expire and are compacted away;
-	// replays and unkeyed requests are served. 0: no cap. Default 768 MiB,
-	// which with the default floor fits a 1 GiB volume (README, capacity
-	// planning).
+	// MaxBytes caps what the Badger store's live entries take (records,
+	// dead letters, ownership entries not expired or deleted: their keys
+	// and values): at it, new keyed requests get 503
+	// idempotency_store_full and dead letters are refused, until records
+	// expire or an operator purges a client, which gives the cap back
+	// within a second; replays and unkeyed requests are served. The files
+	// hold deleted entries until the store reclaims its disk (after a
+	// purge at once, else every gc_interval), so the disk's free-space
+	// floor (min_free_bytes) is what bounds them. 0: no cap. Default 768
+	// MiB, which with the default floor fits a 1 GiB volume (README,
+	// capacity planning).
 	MaxBytes int64 `yaml:"max_bytes"`
 	// MinFreeBytes is the free-space floor of data_dir's filesystem: below
 	// it the store is full in the same way, and a gateway started below it
@@ -434,9 +445,10 @@ type Redis struct {
 	// URL is a redis:// or rediss:// URL. Env GATEWAY_REDIS_URL.
 	URL string `yaml:"url"`
 	// PoolSize is go-redis's pool size. If 0, go-redis's default of 10 per
-	// CPU is used.
+	// CPU is used. Env GATEWAY_REDIS_POOL_SIZE.
 	PoolSize int `yaml:"pool_size"`
-	// Prefix is prepended to every key. Default "llmgate:".
+	// Prefix is prepended to every key. Default "llmgate:". Env
+	// GATEWAY_REDIS_PREFIX.
 	Prefix string `yaml:"prefix"`
 	// Cluster treats URL's host list as a Redis Cluster.
 	Cluster bool `yaml:"cluster"`
@@ -536,7 +548,7 @@ type Server struct {
 	// IdleTimeout for keep-alive connections. Default 120s.
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// ShutdownGrace is how long in-flight requests and streams get to
-	// finish after SIGTERM. Default 30s.
+	// finish after SIGTERM. Default 30s. Env GATEWAY_SHUTDOWN_GRACE.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
 	// TrustedProxies are the reverse proxies (IP addresses, or CIDR
 	// ranges such as 10.0.0.0/24) whose X-Forwarded-For and
@@ -546,7 +558,8 @@ type Server struct {
 	// X-Forwarded-Proto (for cookie_secure: auto). From any other peer the
 	// headers are ignored: a client sets them to whatever it likes. Behind
 	// a proxy that is not listed, every client has the proxy's address,
-	// so sign-in throttling slows them all together. Default none.
+	// so sign-in throttling slows them all together. Default none. Env
+	// GATEWAY_TRUSTED_PROXIES (comma-separated).
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// CookieSecure sets the Secure attribute of the admin page's cookies:
 	// "true", "false", or "auto" (default): Secure when the request came
@@ -617,6 +630,33 @@ type DeadLetters struct {
 	WebhookTimeout Duration `yaml:"webhook_timeout"`
 	// ReplayPerSecond bounds group replays. Default 5.
 	ReplayPerSecond float64 `yaml:"replay_per_second"`
+	// MaxPerClient caps how many dead letters one client keeps: a new
+	// letter past it deletes that client's oldest (by last failure), never
+	// another client's. 0: no count bound. Default 1000.
+	MaxPerClient int `yaml:"max_per_client"`
+	// MaxBytesPerClient caps what one client's dead letters take in the
+	// store (stored bytes, a body counting about 4/3 of its size), the
+	// same way: so that one client's failing keyed requests cannot fill
+	// the store every client's keyed requests need. Dead letters are not
+	// counted in the client's own limits.max_stored_bytes (they live 7
+	// days: one outage would lock its keyed requests out for a week). 0
+	// (default): a small share of store.max_bytes, 1/32 of it (24 MiB at
+	// the default 768 MiB), or 32 MiB with no cap. -1: no bytes bound.
+	MaxBytesPerClient int64 `yaml:"max_bytes_per_client"`
+}
+
+// PerClientBytes is the bytes bound on one client's dead letters that
+// MaxBytesPerClient means with the store capped at storeMax (0: none).
+func (d DeadLetters) PerClientBytes(storeMax int64) int64 {
+	switch {
+	case d.MaxBytesPerClient > 0:
+		return d.MaxBytesPerClient
+	case d.MaxBytesPerClient < 0:
+		return 0
+	case storeMax > 0:
+		return max(storeMax/32, 1)
+	}
+	return 32 << 20
 }
 
 // Tracing configures OpenTelemetry traces: a span per request and one per

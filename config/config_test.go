@@ -270,6 +270,7 @@ func TestGoodConfig(t *testing.T) {
 			WebhookURL:         "https://hooks.slack.com/services/T000/B000/webhook-secret-token?sig=query-secret",
 			WebhookTimeout:     Duration(2 * time.Second),
 			ReplayPerSecond:    2.5,
+			MaxPerClient:       1000,
 		},
 		Tracing: Tracing{
 			Endpoint:    "https://trace-user:tracing-secret@otel.internal:4318/v1/traces?token=trace-query-secret",
@@ -461,6 +462,7 @@ func TestDefaults(t *testing.T) {
 		{"dead_letters.alert_threshold", d.DeadLetters.AlertThreshold, 10},
 		{"dead_letters.webhook_timeout", d.DeadLetters.WebhookTimeout.D(), 5 * time.Second},
 		{"dead_letters.replay_per_second", d.DeadLetters.ReplayPerSecond, 5.0},
+		{"dead_letters.max_per_client", d.DeadLetters.MaxPerClient, 1000},
 		{"tracing.endpoint", d.Tracing.Endpoint, ""},
 		{"tracing.sample_ratio", d.Tracing.SampleRatio, 1.0},
 		{"tracing.trust_client_context", d.Tracing.TrustClientContext, true},

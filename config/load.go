@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -67,10 +68,7 @@ func Load(data []byte, getenv func(string) string) (Config, error) {
 		// validate it too and report every problem at once.
 		problems = append(problems, te.errs...)
 	}
-	applyEnv(&cfg, getenv)
-	if err := applyEnvFloat(&cfg.Memory.LimitRatio, "GATEWAY_MEMORY_LIMIT_RATIO", getenv); err != nil {
-		problems = append(problems, err)
-	}
+	problems = append(problems, applyEnv(&cfg, getenv)...)
 	cfg.applyDefaults()
 	if err := cfg.Validate(); err != nil {
 		problems = append(problems, err)
@@ -226,32 +224,88 @@ func pathAt(data []byte, line, column int) string {
 	return walk(&root, "")
 }
 
-// applyEnv is the one place environment variables override the file. An
-// empty variable counts as unset.
-func applyEnv(c *Config, getenv func(string) string) {
-	set := func(dst *string, name string) {
-		if v := getenv(name); v != "" {
-			*dst = v
-		}
-	}
-	set(&c.Listen, "GATEWAY_ADDR")
-	set(&c.DataDir, "GATEWAY_DATA_DIR")
-	set(&c.AdminToken, "GATEWAY_ADMIN_TOKEN")
-	set(&c.Idempotency.ForwardKeySecret, "GATEWAY_FORWARD_KEY_SECRET")
-	set(&c.Store.Kind, "GATEWAY_STORE")
-	set(&c.Store.Redis.URL, "GATEWAY_REDIS_URL")
-	set(&c.Store.Redis.Sentinel.Master, "GATEWAY_REDIS_SENTINEL_MASTER")
-	set(&c.Store.Redis.Sentinel.Password, "GATEWAY_REDIS_SENTINEL_PASSWORD")
-	if v := getenv("GATEWAY_REDIS_SENTINEL_ADDRS"); v != "" {
+// envOverrides are the GATEWAY_* variables and the config keys they set:
+// every key the deploy files (deploy/gateway.yaml, deploy/k8s) set, plus
+// replicas, which must follow a deployment's replica count. An empty
+// variable counts as unset; a value that does not parse is a problem
+// Load reports with the others.
+var envOverrides = []struct {
+	name, key string
+	set       func(c *Config, v string) error
+}{
+	{"GATEWAY_ADDR", "listen", func(c *Config, v string) error { c.Listen = v; return nil }},
+	{"GATEWAY_DATA_DIR", "data_dir", func(c *Config, v string) error { c.DataDir = v; return nil }},
+	{"GATEWAY_ADMIN_TOKEN", "admin_token", func(c *Config, v string) error { c.AdminToken = v; return nil }},
+	{"GATEWAY_FORWARD_KEY_SECRET", "idempotency.forward_key_secret", func(c *Config, v string) error { c.Idempotency.ForwardKeySecret = v; return nil }},
+	{"GATEWAY_STORE", "store.kind", func(c *Config, v string) error { c.Store.Kind = v; return nil }},
+	{"GATEWAY_REDIS_URL", "store.redis.url", func(c *Config, v string) error { c.Store.Redis.URL = v; return nil }},
+	{"GATEWAY_REDIS_PREFIX", "store.redis.prefix", func(c *Config, v string) error { c.Store.Redis.Prefix = v; return nil }},
+	{"GATEWAY_REDIS_POOL_SIZE", "store.redis.pool_size", func(c *Config, v string) error { return envInt(&c.Store.Redis.PoolSize, v) }},
+	{"GATEWAY_REDIS_SENTINEL_MASTER", "store.redis.sentinel.master", func(c *Config, v string) error { c.Store.Redis.Sentinel.Master = v; return nil }},
+	{"GATEWAY_REDIS_SENTINEL_ADDRS", "store.redis.sentinel.addrs", func(c *Config, v string) error {
 		c.Store.Redis.Sentinel.Addrs = nil
-		for _, a := range strings.Split(v, ",") {
+		for a := range strings.SplitSeq(v, ",") {
 			if a = strings.TrimSpace(a); a != "" {
 				c.Store.Redis.Sentinel.Addrs = append(c.Store.Redis.Sentinel.Addrs, a)
 			}
 		}
+		return nil
+	}},
+	{"GATEWAY_REDIS_SENTINEL_PASSWORD", "store.redis.sentinel.password", func(c *Config, v string) error { c.Store.Redis.Sentinel.Password = v; return nil }},
+	{"GATEWAY_LOG_FORMAT", "log.format", func(c *Config, v string) error { c.Log.Format = v; return nil }},
+	{"GATEWAY_LOG_LEVEL", "log.level", func(c *Config, v string) error { c.Log.Level = v; return nil }},
+	{"GATEWAY_REPLICAS", "replicas", func(c *Config, v string) error { return envInt(&c.Replicas, v) }},
+	{"GATEWAY_SHUTDOWN_GRACE", "server.shutdown_grace", func(c *Config, v string) error { return envDuration(&c.Server.ShutdownGrace, v) }},
+	{"GATEWAY_TRUSTED_PROXIES", "server.trusted_proxies", func(c *Config, v string) error {
+		c.Server.TrustedProxies = nil
+		for p := range strings.SplitSeq(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.Server.TrustedProxies = append(c.Server.TrustedProxies, p)
+			}
+		}
+		return nil
+	}},
+	{"GATEWAY_MEMORY_LIMIT_RATIO", "memory.limit_ratio", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return errors.New("not a number (e.g. 0.8)")
+		}
+		c.Memory.LimitRatio = f
+		return nil
+	}},
+}
+
+func envInt(dst *int, v string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return errors.New("not a whole number")
 	}
-	set(&c.Log.Format, "GATEWAY_LOG_FORMAT")
-	set(&c.Log.Level, "GATEWAY_LOG_LEVEL")
+	*dst = n
+	return nil
+}
+
+func envDuration(dst *Duration, v string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return errors.New(`not a duration (e.g. "30s")`)
+	}
+	*dst = Duration(d)
+	return nil
+}
+
+// applyEnv is the one place environment variables override the file
+// (envOverrides, OpenTelemetry's, and the zero-config upstream). It
+// returns the variables whose values do not parse, with the value: only
+// numbers and durations can fail to, never a secret.
+func applyEnv(c *Config, getenv func(string) string) []error {
+	var problems []error
+	for _, o := range envOverrides {
+		if v := getenv(o.name); v != "" {
+			if err := o.set(c, v); err != nil {
+				problems = append(problems, fmt.Errorf("%s=%q: %w (it sets %s)", o.name, v, err, o.key))
+			}
+		}
+	}
 	applyOTelEnv(&c.Tracing, getenv)
 
 	// Zero-config: OPENAI_API_KEY alone is enough to run. A file that lists
@@ -263,20 +317,7 @@ func applyEnv(c *Config, getenv func(string) string) {
 		}
 		c.Upstreams = []Upstream{{Name: "openai", BaseURL: base, APIKey: key, Models: []string{"*"}}}
 	}
-}
-
-// applyEnvFloat sets *dst from the variable name when it is set.
-func applyEnvFloat(dst *float64, name string, getenv func(string) string) error {
-	v := getenv(name)
-	if v == "" {
-		return nil
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil {
-		return fmt.Errorf("%s=%q: not a number (e.g. 0.8)", name, v)
-	}
-	*dst = f
-	return nil
+	return problems
 }
 
 // applyOTelEnv applies OpenTelemetry's standard variables: the traces

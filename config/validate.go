@@ -172,6 +172,12 @@ func (c *Config) validateDeadLetters(p *problems) {
 	if !(d.ReplayPerSecond > 0) {
 		p.add("dead_letters.replay_per_second", "must be > 0")
 	}
+	if d.MaxPerClient < 0 {
+		p.add("dead_letters.max_per_client", "must be >= 0 (0: no count bound)")
+	}
+	if d.MaxBytesPerClient < -1 {
+		p.add("dead_letters.max_bytes_per_client", "must be >= -1 (0: 1/32 of store.max_bytes, -1: no bytes bound)")
+	}
 }
 
 func (c *Config) validateListen(p *problems) {

@@ -45,8 +45,15 @@ var binaryEnv = map[string]bool{
 	"GATEWAY_REDIS_URL":   true,
 	"GATEWAY_LOG_FORMAT":  true,
 	"GATEWAY_LOG_LEVEL":   true,
-	"OPENAI_API_KEY":      true,
-	"OPENAI_BASE_URL":     true,
+	// The rest of config/load.go's envOverrides.
+	"GATEWAY_FORWARD_KEY_SECRET": true,
+	"GATEWAY_REDIS_PREFIX":       true,
+	"GATEWAY_REDIS_POOL_SIZE":    true,
+	"GATEWAY_REPLICAS":           true,
+	"GATEWAY_SHUTDOWN_GRACE":     true,
+	"GATEWAY_TRUSTED_PROXIES":    true,
+	"OPENAI_API_KEY":             true,
+	"OPENAI_BASE_URL":            true,
 	// GOMEMLIMIT is left out on purpose: the gateway sets the Go memory
 	// limit from the container's cgroup limit (memory.limit_ratio), so a
 	// manifest that hard-codes it fails TestEnvNames.
@@ -834,7 +841,7 @@ func TestAlertRules(t *testing.T) {
 		"llmgate_deadletter_alert":              false,
 		"llmgate_idempotency_events_total":      false,
 		"llmgate_store_full":                    false,
-		"llmgate_store_used_bytes":              false,
+		"llmgate_store_live_bytes":              false,
 	}
 	seen := map[string]bool{}
 	for _, r := range rules {

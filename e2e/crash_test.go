@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // TestCrashInjection kills the gateway with SIGKILL at the three awkward
@@ -37,7 +37,7 @@ func TestCrashInjection(t *testing.T) {
 	for _, tc := range cases {
 		for kind, body := range bodies {
 			t.Run(tc.point+"/"+kind, func(t *testing.T) {
-				fake, upURL := newFake(t, simupstream.Options{})
+				fake, upURL := newFake(t, fakeprovider.Options{})
 				dir := t.TempDir()
 				cfg := writeConfig(t, dir, upURL, "")
 				hdr := map[string]string{"Idempotency-Key": "crash/" + tc.point + "/" + kind}

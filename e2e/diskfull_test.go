@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // diskfullTmpfs is the size of the tmpfs the test puts the data dir on: the
@@ -35,7 +35,7 @@ const diskfullTmpfs = 224 << 20
 // keyed work must resume once space returns, without a restart.
 func TestDiskFull(t *testing.T) {
 	mnt := mountTmpfs(t, diskfullTmpfs)
-	_, upURL := newFake(t, simupstream.Options{ContentBytes: 4096, KeepRequests: -1})
+	_, upURL := newFake(t, fakeprovider.Options{ContentBytes: 4096, KeepRequests: -1})
 	cfg := writeConfig(t, filepath.Join(mnt, "data"), upURL, "")
 	bin := gatewayBin(t, "")
 	filler := filepath.Join(mnt, "filler")

@@ -16,12 +16,12 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
-func newFake(t *testing.T, o simupstream.Options) (*simupstream.Server, string) {
+func newFake(t *testing.T, o fakeprovider.Options) (*fakeprovider.Server, string) {
 	t.Helper()
-	f := simupstream.New(o)
+	f := fakeprovider.New(o)
 	s := httptest.NewServer(f)
 	t.Cleanup(s.Close)
 	t.Cleanup(f.Close)
@@ -36,7 +36,7 @@ func openaiClient(baseURL string) *openai.Client {
 }
 
 func TestSDKThroughGateway(t *testing.T) {
-	fake, upURL := newFake(t, simupstream.Options{})
+	fake, upURL := newFake(t, fakeprovider.Options{})
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "")}, nil)
 	client := openaiClient(p.URL)
 	ctx := context.Background()
@@ -103,7 +103,7 @@ func TestSDKThroughGateway(t *testing.T) {
 }
 
 func TestSDKSeesGatewayErrors(t *testing.T) {
-	_, upURL := newFake(t, simupstream.Options{})
+	_, upURL := newFake(t, fakeprovider.Options{})
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "clients:\n  - name: team-a\n    key: team-a-key\n")}, nil)
 	_, err := openaiClient(p.URL).CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "gpt-4o"})
 	var apiErr *openai.APIError
@@ -113,7 +113,7 @@ func TestSDKSeesGatewayErrors(t *testing.T) {
 }
 
 func TestGracefulShutdownFinishesStream(t *testing.T) {
-	fake, upURL := newFake(t, simupstream.Options{ChunkDelay: 100 * time.Millisecond, Chunks: 10})
+	fake, upURL := newFake(t, fakeprovider.Options{ChunkDelay: 100 * time.Millisecond, Chunks: 10})
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "")}, nil)
 	req, _ := http.NewRequest(http.MethodPost, p.URL+"/v1/chat/completions",
 		strings.NewReader(`{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"long"}]}`))
@@ -145,7 +145,7 @@ func TestGracefulShutdownFinishesStream(t *testing.T) {
 }
 
 func TestDataDirLockedIsAClearError(t *testing.T) {
-	_, upURL := newFake(t, simupstream.Options{})
+	_, upURL := newFake(t, fakeprovider.Options{})
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, upURL, "")
 	start(t, gatewayBin(t, ""), []string{"-config", cfg}, nil)
@@ -159,7 +159,7 @@ func TestDataDirLockedIsAClearError(t *testing.T) {
 }
 
 func TestCheckConfig(t *testing.T) {
-	_, upURL := newFake(t, simupstream.Options{})
+	_, upURL := newFake(t, fakeprovider.Options{})
 	good := writeConfig(t, t.TempDir(), upURL, "")
 	out, err := exec.Command(gatewayBin(t, ""), "-check-config", "-config", good).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "configuration OK") || strings.Contains(string(out), "sk-e2e-upstream-key") {

@@ -3,7 +3,7 @@ package e2e
 // TestGolden pins what the gateway does today, through the real server,
 // for a grid of request kinds × response formats × upstream behaviours,
 // against the golden files in testdata/golden (one per scenario). It uses
-// only the exported API of gateway, cache, config and simupstream, so it
+// only the exported API of gateway, cache, config and fakeprovider, so it
 // survives a refactor of their insides; it exists to prove that such a
 // refactor changed no behaviour.
 //
@@ -58,8 +58,8 @@ import (
 
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden from this run")
@@ -192,8 +192,8 @@ type scenario struct {
 	cfg func(c *config.Config)
 	// steps are enqueued on the fake before each recorded request (after
 	// clearing what the last one left); def is its default step.
-	steps []simupstream.Step
-	def   *simupstream.Step
+	steps []fakeprovider.Step
+	def   *fakeprovider.Step
 	// setup runs before the recorded requests; its own requests are
 	// recorded too, named "setup: ...".
 	setup func(r *run)
@@ -203,7 +203,7 @@ type scenario struct {
 	// soon as the upstream has seen its call.
 	clientGone bool
 	// fake configures the fake upstream.
-	fake simupstream.Options
+	fake fakeprovider.Options
 	// variableHeaders adds to the response headers whose values vary
 	// (name -> placeholder).
 	variableHeaders map[string]string
@@ -230,10 +230,10 @@ func (s scenario) withDefaults() scenario {
 	return s
 }
 
-func step(s simupstream.Step) *simupstream.Step { return &s }
+func step(s fakeprovider.Step) *fakeprovider.Step { return &s }
 
-func times(n int, s simupstream.Step) []simupstream.Step {
-	out := make([]simupstream.Step, n)
+func times(n int, s fakeprovider.Step) []fakeprovider.Step {
+	out := make([]fakeprovider.Step, n)
 	for i := range out {
 		out[i] = s
 	}
@@ -258,101 +258,101 @@ func scenarios() []scenario {
 		// The model's answers.
 		{name: "ok", doc: "a healthy upstream answers"},
 		{name: "content_filter", doc: "finish_reason content_filter: served and committed, marked X-Llmgate-Outcome",
-			steps: []simupstream.Step{{FinishReason: "content_filter"}}},
+			steps: []fakeprovider.Step{{FinishReason: "content_filter"}}},
 		{name: "empty_output", doc: "an answer with empty content: served and committed",
-			steps: []simupstream.Step{{Empty: true}}},
+			steps: []fakeprovider.Step{{Empty: true}}},
 		{name: "tool_calls", doc: "an answer that calls a tool instead of content",
-			steps: []simupstream.Step{{FinishReason: "tool_calls"}}},
+			steps: []fakeprovider.Step{{FinishReason: "tool_calls"}}},
 		{name: "length", doc: "finish_reason length: an ordinary success",
-			steps: []simupstream.Step{{FinishReason: "length"}}},
+			steps: []fakeprovider.Step{{FinishReason: "length"}}},
 
 		// Upstream error statuses.
 		{name: "upstream_400", doc: "400: a client error, not retried, passed through",
-			steps: []simupstream.Step{{Status: 400}}},
+			steps: []fakeprovider.Step{{Status: 400}}},
 		{name: "upstream_400_content_filter", doc: "400 with code content_filter: content_filter class, not retried",
-			steps: []simupstream.Step{{Status: 400, ErrCode: "content_filter"}}},
+			steps: []fakeprovider.Step{{Status: 400, ErrCode: "content_filter"}}},
 		{name: "upstream_401", doc: "401 from the upstream (the gateway's key is wrong): auth class, not retried",
-			steps: []simupstream.Step{{Status: 401}}},
+			steps: []fakeprovider.Step{{Status: 401}}},
 		{name: "upstream_403", doc: "403: auth class, not retried",
-			steps: []simupstream.Step{{Status: 403}}},
+			steps: []fakeprovider.Step{{Status: 403}}},
 		{name: "upstream_404", doc: "404: a client error, not retried",
-			steps: []simupstream.Step{{Status: 404}}},
+			steps: []fakeprovider.Step{{Status: 404}}},
 		{name: "upstream_429_once", doc: "one 429 rate limit, then success: retried",
-			steps: []simupstream.Step{{Status: 429}}},
+			steps: []fakeprovider.Step{{Status: 429}}},
 		{name: "upstream_429_always", doc: "429 on every attempt: retried until the attempts run out",
-			def: step(simupstream.Step{Status: 429})},
+			def: step(fakeprovider.Step{Status: 429})},
 		{name: "upstream_429_retry_after_ms", doc: "429 with retry-after-ms: 10, then success: waits what the upstream asked",
-			steps: []simupstream.Step{{Status: 429, Header: map[string]string{"Retry-After-Ms": "10"}}}},
+			steps: []fakeprovider.Step{{Status: 429, Header: map[string]string{"Retry-After-Ms": "10"}}}},
 		{name: "upstream_429_retry_after_past_deadline", doc: "429 with Retry-After 120 and a 2s deadline: not waited for, passed through",
 			cfg:   func(c *config.Config) { c.Retry.Deadline = config.Duration(2 * time.Second) },
-			steps: []simupstream.Step{{Status: 429, Header: map[string]string{"Retry-After": "120"}}}},
+			steps: []fakeprovider.Step{{Status: 429, Header: map[string]string{"Retry-After": "120"}}}},
 		{name: "upstream_429_insufficient_quota", doc: "429 insufficient_quota: quota class, not retried",
-			steps: []simupstream.Step{{Status: 429, ErrType: "insufficient_quota", ErrCode: "insufficient_quota"}}},
+			steps: []fakeprovider.Step{{Status: 429, ErrType: "insufficient_quota", ErrCode: "insufficient_quota"}}},
 		{name: "upstream_500_once", doc: "one 500, then success: retried once",
-			steps: []simupstream.Step{{Status: 500}}},
+			steps: []fakeprovider.Step{{Status: 500}}},
 		{name: "upstream_500_always", doc: "500 on every attempt: server_error allows two attempts",
-			def: step(simupstream.Step{Status: 500})},
+			def: step(fakeprovider.Step{Status: 500})},
 		{name: "upstream_502_once", doc: "one 502, then success",
-			steps: []simupstream.Step{{Status: 502}}},
+			steps: []fakeprovider.Step{{Status: 502}}},
 		{name: "upstream_502_always", doc: "502 on every attempt",
-			def: step(simupstream.Step{Status: 502})},
+			def: step(fakeprovider.Step{Status: 502})},
 		{name: "upstream_503_once_retry_after_0", doc: "one 503 with Retry-After: 0, then success",
-			steps: []simupstream.Step{{Status: 503, Header: map[string]string{"Retry-After": "0"}}}},
+			steps: []fakeprovider.Step{{Status: 503, Header: map[string]string{"Retry-After": "0"}}}},
 		{name: "upstream_503_always", doc: "503 on every attempt",
-			def: step(simupstream.Step{Status: 503})},
+			def: step(fakeprovider.Step{Status: 503})},
 		{name: "upstream_529_once", doc: "one 529 (overloaded), then success",
-			steps: []simupstream.Step{{Status: 529}}},
+			steps: []fakeprovider.Step{{Status: 529}}},
 		{name: "upstream_529_always", doc: "529 on every attempt",
-			def: step(simupstream.Step{Status: 529})},
+			def: step(fakeprovider.Step{Status: 529})},
 		{name: "upstream_200_error_object", doc: "200 whose body is an error object and no choices",
 			formats: []string{fmtJSON},
-			steps:   times(3, simupstream.Step{Body: `{"error":{"message":"boom","type":"server_error","param":null,"code":null}}`})},
+			steps:   times(3, fakeprovider.Step{Body: `{"error":{"message":"boom","type":"server_error","param":null,"code":null}}`})},
 		{name: "upstream_200_malformed_once", doc: "200 with a cut JSON body, then success: retried",
 			formats: []string{fmtJSON},
-			steps:   []simupstream.Step{{Body: `{"id":"chatcmpl-x","choices":[{"index":0,"mess`}}},
+			steps:   []fakeprovider.Step{{Body: `{"id":"chatcmpl-x","choices":[{"index":0,"mess`}}},
 
 		{name: "upstream_rejects_gateway_key", doc: "the upstream wants another API key than the gateway's: its 401 for every call, and no models",
-			fake: simupstream.Options{APIKey: "sk-some-other-key"}},
+			fake: fakeprovider.Options{APIKey: "sk-some-other-key"}},
 		{name: "upstream_rejects_gateway_key_models", doc: "GET /v1/models when the upstream refuses the gateway's key: 502",
 			method: http.MethodGet, path: "/v1/models", formats: []string{fmtJSON}, modes: []string{modeUnkeyed},
-			fake: simupstream.Options{APIKey: "sk-some-other-key"}},
+			fake: fakeprovider.Options{APIKey: "sk-some-other-key"}},
 
 		// Transport faults.
 		{name: "reset_once", doc: "the connection is reset before any response, then success",
-			steps: []simupstream.Step{{Reset: true}}},
+			steps: []fakeprovider.Step{{Reset: true}}},
 		{name: "reset_always", doc: "the connection is reset on every attempt: 502",
-			def: step(simupstream.Step{Reset: true})},
+			def: step(fakeprovider.Step{Reset: true})},
 		{name: "truncated_once", doc: "the body is cut after 20 bytes by a reset (headers sent), then success",
-			steps: []simupstream.Step{{ResetAfter: 20}}},
+			steps: []fakeprovider.Step{{ResetAfter: 20}}},
 		{name: "truncated_always", doc: "the body is cut after 20 bytes on every attempt",
-			def: step(simupstream.Step{ResetAfter: 20})},
+			def: step(fakeprovider.Step{ResetAfter: 20})},
 		{name: "hang_once", doc: "the upstream never answers the first attempt (timeout 250ms), then answers",
 			formats: []string{fmtJSON, fmtSSE}, // sse_usage is sse until the first byte
 			cfg:     upstreamTimeout(timer),
-			steps:   []simupstream.Step{{Hang: true}}},
+			steps:   []fakeprovider.Step{{Hang: true}}},
 		{name: "hang_always", doc: "the upstream never answers (timeout 250ms, max_attempts 2): 504",
 			formats: []string{fmtJSON, fmtSSE},
 			cfg: func(c *config.Config) {
 				upstreamTimeout(timer)(c)
 				c.Retry.MaxAttempts = 2
 			},
-			def: step(simupstream.Step{Hang: true})},
+			def: step(fakeprovider.Step{Hang: true})},
 
 		// Stream faults.
 		{name: "stream_stop_after_1", doc: "the stream ends cleanly after its first event, without [DONE]",
-			formats: sseFormats, steps: []simupstream.Step{{StopAfter: 1}}},
+			formats: sseFormats, steps: []fakeprovider.Step{{StopAfter: 1}}},
 		{name: "stream_stop_after_3", doc: "the stream ends cleanly after three events, without [DONE]",
-			formats: sseFormats, steps: []simupstream.Step{{StopAfter: 3}}},
+			formats: sseFormats, steps: []fakeprovider.Step{{StopAfter: 3}}},
 		{name: "stream_stall_after_2", doc: "the stream stalls after two events (idle timeout 250ms)",
 			formats: sseFormats,
 			cfg:     func(c *config.Config) { c.Limits.StreamIdleTimeout = config.Duration(timer) },
-			steps:   []simupstream.Step{{StallAfter: 2}}},
+			steps:   []fakeprovider.Step{{StallAfter: 2}}},
 		{name: "stream_error_event", doc: "the stream ends with an error event instead of [DONE]",
-			formats: sseFormats, steps: []simupstream.Step{{ErrorInStream: true}}},
+			formats: sseFormats, steps: []fakeprovider.Step{{ErrorInStream: true}}},
 		{name: "stream_error_event_quota", doc: "the stream ends with an insufficient_quota error event",
-			formats: sseFormats, steps: []simupstream.Step{{ErrorInStream: true, ErrType: "insufficient_quota", ErrCode: "insufficient_quota"}}},
+			formats: sseFormats, steps: []fakeprovider.Step{{ErrorInStream: true, ErrType: "insufficient_quota", ErrCode: "insufficient_quota"}}},
 		{name: "stream_truncated_mid_event", doc: "the stream is reset inside its second event",
-			formats: sseFormats, steps: []simupstream.Step{{ResetAfter: 300}}},
+			formats: sseFormats, steps: []fakeprovider.Step{{ResetAfter: 300}}},
 
 		// Record limits: served, not committed.
 		{name: "over_max_record_bytes", doc: "max_record_bytes 300: a JSON body over it is relayed, not committed; a stream over it is served, not committed",
@@ -360,7 +360,7 @@ func scenarios() []scenario {
 		{name: "over_max_record_bytes_cut", doc: "max_record_bytes 300 and a JSON body cut after 350 bytes: the relay is aborted mid-body",
 			formats: []string{fmtJSON},
 			cfg:     func(c *config.Config) { c.Idempotency.MaxRecordBytes = 300 },
-			steps:   []simupstream.Step{{ResetAfter: 350}}},
+			steps:   []fakeprovider.Step{{ResetAfter: 350}}},
 		{name: "over_max_record_events", doc: "max_record_events 4: a longer stream is served, not committed",
 			cfg: func(c *config.Config) { c.Idempotency.MaxRecordEvents = 4 }},
 		{name: "event_over_max_record_bytes", doc: "max_record_bytes 100: one stream event is larger than that",
@@ -374,7 +374,7 @@ func scenarios() []scenario {
 			// The time left of open_timeout (30s), rounded up: 30 unless a
 			// slow machine took a second since the trip.
 			variableHeaders: map[string]string{"Retry-After": "<seconds left of open_timeout>"},
-			def:             step(simupstream.Step{Status: 503}),
+			def:             step(fakeprovider.Step{Status: 503}),
 			setup: func(r *run) {
 				r.exchange("setup: a failing request trips the breaker", r.request(fmtJSON, "Trip", nil))
 			}},
@@ -384,7 +384,7 @@ func scenarios() []scenario {
 				c.Breaker.OpenTimeout = config.Duration(30 * time.Millisecond)
 			},
 			setup: func(r *run) {
-				r.fake.Enqueue(times(3, simupstream.Step{Status: 503})...)
+				r.fake.Enqueue(times(3, fakeprovider.Step{Status: 503})...)
 				r.exchange("setup: a failing request trips the breaker", r.request(fmtJSON, "Trip", nil))
 				// Not synchronisation: the breaker's open_timeout must
 				// pass before it lets a probe through.
@@ -392,23 +392,23 @@ func scenarios() []scenario {
 			}},
 		{name: "fallback", doc: "primary fails 503 three times, its fallback secondary answers",
 			cfg:   withFallback,
-			steps: times(3, simupstream.Step{Status: 503})},
+			steps: times(3, fakeprovider.Step{Status: 503})},
 		{name: "fallback_breaker_open", doc: "primary's breaker is forced open: its fallback answers at once",
 			cfg:   withFallback,
 			setup: func(r *run) { r.admin(http.MethodPost, "/admin/breakers/primary/open") }},
 		{name: "fallback_both_fail", doc: "primary and its fallback both fail 503",
 			cfg: withFallback,
-			def: step(simupstream.Step{Status: 503})},
+			def: step(fakeprovider.Step{Status: 503})},
 
 		// The request's deadline.
 		{name: "deadline_header", doc: "X-Llmgate-Deadline: 250ms and a hanging upstream: 504 at the deadline",
 			formats: []string{fmtJSON, fmtSSE},
 			header:  map[string]string{"X-Llmgate-Deadline": timer.String()},
-			def:     step(simupstream.Step{Hang: true})},
+			def:     step(fakeprovider.Step{Hang: true})},
 		{name: "deadline_header_seconds", doc: "X-Llmgate-Deadline as seconds (0.25)",
 			formats: []string{fmtJSON},
 			header:  map[string]string{"X-Llmgate-Deadline": strconv.FormatFloat(timer.Seconds(), 'f', -1, 64)},
-			def:     step(simupstream.Step{Hang: true})},
+			def:     step(fakeprovider.Step{Hang: true})},
 		{name: "deadline_header_invalid", doc: "X-Llmgate-Deadline that is not a duration: 400",
 			formats: []string{fmtJSON},
 			header:  map[string]string{"X-Llmgate-Deadline": "soon"}},
@@ -433,7 +433,7 @@ func scenarios() []scenario {
 			formats: []string{fmtJSON}},
 		{name: "cache_failure_not_cached", doc: "cache on, the upstream fails 400: nothing is cached",
 			header: map[string]string{"X-Llmgate-Cache": "on"}, repeat: true,
-			formats: []string{fmtJSON}, steps: []simupstream.Step{{Status: 400}}},
+			formats: []string{fmtJSON}, steps: []fakeprovider.Step{{Status: 400}}},
 		{name: "keyed_in_flight_409", doc: "wait_timeout 30ms: a duplicate of a keyed request held at the upstream gets 409; the first then commits and replays",
 			cfg:    func(c *config.Config) { c.Idempotency.WaitTimeout = config.Duration(30 * time.Millisecond) },
 			modes:  []string{modeKeyed},
@@ -444,15 +444,15 @@ func scenarios() []scenario {
 				upstreamTimeout(timer)(c)
 				c.Retry.MaxAttempts = 1
 			},
-			def: step(simupstream.Step{Hang: true})},
+			def: step(fakeprovider.Step{Hang: true})},
 
 		// Other endpoints.
 		{name: "completions", doc: "/v1/completions", path: "/v1/completions", body: completionBody},
 		{name: "completions_503_once", doc: "/v1/completions with one 503", path: "/v1/completions", body: completionBody,
-			steps: []simupstream.Step{{Status: 503}}},
+			steps: []fakeprovider.Step{{Status: 503}}},
 		{name: "embeddings", doc: "/v1/embeddings", path: "/v1/embeddings", body: embeddingBody, formats: []string{fmtJSON}},
 		{name: "embeddings_503_once", doc: "/v1/embeddings with one 503", path: "/v1/embeddings", body: embeddingBody,
-			formats: []string{fmtJSON}, steps: []simupstream.Step{{Status: 503}}},
+			formats: []string{fmtJSON}, steps: []fakeprovider.Step{{Status: 503}}},
 		{name: "models", doc: "GET /v1/models: the upstreams' lists merged", method: http.MethodGet, path: "/v1/models",
 			formats: []string{fmtJSON}, modes: []string{modeUnkeyed}},
 		{name: "models_fallback_pair", doc: "GET /v1/models with two upstreams on one fake: merged without duplicates",
@@ -784,7 +784,7 @@ type run struct {
 	sc     scenario
 	format string
 	key    string // the run's Idempotency-Key
-	fake   *simupstream.Server
+	fake   *fakeprovider.Server
 	url    string
 	client *http.Client
 	logs   *syncBuffer
@@ -869,7 +869,7 @@ func newRun(t *testing.T, build buildFunc, sc scenario, format string) *run {
 	if r.key == "" {
 		r.key = "golden-key-" + format
 	}
-	r.fake = simupstream.New(sc.fake)
+	r.fake = fakeprovider.New(sc.fake)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if h := r.takeHold(); h != nil {
 			close(h.arrived)
@@ -1205,13 +1205,15 @@ func parseLogs(t *testing.T, text string) []string {
 //   - llmgate_detached_calls and llmgate_admission_inflight_bytes: a keyed
 //     call past its client's deadline runs on, holding its body's bytes;
 //     whether it has ended when the scrape comes depends on the clock;
-//   - llmgate_store_free_bytes and llmgate_store_used_bytes: the disk's
-//     free space and the store's files, which other processes and Badger's
-//     own flushes move;
+//   - llmgate_store_free_bytes, llmgate_store_used_bytes and
+//     llmgate_store_live_bytes: the disk's free space, the store's files
+//     and its live entries, which other processes, Badger's own flushes
+//     and expiries move;
 //   - histogram buckets and sums: timings.
 var skippedMetrics = map[string]bool{
 	"llmgate_store_free_bytes": true,
 	"llmgate_store_used_bytes": true,
+	"llmgate_store_live_bytes": true,
 	"llmgate_store_records":    true,
 	"llmgate_deadletters":      true,
 	"llmgate_deadletter_alert": true,

@@ -15,15 +15,15 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/idempotency"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // TestSlowloris holds hundreds of connections that send half a request
 // header and stop, while normal requests go on being served; the server
 // drops the half-open ones after read_header_timeout.
 func TestSlowloris(t *testing.T) {
-	_, upURL := newFake(t, simupstream.Options{})
+	_, upURL := newFake(t, fakeprovider.Options{})
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "server:\n  read_header_timeout: 1s\n  shutdown_grace: 5s\n")}, nil)
 	addr := strings.TrimPrefix(p.URL, "http://")
 	const slow = 300
@@ -68,7 +68,7 @@ func TestNoUpstreamButBaseURL(t *testing.T) {
 	attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	t.Cleanup(attacker.Close)
 	a := strings.TrimPrefix(attacker.URL, "http://")
-	fake, upURL := newFake(t, simupstream.Options{})
+	fake, upURL := newFake(t, fakeprovider.Options{})
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "")}, nil)
 	body := fmt.Sprintf(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"base_url":"%[1]s","api_base":"%[1]s","url":"%[1]s"}`, attacker.URL)
 	hdrs := map[string]string{
@@ -100,7 +100,7 @@ func TestNoUpstreamButBaseURL(t *testing.T) {
 }
 
 func TestNoCORS(t *testing.T) {
-	_, upURL := newFake(t, simupstream.Options{})
+	_, upURL := newFake(t, fakeprovider.Options{})
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "")}, nil)
 	for _, path := range []string{"/v1/chat/completions", "/admin/breakers", "/admin/", "/metrics"} {
 		for _, method := range []string{http.MethodOptions, http.MethodGet} {
@@ -133,7 +133,7 @@ func TestSecretsNeverWritten(t *testing.T) {
 		"admin token":  "e2e-admin-token",
 		"webhook path": "T000/B000/hook-secret-993",
 	}
-	fake, upURL := newFake(t, simupstream.Options{})
+	fake, upURL := newFake(t, fakeprovider.Options{})
 	dir := t.TempDir()
 	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(hook.Close)
@@ -149,11 +149,11 @@ func TestSecretsNeverWritten(t *testing.T) {
 	record(post(t, p.URL+"/v1/chat/completions", chat, auth))
 	record(post(t, p.URL+"/v1/chat/completions", chat, map[string]string{"Authorization": "Bearer " + secrets["client key"], "Idempotency-Key": "k1"}))
 	record(post(t, p.URL+"/v1/chat/completions", chat, map[string]string{"Authorization": "Bearer wrong"}))
-	fake.SetDefault(simupstream.Step{Status: 503})
+	fake.SetDefault(fakeprovider.Step{Status: 503})
 	record(post(t, p.URL+"/v1/chat/completions", chat, map[string]string{"Authorization": "Bearer " + secrets["client key"], "Idempotency-Key": "k2"}))
-	fake.SetDefault(simupstream.Step{Status: 401})
+	fake.SetDefault(fakeprovider.Step{Status: 401})
 	record(post(t, p.URL+"/v1/chat/completions", chat, auth))
-	fake.SetDefault(simupstream.Step{})
+	fake.SetDefault(fakeprovider.Step{})
 	admin := map[string]string{"Authorization": "Bearer " + secrets["admin token"]}
 	for _, path := range []string{"/admin/breakers", "/admin/deadletters", "/admin/stats", "/admin/idempotency/k1?client=team-a&body=1", "/metrics"} {
 		req, _ := http.NewRequest(http.MethodGet, p.URL+path, nil)
@@ -205,7 +205,7 @@ func TestKillUnderLoad(t *testing.T) {
 		keys    = 480
 		crashes = 5
 	)
-	fake, upURL := newFake(t, simupstream.Options{Latency: 150 * time.Millisecond, ChunkDelay: 10 * time.Millisecond})
+	fake, upURL := newFake(t, fakeprovider.Options{Latency: 150 * time.Millisecond, ChunkDelay: 10 * time.Millisecond})
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, upURL, "idempotency:\n  wait_timeout: 2s\n")
 	bin := gatewayBin(t, "")

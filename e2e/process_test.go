@@ -1,6 +1,6 @@
 // Package e2e holds llmgate's end-to-end tests: the real gateway binary,
 // started as a process, in front of the scripted fake upstream
-// (gateway/simupstream), driven by go-openai as a user's code would and by
+// (e2e/fakeprovider), driven by go-openai as a user's code would and by
 // raw HTTP where bytes matter.
 package e2e
 

@@ -28,7 +28,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 var (
@@ -299,7 +299,7 @@ func TestRecipeNodeIdempotencyKeyOption(t *testing.T) {
 func TestRecipeLangChainJSRetriesMultiply(t *testing.T) {
 	dir := nodeRecipes(t)
 	g := startRecipeGateway(t)
-	g.fake.SetDefault(simupstream.Step{Status: http.StatusServiceUnavailable})
+	g.fake.SetDefault(fakeprovider.Step{Status: http.StatusServiceUnavailable})
 
 	d := startRecipeNodeDriver(t, dir, g)
 	r, err := d.call("langchain-retries-1", "retries-on", "an order the upstream cannot take", "")

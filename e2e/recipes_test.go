@@ -44,9 +44,9 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/e2e/recipes/goopenai"
 	"github.com/llmgate/llmgate/gateway/idempotency"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 const (
@@ -68,7 +68,7 @@ const (
 // forcing the breaker open).
 type recipeGateway struct {
 	t    *testing.T
-	fake *simupstream.Server
+	fake *fakeprovider.Server
 	gate *recipeUpstreamGate
 	url  string // the gateway's root
 	base string // url + "/v1", what a client is given
@@ -76,7 +76,7 @@ type recipeGateway struct {
 
 func startRecipeGateway(t *testing.T) *recipeGateway {
 	t.Helper()
-	fake := simupstream.New(simupstream.Options{})
+	fake := fakeprovider.New(fakeprovider.Options{})
 	gate := &recipeUpstreamGate{next: fake}
 	s := httptest.NewServer(gate)
 	t.Cleanup(s.Close)
@@ -337,8 +337,8 @@ func recipeSuite(t *testing.T, newRunner func(g *recipeGateway) recipeRunner) {
 	})
 
 	t.Run("failure not re-sent", func(t *testing.T) {
-		g.fake.SetDefault(simupstream.Step{Status: http.StatusServiceUnavailable})
-		defer g.fake.SetDefault(simupstream.Step{})
+		g.fake.SetDefault(fakeprovider.Step{Status: http.StatusServiceUnavailable})
+		defer g.fake.SetDefault(fakeprovider.Step{})
 		before := g.requests(http.StatusServiceUnavailable)
 		r := must("failing", "an order the upstream cannot take", "")
 		if r.OK {
@@ -354,7 +354,7 @@ func recipeSuite(t *testing.T, newRunner func(g *recipeGateway) recipeRunner) {
 
 	t.Run("504 client deadline is retried onto the running call", func(t *testing.T) {
 		before := g.requests(http.StatusGatewayTimeout)
-		g.fake.Enqueue(simupstream.Step{Delay: 700 * time.Millisecond})
+		g.fake.Enqueue(fakeprovider.Step{Delay: 700 * time.Millisecond})
 		r := must("deadline", "an order slower than its deadline", "250ms")
 		if !r.OK {
 			t.Fatalf("got %+v", r)
@@ -384,7 +384,7 @@ func recipeSuite(t *testing.T, newRunner func(g *recipeGateway) recipeRunner) {
 	})
 
 	t.Run("410 not stored surfaces", func(t *testing.T) {
-		g.fake.Enqueue(simupstream.Step{Body: recipeBigCompletion})
+		g.fake.Enqueue(fakeprovider.Step{Body: recipeBigCompletion})
 		first := must("big", "an order with a long answer", "")
 		if !first.OK || first.ID != "chatcmpl-big" {
 			t.Fatalf("first call: %+v", first)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // redisURL returns the Redis the replica tests share, or skips — unless
@@ -44,7 +44,7 @@ func redisConfig(t *testing.T, lease string) string {
 }
 
 func TestReplicasShareKeys(t *testing.T) {
-	fake, upURL := newFake(t, simupstream.Options{Latency: 300 * time.Millisecond})
+	fake, upURL := newFake(t, fakeprovider.Options{Latency: 300 * time.Millisecond})
 	extra := redisConfig(t, "5s")
 	bin := gatewayBin(t, "")
 	a := start(t, bin, []string{"-config", writeConfig(t, t.TempDir(), upURL, extra)}, nil)
@@ -87,7 +87,7 @@ func TestReplicasShareKeys(t *testing.T) {
 }
 
 func TestReplicaKilledMidRequestIsTakenOver(t *testing.T) {
-	fake, upURL := newFake(t, simupstream.Options{})
+	fake, upURL := newFake(t, fakeprovider.Options{})
 	extra := redisConfig(t, "2s")
 	bin := gatewayBin(t, "")
 	a := start(t, bin, []string{"-config", writeConfig(t, t.TempDir(), upURL, extra)}, nil)
@@ -95,7 +95,7 @@ func TestReplicaKilledMidRequestIsTakenOver(t *testing.T) {
 	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"killed"}]}`
 	key := map[string]string{"Idempotency-Key": "replicas/killed"}
 
-	fake.Enqueue(simupstream.Step{Hang: true})
+	fake.Enqueue(fakeprovider.Step{Hang: true})
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, a.URL+"/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", key["Idempotency-Key"])
@@ -125,7 +125,7 @@ func TestReplicaKilledMidRequestIsTakenOver(t *testing.T) {
 }
 
 func TestForceOpenAppliesToEveryReplica(t *testing.T) {
-	fake, upURL := newFake(t, simupstream.Options{})
+	fake, upURL := newFake(t, fakeprovider.Options{})
 	extra := redisConfig(t, "5s")
 	bin := gatewayBin(t, "")
 	a := start(t, bin, []string{"-config", writeConfig(t, t.TempDir(), upURL, extra)}, nil)
@@ -195,7 +195,7 @@ func TestForceOpenAppliesToEveryReplica(t *testing.T) {
 	}
 }
 
-func waitCalls(t *testing.T, f *simupstream.Server, n int) {
+func waitCalls(t *testing.T, f *fakeprovider.Server, n int) {
 	t.Helper()
 	ctx, cancel := contextWithTimeout(10 * time.Second)
 	defer cancel()

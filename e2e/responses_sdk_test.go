@@ -21,7 +21,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // wire records what the gateway sent back for each request an SDK made:
@@ -67,7 +67,7 @@ func (w *wire) last(t *testing.T) (int, http.Header, []byte) {
 // responsesGateway starts the fake (with o) and a gateway in front of it,
 // and returns the fake, its URL, and an openai-go client of the gateway
 // that records the wire and does not retry on its own.
-func responsesGateway(t *testing.T, o simupstream.Options) (*simupstream.Server, string, openaigo.Client, *wire) {
+func responsesGateway(t *testing.T, o fakeprovider.Options) (*fakeprovider.Server, string, openaigo.Client, *wire) {
 	t.Helper()
 	fake, upURL := newFake(t, o)
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "")}, nil)
@@ -98,7 +98,7 @@ func respStream(ctx context.Context, c openaigo.Client, p responses.ResponseNewP
 }
 
 func TestResponsesSDKKeyedJSONReplay(t *testing.T) {
-	fake, _, c, w := responsesGateway(t, simupstream.Options{})
+	fake, _, c, w := responsesGateway(t, fakeprovider.Options{})
 	ctx := t.Context()
 	first, err := c.Responses.New(ctx, respParams("keyed json"), withKey("resp-json-1"))
 	if err != nil {
@@ -122,7 +122,7 @@ func TestResponsesSDKKeyedJSONReplay(t *testing.T) {
 }
 
 func TestResponsesSDKKeyedStreamReplay(t *testing.T) {
-	fake, _, c, w := responsesGateway(t, simupstream.Options{})
+	fake, _, c, w := responsesGateway(t, fakeprovider.Options{})
 	ctx := t.Context()
 	var raws [2][]byte
 	var texts [2]string
@@ -165,18 +165,18 @@ func TestResponsesSDKKeyedStreamReplay(t *testing.T) {
 func TestResponsesSDKFilteredAndEmpty(t *testing.T) {
 	tests := []struct {
 		name    string
-		step    simupstream.Step
+		step    fakeprovider.Step
 		outcome string
 		check   func(*responses.Response) bool
 	}{
-		{"content filter", simupstream.Step{FinishReason: "content_filter"}, "content_filter", func(r *responses.Response) bool {
+		{"content filter", fakeprovider.Step{FinishReason: "content_filter"}, "content_filter", func(r *responses.Response) bool {
 			return r.Status == "incomplete" && r.IncompleteDetails.Reason == "content_filter"
 		}},
-		{"empty output", simupstream.Step{Empty: true}, "empty_output", func(r *responses.Response) bool {
+		{"empty output", fakeprovider.Step{Empty: true}, "empty_output", func(r *responses.Response) bool {
 			return r.Status == "completed" && len(r.Output) == 0
 		}},
 	}
-	fake, _, c, w := responsesGateway(t, simupstream.Options{})
+	fake, _, c, w := responsesGateway(t, fakeprovider.Options{})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fake.Reset()
@@ -206,8 +206,8 @@ func TestResponsesSDKFilteredAndEmpty(t *testing.T) {
 // SDK sees it as the stream's last event; nothing is committed, so the
 // key's retry asks again and gets a completed response.
 func TestResponsesSDKFailedMidStream(t *testing.T) {
-	fake, _, c, w := responsesGateway(t, simupstream.Options{})
-	fake.Enqueue(simupstream.Step{Failed: true})
+	fake, _, c, w := responsesGateway(t, fakeprovider.Options{})
+	fake.Enqueue(fakeprovider.Step{Failed: true})
 	ctx := t.Context()
 	events, err := respStream(ctx, c, respParams("fail midway"), withKey("resp-failed-1"))
 	if err != nil {
@@ -233,7 +233,7 @@ func TestResponsesSDKFailedMidStream(t *testing.T) {
 // background: true — the creation answer is committed, so a resumed
 // workflow gets the same id and polls the response it already started.
 func TestResponsesSDKBackground(t *testing.T) {
-	fake, upURL, c, w := responsesGateway(t, simupstream.Options{})
+	fake, upURL, c, w := responsesGateway(t, fakeprovider.Options{})
 	ctx := t.Context()
 	p := respParams("in the background")
 	p.Background = openaigo.Bool(true)
@@ -263,7 +263,7 @@ func TestResponsesSDKBackground(t *testing.T) {
 // "/" in it (vLLM's and Hugging Face's names), vendor fields and all.
 func TestResponsesSDKModelsGet(t *testing.T) {
 	const id = "meta-llama/Llama-3.1-8B-Instruct"
-	_, _, c, w := responsesGateway(t, simupstream.Options{Models: []string{id}, MaxModelLen: 8192})
+	_, _, c, w := responsesGateway(t, fakeprovider.Options{Models: []string{id}, MaxModelLen: 8192})
 	ctx := t.Context()
 	m, err := c.Models.Get(ctx, id)
 	if err != nil || m.ID != id || m.Object != "model" {
@@ -284,7 +284,7 @@ func TestResponsesSDKModelsGet(t *testing.T) {
 // unless LLMGATE_REQUIRE_NODE=1.
 func TestResponsesNodeSnippet(t *testing.T) {
 	dir := nodeRecipes(t)
-	fake, upURL := newFake(t, simupstream.Options{})
+	fake, upURL := newFake(t, fakeprovider.Options{})
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, "")}, nil)
 	cmd := exec.CommandContext(t.Context(), "node", "responses.mjs")
 	cmd.Dir = dir

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // Issue 13, item 1: two real gateway processes chained — an edge with two
@@ -13,7 +13,7 @@ import (
 // key and body gets no replay of alice's answer, and a different body under
 // her key tells him nothing (no 422).
 func TestChainedGatewaysKeepTenantsApart(t *testing.T) {
-	fake, upURL := newFake(t, simupstream.Options{})
+	fake, upURL := newFake(t, fakeprovider.Options{})
 	bin := gatewayBin(t, "")
 	inner := start(t, bin, []string{"-config", writeConfig(t, t.TempDir(), upURL,
 		"clients:\n  - name: edge\n    key: sk-e2e-upstream-key\n")}, nil)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/admin"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // noRedirect is a client that shows the page's 303s instead of following
@@ -220,7 +220,7 @@ func TestAdminPageShowsState(t *testing.T) {
 		c.Clients = []config.Client{{Name: "team-a", Key: "client-key-a-secret"}}
 		c.Retry.MaxAttempts = 1
 	})
-	h.fake.SetDefault(simupstream.Step{Status: 503})
+	h.fake.SetDefault(fakeprovider.Step{Status: 503})
 	h.chat(chatBody, map[string]string{"Authorization": "Bearer client-key-a-secret", "Idempotency-Key": "invoice-42/<summary>"})
 	ck := h.login()
 
@@ -338,7 +338,7 @@ func TestAdminPageDeadLetterActions(t *testing.T) {
 		c.Retry.MaxAttempts = 1
 		c.DeadLetters.ReplayPerSecond = 1000
 	})
-	h.fake.SetDefault(simupstream.Step{Status: 503})
+	h.fake.SetDefault(fakeprovider.Step{Status: 503})
 	for _, k := range []string{"a", "b", "c", "d"} {
 		h.chat(chatBody, key("op-"+k))
 	}
@@ -347,7 +347,7 @@ func TestAdminPageDeadLetterActions(t *testing.T) {
 	}
 	ck := h.login()
 	same := map[string]string{"Origin": h.srv.URL}
-	h.fake.SetDefault(simupstream.Step{})
+	h.fake.SetDefault(fakeprovider.Step{})
 
 	// Discard one, replay one.
 	l := listDLQ(t, h, "")

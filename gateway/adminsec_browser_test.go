@@ -15,7 +15,7 @@ import (
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // TestAdminCrossSiteFormsInBrowser signs an operator in to the page in a
@@ -33,14 +33,14 @@ func TestAdminCrossSiteFormsInBrowser(t *testing.T) {
 	})
 	// One dead letter; with the upstream healthy again, a replay of it
 	// would succeed and resolve it, and a discard would delete it.
-	h.fake.SetDefault(simupstream.Step{Status: 503})
+	h.fake.SetDefault(fakeprovider.Step{Status: 503})
 	h.chat(chatBody, key("csrf/victim"))
 	dl := listDLQ(t, h, "")
 	if dl.Total != 1 {
 		t.Fatalf("dead letters %d, want 1", dl.Total)
 	}
 	id := dl.DeadLetters[0].ID
-	h.fake.SetDefault(simupstream.Step{})
+	h.fake.SetDefault(fakeprovider.Step{})
 
 	// The gateway as the browser sees it, recording every request that
 	// has been answered and how, so the test knows the attacks were

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/admission"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // TestAdmissionBoundsBodiesInFlight (issue 15): 16 requests with 1 MiB
@@ -50,7 +50,7 @@ func TestAdmissionBoundsBodiesInFlight(t *testing.T) {
 		c.Upstreams[0].BaseURL = up.URL + "/v1"
 		c.Limits.MaxBodyBytes = 2 << 20
 		c.Limits.MaxInflightBytes = bound
-	}, nil, simupstream.Options{}, func(o *Options) {
+	}, nil, fakeprovider.Options{}, func(o *Options) {
 		o.AdmissionAfter = func(time.Duration) <-chan time.Time {
 			c := make(chan time.Time, 1)
 			timers <- c
@@ -144,7 +144,7 @@ func TestSlowBodyHoldsOnlyWhatItSent(t *testing.T) {
 		c.Limits.MaxBodyBytes = declared
 		c.Limits.MaxInflightBytes = 2 * declared
 		c.Clients = []config.Client{{Name: "mallory", Key: "key-mallory"}, {Name: "alice", Key: "key-alice"}}
-	}, nil, simupstream.Options{}, func(o *Options) {
+	}, nil, fakeprovider.Options{}, func(o *Options) {
 		o.AdmissionAfter = func(time.Duration) <-chan time.Time { // any wait ends at once: a refusal
 			c := make(chan time.Time, 1)
 			c <- time.Time{}
@@ -176,7 +176,7 @@ func TestClientShare(t *testing.T) {
 		c.Limits.MaxBodyBytes = 1 << 20
 		c.Limits.MaxInflightBytes = 8 << 20
 		c.Clients = []config.Client{{Name: "mallory", Key: "key-mallory"}, {Name: "alice", Key: "key-alice"}}
-	}, nil, simupstream.Options{}, nil)
+	}, nil, fakeprovider.Options{}, nil)
 	for range 4 { // each grows its buffer to 1 MiB: 64, 128, 256, 512 KiB, 1 MiB
 		w, _ := h.trickle("/v1/chat/completions", "application/json", "key-mallory", 1<<20)
 		if _, err := w.Write(make([]byte, 600<<10)); err != nil {
@@ -264,7 +264,7 @@ func TestSpoolBoundsTotalBytes(t *testing.T) {
 		c.Passthrough.SpoolDir = t.TempDir()
 		c.Passthrough.MemoryBodyBytes = 1 << 10
 		c.Passthrough.SpoolMaxTotalBytes = 64 << 10
-	}, nil, simupstream.Options{}, func(o *Options) {
+	}, nil, fakeprovider.Options{}, func(o *Options) {
 		o.AdmissionAfter = func(time.Duration) <-chan time.Time {
 			c := make(chan time.Time, 1)
 			c <- time.Time{}
@@ -311,7 +311,7 @@ func TestDetachedCallKeepsItsBodyReserved(t *testing.T) {
 		c.Upstreams[0].Timeout = config.Duration(time.Minute)
 		c.Limits.MaxBodyBytes = 2 << 20
 		c.Limits.MaxInflightBytes = 64 << 20
-	}, nil, simupstream.Options{}, nil)
+	}, nil, fakeprovider.Options{}, nil)
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}]}`
 	// The client's deadline is what is under test: the call outlives it.
 	r := h.chat(body, map[string]string{"Idempotency-Key": "detach-1", DeadlineHeader: "100ms"})
@@ -324,7 +324,7 @@ func TestDetachedCallKeepsItsBodyReserved(t *testing.T) {
 		t.Errorf("the detached call holds its %d-byte body, but %d bytes are reserved", len(body), got)
 	}
 	releaseAll()
-	h.gw.work.wg.Wait() // the detached call commits and ends
+	h.gw.requests.WaitCalls() // the detached call commits and ends
 	if got := h.gw.admit.InUse(); got != 0 {
 		t.Errorf("bytes reserved after the detached call ended: %d", got)
 	}
@@ -358,7 +358,7 @@ func TestAdmissionCountsPassthroughBodiesInMemory(t *testing.T) {
 		c.Passthrough.SpoolDir = t.TempDir()
 		c.Limits.MaxBodyBytes = 1 << 20
 		c.Limits.MaxInflightBytes = bound
-	}, nil, simupstream.Options{}, func(o *Options) {
+	}, nil, fakeprovider.Options{}, func(o *Options) {
 		o.AdmissionAfter = func(time.Duration) <-chan time.Time {
 			c := make(chan time.Time, 1)
 			timers <- c
@@ -423,7 +423,7 @@ func TestAdmissionSpooledBodyGivesBackItsReservation(t *testing.T) {
 	h := newHarnessOptions(t, func(c *config.Config) {
 		c.Upstreams[0].BaseURL = rec.srv.URL + "/v1"
 		c.Passthrough.SpoolDir = t.TempDir()
-	}, nil, simupstream.Options{}, nil)
+	}, nil, fakeprovider.Options{}, nil)
 	done := make(chan asyncResult, 1)
 	go func() {
 		r, err := h.try(http.MethodPost, "/v1/files", string(body), map[string]string{"Content-Type": ct})

@@ -15,7 +15,7 @@ import (
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // chromiumPath is where Debian's chromium package puts the browser.
@@ -70,7 +70,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	})
 	// The upstream goes down: two keyed requests fail and open the
 	// breaker, a third is refused by it — three dead letters for the page.
-	h.fake.SetDefault(simupstream.Step{Status: 503})
+	h.fake.SetDefault(fakeprovider.Step{Status: 503})
 	for i := range 3 {
 		h.chat(chatBody, key(fmt.Sprintf("nightly-report/%d", i)))
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/timeline"
 )
 
@@ -52,7 +52,7 @@ func (c *offsetClock) minute(k int) string {
 // newClockHarness is newHarness with the gateway on clock.
 func newClockHarness(t *testing.T, clock func() time.Time, mutate func(c *config.Config)) *harness {
 	t.Helper()
-	return newHarnessOptions(t, mutate, nil, simupstream.Options{}, func(o *Options) { o.Now = clock })
+	return newHarnessOptions(t, mutate, nil, fakeprovider.Options{}, func(o *Options) { o.Now = clock })
 }
 
 // waitLogged waits (bounded) until n request lines are written: each
@@ -149,7 +149,7 @@ func TestAdminChartsInBrowser(t *testing.T) {
 	for i := range delays {
 		k := i - 8
 		clk.at(k, 1)
-		h.fake.SetDefault(simupstream.Step{Delay: time.Duration(delays[i]) * time.Millisecond})
+		h.fake.SetDefault(fakeprovider.Step{Delay: time.Duration(delays[i]) * time.Millisecond})
 		for j := range counts[i] {
 			var hdr map[string]string
 			if j%2 == 0 {
@@ -166,12 +166,12 @@ func TestAdminChartsInBrowser(t *testing.T) {
 	// request that is still failing after three attempts, three plain
 	// successes.
 	clk.at(0, 1)
-	h.fake.SetDefault(simupstream.Step{Delay: 10 * time.Millisecond})
+	h.fake.SetDefault(fakeprovider.Step{Delay: 10 * time.Millisecond})
 	for range 2 {
-		h.fake.Enqueue(simupstream.Step{Status: 503}, simupstream.Step{})
+		h.fake.Enqueue(fakeprovider.Step{Status: 503}, fakeprovider.Step{})
 		send(http.StatusOK, nil)
 	}
-	h.fake.Enqueue(simupstream.Step{Status: 503}, simupstream.Step{Status: 503}, simupstream.Step{Status: 503})
+	h.fake.Enqueue(fakeprovider.Step{Status: 503}, fakeprovider.Step{Status: 503}, fakeprovider.Step{Status: 503})
 	send(http.StatusServiceUnavailable, key("invoice-7/summary"))
 	for range 3 {
 		send(http.StatusOK, nil)

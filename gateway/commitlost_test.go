@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/cache"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // lostReplyStore is a store whose commit reaches the store but whose reply
@@ -40,7 +40,7 @@ func (s *lostReplyStore) Commit(ctx context.Context, k cache.Key, owner string, 
 // holds two different complete answers for one key.
 func TestCommitWrittenButReplyLost(t *testing.T) {
 	var ls *lostReplyStore
-	h := newHarnessStore(t, nil, func(s Store) Store { ls = &lostReplyStore{Store: s}; return ls }, simupstream.Options{})
+	h := newHarnessStore(t, nil, func(s Store) Store { ls = &lostReplyStore{Store: s}; return ls }, fakeprovider.Options{})
 	ls.lose.Store(true)
 
 	hdr := key("lost-reply-stream")

@@ -15,9 +15,9 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/idempotency"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 type dlqList struct {
@@ -45,7 +45,7 @@ func TestDeadLetterRecordedAndReplayed(t *testing.T) {
 		c.Retry.MaxAttempts = 2
 	})
 	hdr := map[string]string{"Authorization": "Bearer key-a", "Idempotency-Key": "order-9/summarize"}
-	h.fake.SetDefault(simupstream.Step{Status: 503})
+	h.fake.SetDefault(fakeprovider.Step{Status: 503})
 	if r := h.chat(chatBody, hdr); r.status != 503 {
 		t.Fatalf("status %d", r.status)
 	}
@@ -70,7 +70,7 @@ func TestDeadLetterRecordedAndReplayed(t *testing.T) {
 	}
 
 	// The upstream recovers; the operator replays.
-	h.fake.SetDefault(simupstream.Step{})
+	h.fake.SetDefault(fakeprovider.Step{})
 	r = h.admin(http.MethodPost, "/admin/deadletters/"+d.ID+"/replay")
 	if r.status != 200 || !strings.Contains(string(r.body), `"status":200`) {
 		t.Fatalf("replay: %d %s", r.status, r.body)
@@ -93,7 +93,7 @@ func TestDeadLetterRecordedAndReplayed(t *testing.T) {
 }
 
 func TestDeadLetterSummaryAndGroupReplay(t *testing.T) {
-	backup := simupstream.New(simupstream.Options{})
+	backup := fakeprovider.New(fakeprovider.Options{})
 	burl := newTestServer(t, backup)
 	h := newHarness(t, func(c *config.Config) {
 		c.Retry.MaxAttempts = 1
@@ -101,8 +101,8 @@ func TestDeadLetterSummaryAndGroupReplay(t *testing.T) {
 		c.Upstreams = append(c.Upstreams, config.Upstream{Name: "other", BaseURL: burl + "/v1", Models: []string{"llama-*"}, Timeout: config.Duration(time.Second)})
 		c.DeadLetters.ReplayPerSecond = 1000
 	})
-	h.fake.SetDefault(simupstream.Step{Status: 503})
-	backup.SetDefault(simupstream.Step{Status: 429})
+	h.fake.SetDefault(fakeprovider.Step{Status: 503})
+	backup.SetDefault(fakeprovider.Step{Status: 429})
 	for i, k := range []string{"a", "b", "c"} {
 		h.chat(chatBody, key(k))
 		if i < 2 {
@@ -110,7 +110,7 @@ func TestDeadLetterSummaryAndGroupReplay(t *testing.T) {
 		}
 	}
 	// Permanent failures are not dead letters.
-	h.fake.Enqueue(simupstream.Step{Status: 400})
+	h.fake.Enqueue(fakeprovider.Step{Status: 400})
 	h.chat(chatBody, key("bad-request"))
 	l := listDLQ(t, h, "")
 	if l.Total != 5 {
@@ -127,7 +127,7 @@ func TestDeadLetterSummaryAndGroupReplay(t *testing.T) {
 		t.Fatalf("page %d of %d", len(l.DeadLetters), l.Total)
 	}
 	// Fix the primary; replay its group.
-	h.fake.SetDefault(simupstream.Step{})
+	h.fake.SetDefault(fakeprovider.Step{})
 	r := h.admin(http.MethodPost, "/admin/deadletters/replay?upstream=primary")
 	if r.status != 200 || !strings.Contains(string(r.body), `"succeeded":3`) {
 		t.Fatalf("group replay: %d %s", r.status, r.body)
@@ -159,7 +159,7 @@ func TestDeadLetterAlertWebhook(t *testing.T) {
 		c.DeadLetters.AlertThreshold = 2
 		c.DeadLetters.WebhookURL = hook.URL + "/hooks/secret-path"
 	})
-	h.fake.SetDefault(simupstream.Step{Status: 503})
+	h.fake.SetDefault(fakeprovider.Step{Status: 503})
 	h.chat(chatBody, key("x1"))
 	h.chat(chatBody, key("x2"))
 	h.chat(chatBody, key("x3"))
@@ -190,11 +190,11 @@ func TestDeadLetterAlertWebhook(t *testing.T) {
 // parser and checks the named series carry the values the run produced.
 func TestMetricsAfterScriptedRun(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Retry.MaxAttempts = 3 })
-	h.fake.Enqueue(simupstream.Step{Status: 503}, simupstream.Step{})
+	h.fake.Enqueue(fakeprovider.Step{Status: 503}, fakeprovider.Step{})
 	h.chat(chatBody, key("m1"))
 	h.chat(chatBody, key("m1"))                                                             // replay
 	h.chat(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`, key("m1")) // 422
-	h.fake.Enqueue(simupstream.Step{FinishReason: "content_filter"})
+	h.fake.Enqueue(fakeprovider.Step{FinishReason: "content_filter"})
 	h.chat(chatBody, nil)
 	h.chat(streamBody, nil)
 
@@ -273,5 +273,40 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 				t.Errorf("unexpected model label %q", lp.GetValue())
 			}
 		}
+	}
+}
+
+// A key whose call failed, and whose retry then served an answer too large
+// to record, has succeeded: its not-stored marker resolves its dead letter
+// (an operator's replay would only get the marker's 410), for a JSON answer
+// and a stream alike.
+func TestNotStoredMarkerResolvesTheDeadLetter(t *testing.T) {
+	for _, tc := range []struct{ name, body, answer string }{
+		{"json", chatBody, fixedJSON(8 << 10)},
+		{"stream", streamBody, fixedStream},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *config.Config) {
+				c.Idempotency.MaxRecordBytes = 1024
+				c.Retry.MaxAttempts = 1
+			})
+			h.fake.Enqueue(fakeprovider.Step{Status: 503}, fakeprovider.Step{Body: tc.answer})
+			if r := h.chat(tc.body, key("big-after-503")); r.status != 503 {
+				t.Fatalf("first call: %d %s", r.status, r.body)
+			}
+			if l := listDLQ(t, h, ""); l.Total != 1 {
+				t.Fatalf("dead letters after the 503: %d", l.Total)
+			}
+			if r := h.chat(tc.body, key("big-after-503")); r.status != 200 {
+				t.Fatalf("retry: %d %.200s", r.status, r.body)
+			}
+			h.gw.requests.WaitCalls()
+			if r := h.chat(tc.body, key("big-after-503")); r.status != http.StatusGone {
+				t.Fatalf("no marker committed: the key answered %d", r.status)
+			}
+			if l := listDLQ(t, h, ""); l.Total != 0 {
+				t.Fatalf("the dead letter of a key answered once is still listed: %+v", l.DeadLetters)
+			}
+		})
 	}
 }

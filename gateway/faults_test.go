@@ -11,8 +11,8 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/idempotency"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // faultyStore fails the operations a test switches on, like a full disk.
@@ -46,7 +46,7 @@ func (f *faultyStore) Ping(ctx context.Context) error {
 
 func TestStoreFailures(t *testing.T) {
 	var fs *faultyStore
-	h := newHarnessStore(t, nil, func(s Store) Store { fs = &faultyStore{Store: s}; return fs }, simupstream.Options{})
+	h := newHarnessStore(t, nil, func(s Store) Store { fs = &faultyStore{Store: s}; return fs }, fakeprovider.Options{})
 
 	// Claim fails: the keyed request is refused with 503, never run
 	// unprotected; an unkeyed one still proxies.
@@ -138,7 +138,7 @@ func wantNotStored(t *testing.T, h *harness, body, k string) {
 
 // The same for a JSON body too large to buffer: relayed whole, once.
 func TestJSONOverRecordLimitServedOnceNeverTwice(t *testing.T) {
-	h := newHarnessStore(t, func(c *config.Config) { c.Idempotency.MaxRecordBytes = 300 }, nil, simupstream.Options{ContentBytes: 2000})
+	h := newHarnessStore(t, func(c *config.Config) { c.Idempotency.MaxRecordBytes = 300 }, nil, fakeprovider.Options{ContentBytes: 2000})
 	r := h.chat(chatBody, key("bigjson"))
 	if r.status != 200 || len(r.body) < 2000 {
 		t.Fatalf("large answer not served whole: %d, %d bytes", r.status, len(r.body))
@@ -150,7 +150,7 @@ func TestJSONOverRecordLimitServedOnceNeverTwice(t *testing.T) {
 
 func TestTruncatedJSONIsRetried(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(simupstream.Step{Body: `{"id":"x","object":"chat.completion","choices":[{"index":0,"mess`}, simupstream.Step{})
+	h.fake.Enqueue(fakeprovider.Step{Body: `{"id":"x","object":"chat.completion","choices":[{"index":0,"mess`}, fakeprovider.Step{})
 	r := h.chat(chatBody, key("trunc"))
 	if r.status != 200 || h.fake.Calls("") != 2 {
 		t.Fatalf("status %d calls %d", r.status, h.fake.Calls(""))

@@ -14,7 +14,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // The guarantee under faults (issue 12): what a client took as complete is
@@ -68,7 +68,7 @@ func sdkStream(t *testing.T, h *harness, hdr map[string]string) (complete bool, 
 // replays those same bytes.
 func TestStreamCommitFailureIsNotComplete(t *testing.T) {
 	var fs *faultyStore
-	h := newHarnessStore(t, nil, func(s Store) Store { fs = &faultyStore{Store: s}; return fs }, simupstream.Options{})
+	h := newHarnessStore(t, nil, func(s Store) Store { fs = &faultyStore{Store: s}; return fs }, fakeprovider.Options{})
 	fs.failCommit.Store(true)
 	hdr := key("stream-commit-fails")
 	if complete, _ := sdkStream(t, h, hdr); complete {
@@ -107,7 +107,7 @@ func TestStreamTailFollowsCommit(t *testing.T) {
 // 504 it may retry, the call finishes and is committed, and the retry
 // replays it with no second upstream call.
 func TestClientDeadlineEndsTheWaitNotTheCall(t *testing.T) {
-	h := newHarnessStore(t, nil, nil, simupstream.Options{Latency: 150 * time.Millisecond})
+	h := newHarnessStore(t, nil, nil, fakeprovider.Options{Latency: 150 * time.Millisecond})
 	r := h.chat(chatBody, map[string]string{"Idempotency-Key": "slow", DeadlineHeader: "30ms"})
 	e := wantOpenAIError(t, r, http.StatusGatewayTimeout)
 	if e["code"] != "client_deadline_exceeded" || r.header.Get("X-Should-Retry") != "true" {
@@ -125,7 +125,7 @@ func TestClientDeadlineEndsTheWaitNotTheCall(t *testing.T) {
 // A keyed stream past the client's deadline: the client gets one error
 // event; the stream is still read to its end and committed.
 func TestClientDeadlineMidStreamCommitsAnyway(t *testing.T) {
-	h := newHarnessStore(t, nil, nil, simupstream.Options{ChunkDelay: 30 * time.Millisecond})
+	h := newHarnessStore(t, nil, nil, fakeprovider.Options{ChunkDelay: 30 * time.Millisecond})
 	r := h.chat(streamBody, map[string]string{"Idempotency-Key": "slow-stream", DeadlineHeader: "60ms"})
 	if r.status != 200 || strings.Count(string(r.body), `"error"`) != 1 || !strings.Contains(string(r.body), "client_deadline_exceeded") {
 		t.Fatalf("stream past the client's deadline: %d %q", r.status, r.body)
@@ -184,7 +184,7 @@ func TestHungUpstreamTripsBreakerUnderShortDeadline(t *testing.T) {
 		c.Retry.Deadline = config.Duration(80 * time.Millisecond)
 		c.Breaker.ConsecutiveFailures = 3
 	})
-	h.fake.SetDefault(simupstream.Step{Hang: true})
+	h.fake.SetDefault(fakeprovider.Step{Hang: true})
 	for i := 0; i < 4; i++ {
 		r := h.chat(chatBody, nil)
 		if r.status != http.StatusGatewayTimeout && r.status != http.StatusServiceUnavailable {
@@ -199,7 +199,7 @@ func TestHungUpstreamTripsBreakerUnderShortDeadline(t *testing.T) {
 // Item 6: an error event from the upstream is the stream's one error event.
 func TestOneErrorEventPerStream(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.SetDefault(simupstream.Step{ErrorInStream: true})
+	h.fake.SetDefault(fakeprovider.Step{ErrorInStream: true})
 	for _, hdr := range []map[string]string{nil, key("err-stream")} {
 		r := h.chat(streamBody, hdr)
 		if n := strings.Count(string(r.body), `{"error":`); n != 1 {
@@ -217,14 +217,14 @@ func TestBroken2xxIs502(t *testing.T) {
 		`{"error":{"message":"overloaded","type":"server_error","code":null}}`,
 	} {
 		h := newHarness(t, nil)
-		h.fake.SetDefault(simupstream.Step{Body: body, Header: map[string]string{"Content-Type": "application/json"}})
+		h.fake.SetDefault(fakeprovider.Step{Body: body, Header: map[string]string{"Content-Type": "application/json"}})
 		r := h.chat(chatBody, key("broken"))
 		e := wantOpenAIError(t, r, http.StatusBadGateway)
 		if e["code"] != "upstream_bad_response" || r.header.Get("X-Should-Retry") != "false" {
 			t.Fatalf("%.20s: %v %v", body, r.header, e)
 		}
 		calls := h.fake.Calls("")
-		h.fake.SetDefault(simupstream.Step{})
+		h.fake.SetDefault(fakeprovider.Step{})
 		if again := h.chat(chatBody, key("broken")); again.status != 200 || again.header.Get("Idempotent-Replayed") != "" || h.fake.Calls("") != calls+1 {
 			t.Fatalf("%.20s: a broken answer was committed", body)
 		}
@@ -236,7 +236,7 @@ func TestBroken2xxIs502(t *testing.T) {
 func TestCacheSkippedWhenStoreDown(t *testing.T) {
 	var fs *faultyStore
 	h := newHarnessStore(t, func(c *config.Config) { c.Upstreams[0].Cache = true },
-		func(s Store) Store { fs = &faultyStore{Store: s}; return fs }, simupstream.Options{})
+		func(s Store) Store { fs = &faultyStore{Store: s}; return fs }, fakeprovider.Options{})
 	fs.failClaim.Store(true)
 	if r := h.chat(chatBody, nil); r.status != 200 {
 		t.Fatalf("unkeyed request to a cache: true upstream with the store down: %d %s", r.status, r.body)

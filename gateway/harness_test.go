@@ -16,14 +16,14 @@ import (
 
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // harness is a gateway in front of a scripted fake upstream, both real HTTP
 // servers on loopback, with a real Badger store in a temp dir.
 type harness struct {
 	t     *testing.T
-	fake  *simupstream.Server
+	fake  *fakeprovider.Server
 	up    *httptest.Server
 	gw    *Gateway
 	srv   *httptest.Server
@@ -72,21 +72,21 @@ func testConfig(url string) config.Config {
 
 func newHarness(t *testing.T, mutate func(c *config.Config)) *harness {
 	t.Helper()
-	return newHarnessStore(t, mutate, nil, simupstream.Options{})
+	return newHarnessStore(t, mutate, nil, fakeprovider.Options{})
 }
 
 // newHarnessStore is newHarness with the store wrapped by wrap (fault
 // injection) and the fake upstream built with fo.
-func newHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store, fo simupstream.Options) *harness {
+func newHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store, fo fakeprovider.Options) *harness {
 	t.Helper()
 	return newHarnessOptions(t, mutate, wrap, fo, nil)
 }
 
 // newHarnessOptions is newHarnessStore with the gateway's Options adjusted
 // by opts (a clock, say) before it is built.
-func newHarnessOptions(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store, fo simupstream.Options, opts func(*Options)) *harness {
+func newHarnessOptions(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store, fo fakeprovider.Options, opts func(*Options)) *harness {
 	t.Helper()
-	h := &harness{t: t, fake: simupstream.New(fo), logs: &syncBuffer{}}
+	h := &harness{t: t, fake: fakeprovider.New(fo), logs: &syncBuffer{}}
 	h.up = httptest.NewServer(h.fake)
 	t.Cleanup(h.up.Close)
 	t.Cleanup(h.fake.Close)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/idempotency"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 func key(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
@@ -64,7 +64,7 @@ func TestSameKeyDifferentBodyIs422(t *testing.T) {
 
 func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(simupstream.Step{Delay: 300 * time.Millisecond})
+	h.fake.Enqueue(fakeprovider.Step{Delay: 300 * time.Millisecond})
 	answers := make([]<-chan asyncResult, 6)
 	for i := range answers {
 		answers[i] = h.chatAsync(chatBody, key("dup"))
@@ -85,7 +85,7 @@ func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
 
 func TestInFlightPastWaitBoundIs409(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Idempotency.WaitTimeout = config.Duration(100 * time.Millisecond) })
-	h.fake.Enqueue(simupstream.Step{Delay: 2 * time.Second})
+	h.fake.Enqueue(fakeprovider.Step{Delay: 2 * time.Second})
 	done := h.chatAsync(chatBody, key("slow"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -129,7 +129,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 
 func TestFailureIsNotCommitted(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Retry.MaxAttempts = 1 })
-	h.fake.Enqueue(simupstream.Step{Status: 503}, simupstream.Step{Status: 400})
+	h.fake.Enqueue(fakeprovider.Step{Status: 503}, fakeprovider.Step{Status: 400})
 	if r := h.chat(chatBody, key("f")); r.status != 503 {
 		t.Fatalf("first %d", r.status)
 	}
@@ -147,7 +147,7 @@ func TestFailureIsNotCommitted(t *testing.T) {
 
 func TestContentFilterAndEmptyAreCommitted(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(simupstream.Step{FinishReason: "content_filter"})
+	h.fake.Enqueue(fakeprovider.Step{FinishReason: "content_filter"})
 	first := h.chat(chatBody, key("cf"))
 	again := h.chat(chatBody, key("cf"))
 	if string(first.body) != string(again.body) || again.header.Get("X-Llmgate-Outcome") != "content_filter" {
@@ -178,7 +178,7 @@ func TestStreamReplayIsIdentical(t *testing.T) {
 
 func TestCutStreamIsNotCommitted(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(simupstream.Step{StopAfter: 2})
+	h.fake.Enqueue(fakeprovider.Step{StopAfter: 2})
 	h.chat(streamBody, key("s2"))
 	r := h.chat(streamBody, key("s2"))
 	if r.header.Get("Idempotent-Replayed") != "" || !strings.HasSuffix(string(r.body), "data: [DONE]\n\n") {
@@ -193,7 +193,7 @@ func TestClientDisconnectStillCommits(t *testing.T) {
 	for _, tc := range []struct{ name, body string }{{"json", chatBody}, {"stream", streamBody}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, nil)
-			h.fake.Enqueue(simupstream.Step{Delay: 300 * time.Millisecond, ChunkDelay: 20 * time.Millisecond})
+			h.fake.Enqueue(fakeprovider.Step{Delay: 300 * time.Millisecond, ChunkDelay: 20 * time.Millisecond})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			go func() {
@@ -221,8 +221,8 @@ func TestClientDisconnectStillCommits(t *testing.T) {
 func TestUnkeyedDisconnectCancelsUpstream(t *testing.T) {
 	// The upstream hangs until its request context ends; ended receives
 	// the context's error when its handler returns.
-	fake := simupstream.New(simupstream.Options{})
-	fake.Enqueue(simupstream.Step{Hang: true})
+	fake := fakeprovider.New(fakeprovider.Options{})
+	fake.Enqueue(fakeprovider.Step{Hang: true})
 	ended := make(chan error, 4)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() { ended <- r.Context().Err() }()
@@ -335,7 +335,7 @@ func TestLeaseRenewedDuringLongCall(t *testing.T) {
 	// loaded machine (CI under -race) does not lose it; the call lasts
 	// over three leases.
 	h := newHarness(t, func(c *config.Config) { c.Idempotency.Lease = config.Duration(300 * time.Millisecond) })
-	h.fake.Enqueue(simupstream.Step{Delay: time.Second})
+	h.fake.Enqueue(fakeprovider.Step{Delay: time.Second})
 	done := h.chatAsync(chatBody, key("long"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -16,8 +16,8 @@ import (
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/cache/storetest"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/idempotency"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // Per-client limits (issue 13, item 9): one tenant cannot take what all
@@ -124,7 +124,7 @@ func TestClientConcurrencyLimit(t *testing.T) {
 	const n = 2
 	mutate, alice, bob := tenants(config.ClientLimits{MaxConcurrent: n})
 	h := newHarness(t, mutate)
-	h.fake.Enqueue(simupstream.Step{Hang: true}, simupstream.Step{Hang: true})
+	h.fake.Enqueue(fakeprovider.Step{Hang: true}, fakeprovider.Step{Hang: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range n {
@@ -151,13 +151,13 @@ func TestClientConcurrencyLimit(t *testing.T) {
 func TestDetachedCallHoldsItsSlot(t *testing.T) {
 	mutate, alice, _ := tenants(config.ClientLimits{MaxConcurrent: 1})
 	h := newHarness(t, mutate)
-	h.fake.Enqueue(simupstream.Step{Delay: time.Second})
+	h.fake.Enqueue(fakeprovider.Step{Delay: time.Second})
 	r := h.chat(chatBody, with(alice, "Idempotency-Key", "slow", DeadlineHeader, "50ms"))
 	if r.status != http.StatusGatewayTimeout {
 		t.Fatalf("at the client's deadline: %d %s", r.status, r.body)
 	}
 	wantLimited(t, h, h.chat(chatBody, alice), "client_concurrency_limited", "1", 1)
-	h.gw.work.wg.Wait() // the detached call ends (and commits)
+	h.gw.requests.WaitCalls() // the detached call ends (and commits)
 	if r := h.chat(chatBody, with(alice, "Idempotency-Key", "slow")); r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("after the detached call ended: %d %s", r.status, r.body)
 	}
@@ -300,13 +300,13 @@ func TestClientStorageFailsOpen(t *testing.T) {
 func TestPurgeClientData(t *testing.T) {
 	mutate, alice, bob := tenants(config.ClientLimits{MaxStoredBytes: 2000})
 	h := newHarness(t, func(c *config.Config) { mutate(c); c.Retry.MaxAttempts = 1 })
-	h.fake.SetDefault(simupstream.Step{Status: 503})
+	h.fake.SetDefault(fakeprovider.Step{Status: 503})
 	for _, hdr := range []map[string]string{with(alice, "Idempotency-Key", "fails"), with(bob, "Idempotency-Key", "fails")} {
 		if r := h.chat(chatBody, hdr); r.status != 503 {
 			t.Fatalf("failing call: %d %s", r.status, r.body)
 		}
 	}
-	h.fake.SetDefault(simupstream.Step{})
+	h.fake.SetDefault(fakeprovider.Step{})
 	if r := h.chat(chatBody, with(bob, "Idempotency-Key", "fill-a")); r.status != 200 {
 		t.Fatalf("bob: %d %s", r.status, r.body)
 	}

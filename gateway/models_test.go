@@ -106,3 +106,22 @@ func TestModelRetrieveSDK(t *testing.T) {
 		t.Fatalf("GetModel: %+v, %v", m, err)
 	}
 }
+
+// An upstream's base_url may carry its credential in the query (Azure's
+// ?api-key=): a models list no upstream answered logs the failure without
+// the URL, on its warning and on the request's log line alike.
+func TestModelsListLogsNoBaseURLSecret(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = "http://127.0.0.1:1/v1?api-version=2024&api-key=AZURE-SECRET-123"
+	})
+	r := h.do(http.MethodGet, "/v1/models", "", nil)
+	if r.status != http.StatusBadGateway {
+		t.Fatalf("status %d, want 502: %s", r.status, r.body)
+	}
+	if logs := h.logs.String(); strings.Contains(logs, "AZURE-SECRET-123") || !strings.Contains(logs, "connection refused") {
+		t.Fatalf("the log holds base_url's secret, or not the failure:\n%s", logs)
+	}
+	if strings.Contains(string(r.body), "AZURE-SECRET-123") {
+		t.Fatalf("the answer holds base_url's secret: %s", r.body)
+	}
+}

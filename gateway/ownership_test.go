@@ -17,7 +17,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // Tenants and the provider objects they create (issue 14, "Stateful
@@ -44,6 +44,9 @@ type objectUpstream struct {
 	n    int
 	// down answers 503 to everything.
 	down bool
+	// holdsNone answers 404 to a response that continues another
+	// (previous_response_id), as a provider that holds none does.
+	holdsNone bool
 }
 
 type objectSeen struct {
@@ -55,10 +58,16 @@ func (o *objectUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.mu.Lock()
 	o.seen = append(o.seen, objectSeen{r.Method, r.URL.Path, r.Header.Get("Authorization"), string(body)})
 	o.n++
-	n, down := o.n, o.down
+	n, down, holdsNone := o.n, o.down, o.holdsNone
 	o.mu.Unlock()
 	if down {
 		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	if holdsNone && strings.Contains(string(body), `"previous_response_id"`) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"error":{"message":"Previous response not found.","type":"invalid_request_error","param":"previous_response_id","code":"previous_response_not_found"}}`)
 		return
 	}
 	path := strings.TrimPrefix(r.URL.Path, "/v1")
@@ -129,7 +138,7 @@ func ownersHarnessStore(t *testing.T, mutate func(*config.Config), wrap func(Sto
 		if mutate != nil {
 			mutate(c)
 		}
-	}, wrap, simupstream.Options{})
+	}, wrap, fakeprovider.Options{})
 	return h, up
 }
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 func TestRequestBodyReachesUpstreamUnchanged(t *testing.T) {
@@ -50,7 +50,7 @@ func TestResponseBytesAndHeadersPassThrough(t *testing.T) {
 	h := newHarness(t, nil)
 	raw := "{\n  \"id\": \"chatcmpl-x\",  \"object\":\"chat.completion\", \"unknown_field\": [1, 2.50, null],\n" +
 		`"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}` + "\n"
-	h.fake.Enqueue(simupstream.Step{Body: raw, Header: map[string]string{
+	h.fake.Enqueue(fakeprovider.Step{Body: raw, Header: map[string]string{
 		"x-request-id": "req-123", "x-ratelimit-remaining-requests": "99", "openai-processing-ms": "7",
 		"Keep-Alive": "timeout=5", "Proxy-Authenticate": "Basic", "Set-Cookie": "__cf_bm=upstream-cookie",
 	}})
@@ -73,7 +73,7 @@ func TestStreamIsRelayedIncrementally(t *testing.T) {
 	h := newHarness(t, nil)
 	// The upstream sends two events and then stalls: a gateway that
 	// buffered the stream would show the client nothing.
-	h.fake.Enqueue(simupstream.Step{StallAfter: 2})
+	h.fake.Enqueue(fakeprovider.Step{StallAfter: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	res, err := h.send(ctx, http.MethodPost, "/v1/chat/completions", streamBody, nil)
@@ -209,13 +209,13 @@ func TestUpstreamUnreachableAndTimeout(t *testing.T) {
 	if r.header.Get("X-Should-Retry") != "false" {
 		t.Errorf("x-should-retry = %q", r.header.Get("X-Should-Retry"))
 	}
-	h.fake.SetDefault(simupstream.Step{Hang: true})
+	h.fake.SetDefault(fakeprovider.Step{Hang: true})
 	r = h.chat(chatBody, nil)
 	wantOpenAIError(t, r, 504)
 }
 
 func TestModelsMergedAcrossUpstreams(t *testing.T) {
-	second := simupstream.New(simupstream.Options{Models: []string{"llama-3", "gpt-4o"}})
+	second := fakeprovider.New(fakeprovider.Options{Models: []string{"llama-3", "gpt-4o"}})
 	srv2 := httptest.NewServer(second)
 	t.Cleanup(srv2.Close)
 	t.Cleanup(second.Close)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 const slowClientKey = "client-key-slow-test"
@@ -165,7 +165,7 @@ func TestBodyDeadlineEndsWithTheBody(t *testing.T) {
 	h := newHarnessStore(t, func(c *config.Config) {
 		c.Server.UnauthenticatedReadBodyTimeout = config.Duration(timeout)
 		c.Server.ReadBodyTimeout = config.Duration(timeout)
-	}, nil, simupstream.Options{ChunkDelay: 150 * time.Millisecond, Chunks: 6})
+	}, nil, fakeprovider.Options{ChunkDelay: 150 * time.Millisecond, Chunks: 6})
 	// A request without a body sets no deadline at all: net/http is
 	// already waiting on the connection for the client to go away.
 	start := time.Now()

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // upstreamHarness is a gateway in front of a hand-written upstream, for
@@ -147,5 +149,31 @@ func TestCutLargeResponseIsAborted(t *testing.T) {
 	res.Body.Close()
 	if err == nil {
 		t.Fatalf("a cut response read as complete (status %d)", res.StatusCode)
+	}
+}
+
+// An upstream that hangs until its own timeout failed, however short the
+// client's deadline: a keyed call runs on past that deadline, and its
+// attempt timing out says something about the upstream, so the breaker
+// counts it — with or without a client deadline, as with max_attempts 1.
+func TestHungUpstreamTripsBreakerUnderShortClientDeadline(t *testing.T) {
+	for _, dl := range []string{"", "50ms"} {
+		t.Run("deadline="+dl, func(t *testing.T) {
+			h := newHarness(t, func(c *config.Config) {
+				c.Breaker.ConsecutiveFailures = 1
+				c.Upstreams[0].Timeout = config.Duration(200 * time.Millisecond)
+			})
+			h.fake.Enqueue(fakeprovider.Step{Hang: true}, fakeprovider.Step{Hang: true}, fakeprovider.Step{Hang: true})
+			hdr := key("hung-" + dl)
+			if dl != "" {
+				hdr[DeadlineHeader] = dl
+			}
+			r := h.chat(chatBody, hdr)
+			h.gw.requests.WaitCalls()
+			st, _ := h.gw.breakers.Status("primary")
+			if st.State != breaker.Open {
+				t.Fatalf("status %d, breaker %v after the upstream hung to its timeout (upstream calls %d)", r.status, st.State, len(h.fake.Requests()))
+			}
+		})
 	}
 }

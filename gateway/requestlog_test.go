@@ -11,7 +11,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // requestLines returns the "request" log lines written so far.
@@ -79,7 +79,7 @@ func (panickyStore) Claim(context.Context, cache.Key, string, time.Duration) (ca
 // A panicking request answers 500 with no stack trace, and gets its log
 // line and count.
 func TestPanickingRequestIsLoggedAndCounted(t *testing.T) {
-	h := newHarnessStore(t, nil, func(s Store) Store { return panickyStore{s} }, simupstream.Options{})
+	h := newHarnessStore(t, nil, func(s Store) Store { return panickyStore{s} }, fakeprovider.Options{})
 	r := h.chat(chatBody, map[string]string{"Idempotency-Key": "k-panic"})
 	e := wantOpenAIError(t, r, http.StatusInternalServerError)
 	if e["code"] != "internal_error" || strings.Contains(string(r.body), "store bug") {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // Each row: what the upstream does, how many upstream calls the gateway
@@ -17,26 +17,26 @@ import (
 func TestRetryPolicy(t *testing.T) {
 	cases := []struct {
 		name    string
-		steps   []simupstream.Step
+		steps   []fakeprovider.Step
 		calls   int
 		status  int
 		outcome string
 	}{
-		{"503,503,200 → success after three calls", []simupstream.Step{{Status: 503}, {Status: 503}, {}}, 3, 200, ""},
-		{"502 then 504 then 200", []simupstream.Step{{Status: 502}, {Status: 504}, {}}, 3, 200, ""},
-		{"529 overloaded is retried", []simupstream.Step{{Status: 529}, {}}, 2, 200, ""},
-		{"503 three times → attempts exhausted", []simupstream.Step{{Status: 503}, {Status: 503}, {Status: 503}, {}}, 3, 503, ""},
-		{"500 → exactly two calls", []simupstream.Step{{Status: 500}, {Status: 500}, {}}, 2, 500, ""},
-		{"400 → one call", []simupstream.Step{{Status: 400}}, 1, 400, ""},
-		{"404 → one call", []simupstream.Step{{Status: 404}}, 1, 404, ""},
-		{"401 → one call, 502 to the client", []simupstream.Step{{Status: 401}}, 1, 502, ""},
-		{"403 → one call, 502 to the client", []simupstream.Step{{Status: 403}}, 1, 502, ""},
-		{"429 insufficient_quota → one call", []simupstream.Step{{Status: 429, ErrType: "insufficient_quota", ErrCode: "insufficient_quota"}}, 1, 429, ""},
-		{"400 content_filter → one call", []simupstream.Step{{Status: 400, ErrCode: "content_filter"}}, 1, 400, ""},
-		{"200 content_filter → one call, answered", []simupstream.Step{{FinishReason: "content_filter"}}, 1, 200, "content_filter"},
-		{"200 empty output → one call, answered", []simupstream.Step{{Empty: true}}, 1, 200, "empty_output"},
-		{"connection reset → retried", []simupstream.Step{{Reset: true}, {}}, 2, 200, ""},
-		{"truncated body → retried", []simupstream.Step{{ResetAfter: 10}, {}}, 2, 200, ""},
+		{"503,503,200 → success after three calls", []fakeprovider.Step{{Status: 503}, {Status: 503}, {}}, 3, 200, ""},
+		{"502 then 504 then 200", []fakeprovider.Step{{Status: 502}, {Status: 504}, {}}, 3, 200, ""},
+		{"529 overloaded is retried", []fakeprovider.Step{{Status: 529}, {}}, 2, 200, ""},
+		{"503 three times → attempts exhausted", []fakeprovider.Step{{Status: 503}, {Status: 503}, {Status: 503}, {}}, 3, 503, ""},
+		{"500 → exactly two calls", []fakeprovider.Step{{Status: 500}, {Status: 500}, {}}, 2, 500, ""},
+		{"400 → one call", []fakeprovider.Step{{Status: 400}}, 1, 400, ""},
+		{"404 → one call", []fakeprovider.Step{{Status: 404}}, 1, 404, ""},
+		{"401 → one call, 502 to the client", []fakeprovider.Step{{Status: 401}}, 1, 502, ""},
+		{"403 → one call, 502 to the client", []fakeprovider.Step{{Status: 403}}, 1, 502, ""},
+		{"429 insufficient_quota → one call", []fakeprovider.Step{{Status: 429, ErrType: "insufficient_quota", ErrCode: "insufficient_quota"}}, 1, 429, ""},
+		{"400 content_filter → one call", []fakeprovider.Step{{Status: 400, ErrCode: "content_filter"}}, 1, 400, ""},
+		{"200 content_filter → one call, answered", []fakeprovider.Step{{FinishReason: "content_filter"}}, 1, 200, "content_filter"},
+		{"200 empty output → one call, answered", []fakeprovider.Step{{Empty: true}}, 1, 200, "empty_output"},
+		{"connection reset → retried", []fakeprovider.Step{{Reset: true}, {}}, 2, 200, ""},
+		{"truncated body → retried", []fakeprovider.Step{{ResetAfter: 10}, {}}, 2, 200, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,7 +61,7 @@ func TestRetryPolicy(t *testing.T) {
 
 func TestRetryAfterIsHonoured(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(simupstream.Step{Status: 429, Header: map[string]string{"Retry-After": "1"}}, simupstream.Step{})
+	h.fake.Enqueue(fakeprovider.Step{Status: 429, Header: map[string]string{"Retry-After": "1"}}, fakeprovider.Step{})
 	r := h.chat(chatBody, nil)
 	if r.status != 200 {
 		t.Fatalf("status %d %s", r.status, r.body)
@@ -77,7 +77,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 
 func TestRetryAfterBeyondDeadlineReturnsAtOnce(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(simupstream.Step{Status: 429, Header: map[string]string{"Retry-After": "120"}})
+	h.fake.Enqueue(fakeprovider.Step{Status: 429, Header: map[string]string{"Retry-After": "120"}})
 	start := time.Now()
 	r := h.chat(chatBody, map[string]string{DeadlineHeader: "5s"})
 	if r.status != 429 || r.header.Get("Retry-After") != "120" {
@@ -118,7 +118,7 @@ func TestBreakerTripsAndRecovers(t *testing.T) {
 		c.Breaker.ConsecutiveFailures = 3
 		c.Breaker.OpenTimeout = config.Duration(300 * time.Millisecond)
 	})
-	h.fake.SetDefault(simupstream.Step{Status: 503})
+	h.fake.SetDefault(fakeprovider.Step{Status: 503})
 	for i := 0; i < 3; i++ {
 		if r := h.chat(chatBody, nil); r.status != 503 {
 			t.Fatalf("call %d: %d", i, r.status)
@@ -137,7 +137,7 @@ func TestBreakerTripsAndRecovers(t *testing.T) {
 		t.Fatal("an open breaker let a request reach the upstream")
 	}
 	// After open_timeout a healthy probe closes it.
-	h.fake.SetDefault(simupstream.Step{})
+	h.fake.SetDefault(fakeprovider.Step{})
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		r := h.chat(chatBody, nil)
@@ -156,7 +156,7 @@ func TestBreakerTripsAndRecovers(t *testing.T) {
 
 func TestClientErrorsNeverTripBreaker(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Breaker.ConsecutiveFailures = 2 })
-	h.fake.SetDefault(simupstream.Step{Status: 400})
+	h.fake.SetDefault(fakeprovider.Step{Status: 400})
 	for i := 0; i < 20; i++ {
 		if r := h.chat(chatBody, nil); r.status != 400 {
 			t.Fatalf("status %d", r.status)
@@ -171,14 +171,14 @@ func TestClientErrorsNeverTripBreaker(t *testing.T) {
 }
 
 func TestFallbackServesWhenPrimaryOpen(t *testing.T) {
-	backup := simupstream.New(simupstream.Options{})
+	backup := fakeprovider.New(fakeprovider.Options{})
 	bsrv := newTestServer(t, backup)
 	h := newHarness(t, func(c *config.Config) {
 		c.Upstreams[0].Fallbacks = []string{"backup"}
 		c.Upstreams = append(c.Upstreams, config.Upstream{Name: "backup", BaseURL: bsrv + "/v1", Models: []string{"backup-only"}, Timeout: config.Duration(time.Second)})
 	})
 	// Retries on the primary end transient → the fallback answers.
-	h.fake.SetDefault(simupstream.Step{Status: 503})
+	h.fake.SetDefault(fakeprovider.Step{Status: 503})
 	r := h.chat(chatBody, nil)
 	if r.status != 200 || r.header.Get("X-Llmgate-Upstream") != "backup" {
 		t.Fatalf("status %d upstream %q", r.status, r.header.Get("X-Llmgate-Upstream"))
@@ -198,7 +198,7 @@ func TestFallbackServesWhenPrimaryOpen(t *testing.T) {
 	if r := h.admin(http.MethodPost, "/admin/breakers/primary/close"); r.status != 200 {
 		t.Fatalf("force close %d", r.status)
 	}
-	h.fake.SetDefault(simupstream.Step{})
+	h.fake.SetDefault(fakeprovider.Step{})
 	if r := h.chat(chatBody, nil); r.header.Get("X-Llmgate-Upstream") != "primary" {
 		t.Fatalf("after close served by %q", r.header.Get("X-Llmgate-Upstream"))
 	}
@@ -206,7 +206,7 @@ func TestFallbackServesWhenPrimaryOpen(t *testing.T) {
 
 func TestStreamFailureAfterFirstByteEndsWithErrorEvent(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(simupstream.Step{StopAfter: 2})
+	h.fake.Enqueue(fakeprovider.Step{StopAfter: 2})
 	r := h.chat(streamBody, nil)
 	if r.status != 200 {
 		t.Fatalf("status %d", r.status)
@@ -219,7 +219,7 @@ func TestStreamFailureAfterFirstByteEndsWithErrorEvent(t *testing.T) {
 		t.Fatalf("a stream past its first byte was retried: %d calls", h.fake.Calls(""))
 	}
 	// Before the first byte, a stream is retried.
-	h.fake.Enqueue(simupstream.Step{Status: 503}, simupstream.Step{})
+	h.fake.Enqueue(fakeprovider.Step{Status: 503}, fakeprovider.Step{})
 	r = h.chat(streamBody, nil)
 	if r.status != 200 || !strings.HasSuffix(string(r.body), "data: [DONE]\n\n") {
 		t.Fatalf("retried stream: %d %q", r.status, r.body)
@@ -228,7 +228,7 @@ func TestStreamFailureAfterFirstByteEndsWithErrorEvent(t *testing.T) {
 
 func TestStreamIdleTimeout(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Limits.StreamIdleTimeout = config.Duration(200 * time.Millisecond) })
-	h.fake.Enqueue(simupstream.Step{StallAfter: 2})
+	h.fake.Enqueue(fakeprovider.Step{StallAfter: 2})
 	r := h.chat(streamBody, nil)
 	if !strings.Contains(string(r.body), "stalled") {
 		t.Fatalf("stalled stream not ended with an error event: %q", r.body)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // POST /v1/responses through the keyed path (issue 14): classified by its
@@ -75,7 +75,7 @@ func respHarnessFake(t *testing.T, wrap func(Store) Store, f *respFake) (*harnes
 	t.Helper()
 	s := httptest.NewServer(f)
 	t.Cleanup(s.Close)
-	h := newHarnessStore(t, func(c *config.Config) { c.Upstreams[0].BaseURL = s.URL + "/v1" }, wrap, simupstream.Options{})
+	h := newHarnessStore(t, func(c *config.Config) { c.Upstreams[0].BaseURL = s.URL + "/v1" }, wrap, fakeprovider.Options{})
 	return h, f
 }
 

@@ -47,6 +47,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/ownership"
 	"github.com/llmgate/llmgate/gateway/proxy"
 	"github.com/llmgate/llmgate/gateway/readdeadline"
+	"github.com/llmgate/llmgate/gateway/request"
 	"github.com/llmgate/llmgate/gateway/retry"
 	"github.com/llmgate/llmgate/gateway/timeline"
 	"github.com/llmgate/llmgate/gateway/tracing"
@@ -116,13 +117,11 @@ type Gateway struct {
 	limits   *limits.Limiter
 	admit    *admission.Bound // request bytes in memory, across requests
 	spooled  *admission.Bound // request bytes spooled to disk, across requests
-	work     *workSet
+	requests *request.Handler
 	timeline *timeline.Timeline // the operator's page's charts
 	tracer   *tracing.Tracer
-	// owners records and checks who created which provider object;
-	// apiKeys are the clients' own upstream keys (see owners.go).
-	owners  *ownership.Owners
-	apiKeys map[string]map[string]string
+	// owners records and checks who created which provider object.
+	owners *ownership.Owners
 	// forwardSecret keys the Idempotency-Key forwarded upstream.
 	forwardSecret []byte
 	ready         atomic.Bool
@@ -164,7 +163,6 @@ func New(o Options) (*Gateway, error) {
 		g.clients = append(g.clients, clientKey{name: c.Name, hash: digest})
 	}
 	g.owners = ownership.New(ownership.Options{Store: o.Store, TTL: o.Config.Ownership.TTL})
-	g.apiKeys = clientAPIKeys(o.Config.Clients)
 	g.metrics = metrics.New(g.registry, exactModels(r))
 	g.metrics.SetClients(clientNames(g.clients))
 	g.breakers = g.newBreakers(r)
@@ -181,7 +179,6 @@ func New(o Options) (*Gateway, error) {
 		})})
 	g.keeper = idempotency.New(idempotency.Options{Store: o.Store, Metrics: g.metrics, Logger: g.log,
 		Lease: o.Config.Idempotency.Lease.D(), WaitTimeout: o.Config.Idempotency.WaitTimeout.D(), OpTimeout: o.Config.Store.OpTimeout.D()})
-	g.work = newWorkSet(o.Config.Idempotency.MaxDetached)
 	g.registerGauges()
 	g.registerSpace()
 	g.limits = limits.New(limits.Options{Config: o.Config, Store: o.Store, Metrics: g.metrics, Logger: g.log, Now: o.LimitsNow})
@@ -191,12 +188,11 @@ func New(o Options) (*Gateway, error) {
 		Wait: o.Config.Limits.AdmissionWait.D(), After: o.AdmissionAfter, Setting: "passthrough.spool_max_total_bytes"})
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now,
 		OnRecord: g.timeline.DeadLetter})
-	eps := make([]string, len(postEndpoints))
-	for i, ep := range postEndpoints {
-		eps[i] = ep.path
-	}
+	g.requests = request.New(request.Options{Config: o.Config, Logger: g.log, Now: g.now, Router: r, Proxy: g.proxy, Keeper: g.keeper,
+		Metrics: g.metrics, Timeline: g.timeline, Tracer: o.Tracer, DeadLetters: g.dlq, Limits: g.limits, Owners: g.owners,
+		Admit: g.admit, Spooled: g.spooled, Space: g.space, ForwardSecret: g.forwardSecret})
 	g.admin = admin.New(admin.Options{Config: o.Config, Store: o.Store, Breakers: g.breakers, Metrics: g.metrics,
-		DeadLetters: g.dlq, Endpoints: eps, Logger: g.log, Now: g.now, SignInCode: o.AdminSignInCode, Timeline: g.timeline})
+		DeadLetters: g.dlq, Endpoints: request.Endpoints(), Logger: g.log, Now: g.now, SignInCode: o.AdminSignInCode, Timeline: g.timeline})
 	g.echo = g.routes()
 	g.dlq.SetHandler(g.echo)
 	g.ready.Store(true)
@@ -222,7 +218,7 @@ func newProcessRegistry() *prometheus.Registry {
 func (g *Gateway) registerGauges() {
 	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "llmgate_detached_calls", Help: "Keyed calls running on after their client stopped waiting (idempotency.max_detached bounds them).",
-	}, func() float64 { return float64(g.work.detached.Load()) }))
+	}, func() float64 { return float64(g.requests.Detached()) }))
 	g.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "llmgate_store_records", Help: "Idempotency records in the store (committed and in flight).",
 	}, func() float64 {
@@ -290,7 +286,7 @@ func (g *Gateway) BeginShutdown() {
 // before Close and before the store closes.
 func (g *Gateway) Drain(ctx context.Context) {
 	g.BeginShutdown()
-	g.work.Drain(ctx, 2*g.cfg.Store.OpTimeout.D())
+	g.requests.Drain(ctx, 2*g.cfg.Store.OpTimeout.D())
 }
 
 // Close stops the dead-letter monitor, following shared overrides and
@@ -301,22 +297,6 @@ func (g *Gateway) Close() {
 	g.admin.Close()
 	g.dlq.Close()
 	g.router.Close()
-}
-
-// endpoint is one POST route under /v1.
-type endpoint struct {
-	path   string // "/v1/chat/completions"
-	suffix string // "/chat/completions", appended to an upstream's base_url
-	label  string // metrics label
-	// kind is what its answers are, for classification and streams.
-	kind proxy.Kind
-}
-
-var postEndpoints = []endpoint{
-	{path: "/v1/chat/completions", suffix: "/chat/completions", label: "chat_completions", kind: proxy.Completion},
-	{path: "/v1/completions", suffix: "/completions", label: "completions", kind: proxy.Completion},
-	{path: "/v1/embeddings", suffix: "/embeddings", label: "embeddings"},
-	{path: "/v1/responses", suffix: "/responses", label: "responses", kind: proxy.Responses},
 }
 
 func (g *Gateway) routes() *echo.Echo {
@@ -331,7 +311,7 @@ func (g *Gateway) routes() *echo.Echo {
 	e.IPExtractor = forwarded.New(g.cfg.Server.TrustedProxyPrefixes()).ClientIP
 	// requestLog is outermost so that it sees what recoverer made of a
 	// panic, and an aborted response too.
-	e.Use(g.requestLog, g.recoverer)
+	e.Use(g.requests.RequestLog, g.recoverer)
 	// Every request body is read against the short deadline until the
 	// request is known to come from a client; authenticate's successor in
 	// the /v1 group below extends it.
@@ -352,16 +332,12 @@ func (g *Gateway) routes() *echo.Echo {
 			return next(c)
 		}
 	})
-	for _, ep := range postEndpoints {
-		v1.POST(strings.TrimPrefix(ep.path, "/v1"), g.handlePost(ep))
-	}
-	v1.GET("/models", g.handleModels)
-	v1.GET("/models/*", g.handleModel)
-	g.passthroughRoutes(v1)
+	g.requests.Routes(v1)
 	v1.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
 
 	g.admin.Routes(e)
 	e.DELETE("/admin/clients/:name/data", g.admin.PurgeClientData(g), g.admin.Auth)
+	e.GET("/admin/clients", g.admin.Clients, g.admin.Auth)
 	// GET only: a signed-in page's cookie opens it (admin.MetricsAuth).
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})), g.admin.MetricsAuth)
 	e.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })
@@ -459,15 +435,6 @@ func (g *Gateway) PurgeClient(ctx context.Context, name string) (cache.Purged, e
 	return p, err
 }
 
-type clientCtxKey struct{}
-
-// clientOf is the client name authenticate gave the request ("" when no
-// clients are configured).
-func clientOf(r *http.Request) string {
-	s, _ := r.Context().Value(clientCtxKey{}).(string)
-	return s
-}
-
 // authenticate maps "Authorization: Bearer <key>" to a client name. With no
 // clients configured every request is the shared scope "". Keys are
 // compared as SHA-256 digests in constant time, against every client, so
@@ -484,17 +451,21 @@ func (g *Gateway) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			ok = true
 		}
 		if ok {
-			c.SetRequest(r.WithContext(context.WithValue(r.Context(), clientCtxKey{}, name)))
+			r = request.WithClient(r, name)
 		}
+		r, err := request.WithTenant(r)
+		if err != nil {
+			return err
+		}
+		c.SetRequest(r)
 		return next(c)
 	}
 }
 
 func (g *Gateway) clientName(r *http.Request) (string, error) {
-	tok, ok := admin.Bearer(r.Header.Get("Authorization"))
-	if !ok {
-		return "", &apierror.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-			Message: "You didn't provide an API key. Send your llmgate key as 'Authorization: Bearer <key>'."}
+	tok, err := credential(r.Header)
+	if err != nil {
+		return "", err
 	}
 	sum := config.KeyDigest(tok)
 	name, found := "", 0
@@ -510,6 +481,54 @@ func (g *Gateway) clientName(r *http.Request) (string, error) {
 	return name, nil
 }
 
+// clientNames are the configured clients' names: the values of the
+// client label.
+func clientNames(cs []clientKey) []string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.name
+	}
+	return names
+}
+
+// credential is the client key a request carries: "Authorization: Bearer
+// <key>", or "x-api-key: <key>" (as Anthropic's SDKs send it), or both
+// naming the same key. An ambiguous credential — either header twice, or
+// both naming different keys — is refused with a 400, as duplicate JSON
+// fields are: were one of them picked, a proxy in front that checks the
+// other would authorize one client and the gateway serve another.
+func credential(h http.Header) (string, error) {
+	auth, xkey := h.Values("Authorization"), h.Values("X-Api-Key")
+	if len(auth) > 1 || len(xkey) > 1 {
+		return "", ambiguousCredentials("The request has more than one Authorization or x-api-key header.")
+	}
+	var tok string
+	if len(auth) == 1 {
+		bearer, ok := admin.Bearer(auth[0])
+		if !ok && len(xkey) == 1 {
+			return "", ambiguousCredentials("The request has an x-api-key header and an Authorization header that is not 'Bearer <key>'.")
+		}
+		tok = bearer
+	}
+	if len(xkey) == 1 {
+		k := strings.TrimSpace(xkey[0])
+		if tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(k)) != 1 {
+			return "", ambiguousCredentials("The request's Authorization and x-api-key headers name different keys.")
+		}
+		tok = k
+	}
+	if tok == "" {
+		return "", &apierror.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			Message: "You didn't provide an API key. Send your llmgate key as 'Authorization: Bearer <key>'."}
+	}
+	return tok, nil
+}
+
+func ambiguousCredentials(what string) *apierror.Error {
+	return &apierror.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "ambiguous_credentials",
+		Message: what + " Send your llmgate key once, as 'Authorization: Bearer <key>' (or 'x-api-key: <key>')."}
+}
+
 // clientShare is the most request bytes in memory one client may hold:
 // half of limits.max_inflight_bytes, so that one tenant trickling bodies
 // leaves the other half to the rest, but at least one body of
@@ -521,3 +540,7 @@ func clientShare(l config.Limits) int64 {
 	}
 	return max(l.MaxInflightBytes/2, l.MaxBodyBytes+1)
 }
+
+// DeadlineHeader lets a client shorten the configured total deadline for
+// one request: a Go duration ("30s") or a number of seconds ("30").
+const DeadlineHeader = request.DeadlineHeader

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // TestSoak runs mixed traffic — JSON and streams, keyed and unkeyed,
@@ -35,9 +35,9 @@ func TestSoak(t *testing.T) {
 	}
 	h := newHarnessStore(t, func(c *config.Config) {
 		c.Breaker.ConsecutiveFailures = 1000 // failures are part of the mix, not a reason to stop it
-	}, nil, simupstream.Options{KeepRequests: -1}) // the fake keeps no request: its memory is not the gateway's
+	}, nil, fakeprovider.Options{KeepRequests: -1}) // the fake keeps no request: its memory is not the gateway's
 
-	h.fake.SetDefault(simupstream.Step{})
+	h.fake.SetDefault(fakeprovider.Step{})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: requestLimit}
 	defer client.CloseIdleConnections()
 
@@ -88,7 +88,7 @@ func TestSoak(t *testing.T) {
 						body = chatBody
 					}
 					if rng.IntN(10) == 0 {
-						h.fake.Enqueue(simupstream.Step{Status: 503}) // a failure somewhere in the mix
+						h.fake.Enqueue(fakeprovider.Step{Status: 503}) // a failure somewhere in the mix
 					}
 					if st := send(body, hdr); st != 200 {
 						failures.Add(1)

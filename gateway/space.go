@@ -2,13 +2,10 @@ package gateway
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmgate/llmgate/cache"
-	"github.com/llmgate/llmgate/gateway/apierror"
-	"github.com/llmgate/llmgate/gateway/idempotency"
 )
 
 // A full store is a state, not an outage: below its disk's free-space
@@ -25,11 +22,6 @@ type spaceReporter interface {
 	Space() cache.Space
 }
 
-// storeFullRetryAfter is the Retry-After of a 503 idempotency_store_full:
-// room comes back from an operator or from expiry and compaction, which
-// take longer than a second, and clients should not hammer a full store.
-const storeFullRetryAfter = 30 * time.Second
-
 // space is the store's room, or ok=false when the store cannot tell.
 func (g *Gateway) space() (cache.Space, bool) {
 	sr, ok := g.store.(spaceReporter)
@@ -39,35 +31,15 @@ func (g *Gateway) space() (cache.Space, bool) {
 	return sr.Space(), true
 }
 
-// spaceCheck refuses a keyed request that would store while the store is
-// full. A content-cached request is served without being stored instead
-// (caching saves calls; it is no guarantee a client asked for).
-// The request's log class is gateway_error, as for a store that fails.
-func (g *Gateway) spaceCheck(kr *idempotency.Request) error {
-	if kr.NoStore {
-		return nil
-	}
-	sp, ok := g.space()
-	if !ok || !sp.Full {
-		return nil
-	}
-	if kr.Cache {
-		kr.NoStore = true
-		return nil
-	}
-	return &apierror.StoreFull{Reason: sp.Reason, RetryAfter: storeFullRetryAfter,
-		Err: fmt.Errorf("%s: %d bytes free (floor %d), %d bytes used (cap %d)", sp.Reason, sp.FreeBytes, sp.MinFreeBytes, sp.UsedBytes, sp.MaxBytes)}
-}
-
 // spaceReady is what /readyz adds while the store is full ("" otherwise).
 func (g *Gateway) spaceReady() string {
 	sp, ok := g.space()
 	if !ok || !sp.Full {
 		return ""
 	}
-	return fmt.Sprintf("ready; store full (%s: %d bytes free, floor %d; %d bytes used, cap %d; read-only %v): "+
+	return fmt.Sprintf("ready; store full (%s: %d bytes free, floor %d; %d bytes live, cap %d; read-only %v): "+
 		"new keyed requests get 503 idempotency_store_full, replays and requests without a key are served\n",
-		sp.Reason, sp.FreeBytes, sp.MinFreeBytes, sp.UsedBytes, sp.MaxBytes, sp.ReadOnly)
+		sp.Reason, sp.FreeBytes, sp.MinFreeBytes, sp.LiveBytes, sp.MaxBytes, sp.ReadOnly)
 }
 
 // registerSpace exports the store's room, for the alerts LlmgateStoreFull
@@ -91,8 +63,10 @@ func (g *Gateway) registerSpace() {
 		func(sp cache.Space) float64 { return float64(sp.FreeBytes) })
 	gauge(prometheus.GaugeOpts{Name: "llmgate_store_min_free_bytes", Help: "The store's free-space floor (store.min_free_bytes)."},
 		func(sp cache.Space) float64 { return float64(sp.MinFreeBytes) })
-	gauge(prometheus.GaugeOpts{Name: "llmgate_store_used_bytes", Help: "Bytes in the store's files (.sst and .vlog), as store.max_bytes counts them."},
+	gauge(prometheus.GaugeOpts{Name: "llmgate_store_used_bytes", Help: "Bytes in the store's files (.sst and .vlog); deleted and expired entries stay in them until the store reclaims its disk."},
 		func(sp cache.Space) float64 { return float64(sp.UsedBytes) })
+	gauge(prometheus.GaugeOpts{Name: "llmgate_store_live_bytes", Help: "Bytes of the store's live entries (not expired or deleted), which store.max_bytes caps."},
+		func(sp cache.Space) float64 { return float64(sp.LiveBytes) })
 	gauge(prometheus.GaugeOpts{Name: "llmgate_store_max_bytes", Help: "The store's size cap, store.max_bytes (0: none)."},
 		func(sp cache.Space) float64 { return float64(sp.MaxBytes) })
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/llmgate/llmgate/gateway/request"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -13,8 +14,8 @@ import (
 	"github.com/llmgate/llmgate/cache"
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/cache/storetest"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/apierror"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // TestStoreFullState walks a gateway on a real Badger store, whose statfs
@@ -33,7 +34,7 @@ func TestStoreFullState(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bs.Close() })
-	h := newHarnessStore(t, nil, func(Store) Store { return bs }, simupstream.Options{})
+	h := newHarnessStore(t, nil, func(Store) Store { return bs }, fakeprovider.Options{})
 	key := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
 
 	first := h.chat(chatBody, key("before"))
@@ -102,7 +103,7 @@ func TestStoreFullWire(t *testing.T) {
 		err  error
 		code string
 	}{
-		{&apierror.StoreFull{Reason: cache.FullDiskLow, RetryAfter: storeFullRetryAfter}, "idempotency_store_full"},
+		{&apierror.StoreFull{Reason: cache.FullDiskLow, RetryAfter: request.StoreFullRetryAfter}, "idempotency_store_full"},
 		{&apierror.StoreUnavailable{Err: fmt.Errorf("commit k: %w", cache.ErrFull)}, "idempotency_store_full"},
 		{&apierror.StoreUnavailable{Err: errors.New("connection refused")}, "idempotency_store_unavailable"},
 	} {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // Issue 13, item 4: a provider's 401 is the operator's problem. The tenant
@@ -17,7 +17,7 @@ import (
 func TestUpstreamAuthFailureIsTheOperators(t *testing.T) {
 	const leak = "Incorrect API key provided: sk-***...-123"
 	h := newHarness(t, func(c *config.Config) { c.Breaker.ConsecutiveFailures = 2 })
-	h.fake.SetDefault(simupstream.Step{Status: 401, Body: `{"error":{"message":"` + leak + `","type":"invalid_request_error","code":"invalid_api_key"}}`})
+	h.fake.SetDefault(fakeprovider.Step{Status: 401, Body: `{"error":{"message":"` + leak + `","type":"invalid_request_error","code":"invalid_api_key"}}`})
 	r := h.chat(chatBody, nil)
 	e := wantOpenAIError(t, r, http.StatusBadGateway)
 	if e["code"] != "upstream_auth_failed" || strings.Contains(string(r.body), "sk-") || !strings.Contains(e["message"].(string), "primary") {
@@ -38,7 +38,7 @@ func TestUpstreamAuthFailureIsTheOperators(t *testing.T) {
 	}
 
 	h403 := newHarness(t, func(c *config.Config) { c.Breaker.ConsecutiveFailures = 2 })
-	h403.fake.SetDefault(simupstream.Step{Status: 403})
+	h403.fake.SetDefault(fakeprovider.Step{Status: 403})
 	for range 3 {
 		wantOpenAIError(t, h403.chat(chatBody, nil), http.StatusBadGateway)
 	}

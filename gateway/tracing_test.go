@@ -16,8 +16,8 @@ import (
 	"github.com/llmgate/llmgate/cache"
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/idempotency"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 	"github.com/llmgate/llmgate/gateway/tracing"
 	"github.com/llmgate/llmgate/gateway/tracing/receivertest"
 )
@@ -30,7 +30,7 @@ type tracedHarness struct {
 	*harness
 	rec    *receivertest.Receiver
 	tracer *tracing.Tracer
-	inner  *simupstream.Server
+	inner  *fakeprovider.Server
 }
 
 const (
@@ -49,7 +49,7 @@ func newTracedHarness(t *testing.T, mutate func(c *config.Config)) *tracedHarnes
 // newTracedHarnessStore is newTracedHarness with the store wrapped by wrap.
 func newTracedHarnessStore(t *testing.T, mutate func(c *config.Config), wrap func(Store) Store) *tracedHarness {
 	t.Helper()
-	th := &tracedHarness{rec: receivertest.New(t), inner: simupstream.New(simupstream.Options{})}
+	th := &tracedHarness{rec: receivertest.New(t), inner: fakeprovider.New(fakeprovider.Options{})}
 	innerSrv := httptest.NewServer(th.inner)
 	t.Cleanup(innerSrv.Close)
 	t.Cleanup(th.inner.Close)
@@ -63,7 +63,7 @@ func newTracedHarnessStore(t *testing.T, mutate func(c *config.Config), wrap fun
 		if mutate != nil {
 			mutate(c)
 		}
-	}, wrap, simupstream.Options{}, func(o *Options) {
+	}, wrap, fakeprovider.Options{}, func(o *Options) {
 		var err error
 		if tr, err = tracing.Setup(o.Config.Tracing, nil); err != nil {
 			t.Fatal(err)
@@ -180,7 +180,7 @@ func traceChat(model, extra string) string {
 // the receiver decoded say all of it, and carry no secret and no content.
 func TestTracesOverOTLP(t *testing.T) {
 	th := newTracedHarness(t, func(c *config.Config) { c.Upstreams[0].Fallbacks = []string{"inner"} })
-	th.fake.Enqueue(simupstream.Step{Status: http.StatusServiceUnavailable})
+	th.fake.Enqueue(fakeprovider.Step{Status: http.StatusServiceUnavailable})
 	keyed := map[string]string{"Idempotency-Key": traceIdemKey, "Traceparent": clientTraceparent}
 	if r := th.post("/v1/chat/completions", traceChat("gpt-4o-mini", ""), "req-keyed", keyed); r.status != 200 {
 		t.Fatalf("keyed call: %d %s", r.status, r.body)
@@ -332,7 +332,7 @@ func TestTracesOverOTLP(t *testing.T) {
 	})
 }
 
-func innerHeader(s *simupstream.Server, i int, name string) string {
+func innerHeader(s *fakeprovider.Server, i int, name string) string {
 	reqs := s.Requests()
 	if i >= len(reqs) {
 		return ""
@@ -489,7 +489,7 @@ func BenchmarkTracing(b *testing.B) {
 	for _, mode := range []string{"off", "on", "unsampled"} {
 		for _, body := range []struct{ name, body string }{{"json", chatBody}, {"stream", streamBody}} {
 			b.Run(mode+"/"+body.name, func(b *testing.B) {
-				up := httptest.NewServer(simupstream.New(simupstream.Options{KeepRequests: -1}))
+				up := httptest.NewServer(fakeprovider.New(fakeprovider.Options{KeepRequests: -1}))
 				defer up.Close()
 				cfg := testConfig(up.URL)
 				cfg.DataDir = b.TempDir()

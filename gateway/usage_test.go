@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
 // Issue 16: the token counters say what the usage fields the upstream sent
@@ -106,7 +106,7 @@ func TestTokenUsage(t *testing.T) {
 // it ends, not when the client stopped waiting.
 func TestTokenUsageOfADetachedCall(t *testing.T) {
 	h := newHarness(t, nil)
-	h.fake.Enqueue(simupstream.Step{Delay: 300 * time.Millisecond})
+	h.fake.Enqueue(fakeprovider.Step{Delay: 300 * time.Millisecond})
 	hdr := map[string]string{"Idempotency-Key": "u-late", DeadlineHeader: "50ms"}
 	before := tokenSeries(t, h)
 	if r := h.chat(chatBody, hdr); r.status != http.StatusGatewayTimeout {

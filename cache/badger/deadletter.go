@@ -3,7 +3,6 @@ package badgerstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -17,7 +16,11 @@ import (
 const maxDeadLetters = 100_000
 
 // PutDeadLetter records d (its ID is set from its key), merging with an
-// earlier record of the same key. It expires after ttl.
+// earlier record of the same key. It expires after ttl. In the same
+// transaction it deletes the client's oldest letters that the new one
+// puts over Options.DeadLetters (their ids in d.Dropped); it fails with
+// cache.ErrFull, writing nothing, when the letter would take the live
+// entries past Options.MaxBytes.
 func (s *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLetter, ttl time.Duration) error {
 	d.ID = cache.DeadLetterID(k)
 	d.Client, d.Endpoint, d.Key = k.Scope, k.Endpoint, k.ID
@@ -27,32 +30,64 @@ func (s *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLet
 		return err
 	}
 	defer unlock()
+	s.letters.put.Lock()
+	defer s.letters.put.Unlock()
 	// Added before the write: the set may name a dead letter that is not
 	// there (the write failed), never miss one that is.
 	exp := badgerExpiry(ttl)
 	s.deadMu.Lock()
 	s.dead[d.ID] = max(s.dead[d.ID], exp)
 	s.deadMu.Unlock()
-	return s.update(func(txn *badger.Txn) error {
+	var (
+		rec  cache.DeadLetter
+		meta letterMeta
+		drop []string
+		vlen int
+	)
+	err = s.update(func(txn *badger.Txn) error {
 		prev, err := s.loadDeadLetter(txn, key)
 		if err != nil && !errors.Is(err, cache.ErrNotFound) {
 			return err
 		}
-		rec := *d
+		rec = *d
 		cache.MergeDeadLetter(&rec, prev)
 		rec.ExpiresAt = s.now().Add(ttl)
 		v, err := codec.EncodeDeadLetter(&rec)
 		if err != nil {
 			return err
 		}
+		vlen = len(v)
+		meta = letterMeta{size: cache.DeadLetterSize(len(key), len(v)), last: rec.LastAt.UnixNano(), exp: exp}
+		if err := s.roomUnderCap(meta.size); err != nil {
+			return err
+		}
+		drop = s.letters.plan(k.Scope, d.ID, meta, s.bound)
 		e := badger.NewEntry(key, v)
 		e.ExpiresAt = exp
 		if err := txn.SetEntry(e); err != nil {
 			return err
 		}
-		*d = rec
+		for _, id := range drop {
+			if err := txn.Delete(deadLetterKey(id)); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	s.live.wrote(len(key), vlen)
+	s.letters.set(k.Scope, d.ID, meta)
+	s.letters.remove(drop...)
+	s.deadMu.Lock()
+	for _, id := range drop {
+		delete(s.dead, id)
+	}
+	s.deadMu.Unlock()
+	rec.Dropped = drop
+	*d = rec
+	return nil
 }
 
 func (s *Store) loadDeadLetter(txn *badger.Txn, key []byte) (*cache.DeadLetter, error) {
@@ -74,6 +109,7 @@ func (s *Store) loadDeadLetter(txn *badger.Txn, key []byte) (*cache.DeadLetter, 
 	if !d.ExpiresAt.IsZero() && !s.now().Before(d.ExpiresAt) {
 		return nil, cache.ErrNotFound
 	}
+	d.Stored = cache.DeadLetterSize(len(key), len(v))
 	return d, nil
 }
 
@@ -122,23 +158,9 @@ func (s *Store) DeleteDeadLetter(ctx context.Context, id string) error {
 		s.deadMu.Lock()
 		delete(s.dead, id)
 		s.deadMu.Unlock()
+		s.letters.remove(id)
 	}
 	return err
-}
-
-// loadDeadLetterIDs returns the ids of the dead letters in Badger and their
-// Badger expiry, with a key-only scan, for the set DeleteDeadLetter
-// consults.
-func (s *Store) loadDeadLetterIDs() (map[string]uint64, error) {
-	ids := make(map[string]uint64)
-	prefix := deadLetterKeyPrefix
-	err := s.eachKey(prefix, func(item *badger.Item) {
-		ids[string(item.Key()[len(prefix):])] = item.ExpiresAt()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list dead-letter ids: %w", err)
-	}
-	return ids, nil
 }
 
 // forgetExpiredDeadLetters drops from the set the ids whose Badger TTL has
@@ -146,6 +168,7 @@ func (s *Store) loadDeadLetterIDs() (map[string]uint64, error) {
 // so they need no delete.
 func (s *Store) forgetExpiredDeadLetters() {
 	now := uint64(time.Now().Unix())
+	s.letters.expire(now)
 	s.deadMu.Lock()
 	defer s.deadMu.Unlock()
 	for id, exp := range s.dead {
@@ -187,6 +210,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, f cache.DeadLetterFilter) (
 				continue
 			}
 			if f.Match(d) {
+				d.Stored = cache.DeadLetterSize(len(it.Item().Key()), len(v))
 				d.Body = nil
 				out = append(out, *d)
 			}

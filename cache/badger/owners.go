@@ -51,6 +51,7 @@ func (s *Store) PutOwner(ctx context.Context, scope, id string, o cache.Owner, t
 	if err := s.update(func(txn *badger.Txn) error { return txn.SetEntry(e) }); err != nil {
 		return fmt.Errorf("put owner: %w", err)
 	}
+	s.live.wrote(len(e.Key), len(e.Value))
 	return nil
 }
 

@@ -128,6 +128,7 @@ func (s *Store) PurgeScope(ctx context.Context, scope string) (cache.Purged, err
 	if p.Owners, err = s.purgeOwners(scope); err != nil {
 		return p, fmt.Errorf("purge %q: owners: %w", scope, mapClosed(err))
 	}
+	s.afterPurge()
 	return p, nil
 }
 
@@ -141,6 +142,8 @@ func (s *Store) deleteKeys(keys [][]byte) error {
 	if err := s.roomToWrite(); err != nil {
 		return err
 	}
+	s.gcMu.RLock()
+	defer s.gcMu.RUnlock()
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	for _, k := range keys {
@@ -188,6 +191,7 @@ func (s *Store) purgeDeadLetters(ctx context.Context, scope string) (int, error)
 		delete(s.dead, string(k[len(deadLetterKeyPrefix):]))
 	}
 	s.deadMu.Unlock()
+	s.letters.removeClient(scope)
 	return len(keys), nil
 }
 

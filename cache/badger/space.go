@@ -159,9 +159,26 @@ func (s *Store) Space() cache.Space {
 	last := s.space.last
 	s.space.mu.Unlock()
 	if age := s.now().Sub(last.At); !last.At.IsZero() && age >= 0 && age < spaceMaxAge {
-		return last
+		return s.withLive(last)
 	}
 	return s.measureSpace()
+}
+
+// withLive is st, measured up to 250 ms ago, with the live bytes of now,
+// which cost nothing to read: a store that reached its cap since is full
+// at once, so that a tenant committing fast passes the cap by its calls
+// already running only, not by 250 ms of new ones. The state change is
+// logged by the next measureSpace.
+func (s *Store) withLive(st cache.Space) cache.Space {
+	st.LiveBytes = s.live.bytes()
+	if st.Reason == "" || st.Reason == cache.FullOverCap {
+		over := st.MaxBytes > 0 && st.LiveBytes >= st.MaxBytes
+		st.Full, st.Reason = over, ""
+		if over {
+			st.Reason = cache.FullOverCap
+		}
+	}
+	return st
 }
 
 // measureSpace takes new figures and logs a change of state.
@@ -176,11 +193,11 @@ func (s *Store) measureSpace() cache.Space {
 		sp.used, sp.usedAt = lsm+vlog, now
 	}
 	st := cache.Space{At: now, ReadOnly: sp.readOnly.Load(), FreeBytes: free, MinFreeBytes: sp.floor,
-		UsedBytes: sp.used, MaxBytes: sp.maxBytes}
+		UsedBytes: sp.used, LiveBytes: s.live.bytes(), MaxBytes: sp.maxBytes}
 	switch {
 	case free >= 0 && free < sp.floor:
 		st.Full, st.Reason = true, cache.FullDiskLow
-	case sp.maxBytes > 0 && sp.used >= sp.maxBytes:
+	case sp.maxBytes > 0 && st.LiveBytes >= sp.maxBytes:
 		st.Full, st.Reason = true, cache.FullOverCap
 	case st.ReadOnly:
 		st.Full, st.Reason = true, cache.FullReadOnly
@@ -193,7 +210,7 @@ func (s *Store) measureSpace() cache.Space {
 }
 
 func (s *Store) logSpace(st cache.Space) {
-	attrs := []any{"free_bytes", st.FreeBytes, "min_free_bytes", st.MinFreeBytes, "used_bytes", st.UsedBytes,
+	attrs := []any{"free_bytes", st.FreeBytes, "min_free_bytes", st.MinFreeBytes, "used_bytes", st.UsedBytes, "live_bytes", st.LiveBytes,
 		"max_bytes", st.MaxBytes, "read_only", st.ReadOnly}
 	if st.Full {
 		s.log.Warn("store full: new keyed requests get 503 until there is room again", append(attrs, "reason", st.Reason)...)
@@ -228,6 +245,7 @@ func (s *Store) runSpace() { s.every(s.space.interval, s.checkSpace) }
 
 // checkSpace is one round of runSpace.
 func (s *Store) checkSpace() {
+	s.maybeRescanLive()
 	st := s.measureSpace()
 	if st.ReadOnly && st.FreeBytes >= st.MinFreeBytes {
 		s.reopenReadWrite(s.space.bo)
@@ -362,17 +380,24 @@ func (s *Store) reopenReadWrite(bo badger.Options) {
 	s.reloadDeadLetterIDs()
 }
 
-// reloadDeadLetterIDs reads the dead-letter id set (see Store.dead) again
-// from the database just opened. The caller holds s.mu exclusively.
+// reloadDeadLetterIDs reads the dead-letter id set and index (see
+// Store.dead, letters) again from the database just opened. The caller
+// holds s.mu exclusively.
 func (s *Store) reloadDeadLetterIDs() {
-	ids, err := s.loadDeadLetterIDs()
+	l, ids, err := s.loadLetters()
 	if err != nil {
-		s.log.Error("reading the dead-letter ids after a reopen", slog.Any("err", err))
+		s.log.Error("reading the dead letters after a reopen", slog.Any("err", err))
 		return
 	}
 	s.deadMu.Lock()
 	s.dead = ids
 	s.deadMu.Unlock()
+	s.letters.mu.Lock()
+	s.letters.by, s.letters.bytes = l.by, l.bytes
+	s.letters.mu.Unlock()
+	if err := s.rescanLive(); err != nil {
+		s.log.Error("sizing the store after a reopen", slog.Any("err", err))
+	}
 }
 
 // valueLogGC runs one value-log GC round unless the store is read-only or
@@ -386,5 +411,7 @@ func (s *Store) valueLogGC() error {
 	if s.roomToWrite() != nil {
 		return badger.ErrNoRewrite
 	}
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
 	return s.db.RunValueLogGC(gcDiscardRatio)
 }

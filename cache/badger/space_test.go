@@ -119,14 +119,21 @@ func TestSpaceOverCap(t *testing.T) {
 	disk := &fakeDisk{}
 	disk.free.Store(1 << 30)
 	s := openSpaceStore(t, t.TempDir(), clock, disk, 1)
-	// The active value-log file counts from the start (Badger maps it at
-	// twice its size), so a 1-byte cap is over at once.
+	// The cap counts live entries, not files (the active value-log file
+	// is mapped at twice its size from the start): an empty store has
+	// room under a 1-byte cap, and is over it after one commit.
+	if sp := s.Space(); sp.Full || sp.UsedBytes < 1 || sp.LiveBytes != 0 {
+		t.Fatalf("empty: %+v", sp)
+	}
+	if err := commitKey(t, s, "a"); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
 	sp := s.Space()
-	if !sp.Full || sp.Reason != cache.FullOverCap || sp.UsedBytes < 1 || sp.MaxBytes != 1 {
+	if !sp.Full || sp.Reason != cache.FullOverCap || sp.LiveBytes < 1 || sp.MaxBytes != 1 {
 		t.Fatalf("over the cap: %+v", sp)
 	}
 	// The cap refuses new work at the gateway; a running call still commits.
-	if err := commitKey(t, s, "a"); err != nil {
+	if err := commitKey(t, s, "b"); err != nil {
 		t.Fatalf("commit over the cap: %v", err)
 	}
 }

@@ -21,6 +21,9 @@ const maxDeadLetters = 100_000
 // PutDeadLetter records d (its ID is set from its key), merging with an
 // earlier record of the same key, atomically (WATCH/MULTI on the one key,
 // retried on conflict). It expires after ttl, which must be positive.
+// Then it indexes the letter under its client and deletes the client's
+// oldest letters the new one puts over Options.DeadLetters (their ids in
+// d.Dropped). A Redis at maxmemory refuses the letter (cache.ErrFull).
 func (r *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLetter, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("put dead letter %s: ttl %v must be positive", k, ttl)
@@ -32,6 +35,7 @@ func (r *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLet
 		return fmt.Errorf("put dead letter %s: %w", k, err)
 	}
 	var rec cache.DeadLetter
+	var size int64
 	txn := func(tx *redis.Tx) error {
 		prev, err := r.loadDeadLetter(ctx, tx, key)
 		if err != nil && !errors.Is(err, cache.ErrNotFound) {
@@ -44,6 +48,7 @@ func (r *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLet
 		if err != nil {
 			return err
 		}
+		size = cache.DeadLetterSize(len(key), len(v))
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, key, v, time.Duration(pxMillis(ttl))*time.Millisecond)
 			return nil
@@ -62,6 +67,13 @@ func (r *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLet
 			return fmt.Errorf("put dead letter %s: %w", k, err)
 		}
 	}
+	dropped, err := r.indexLetter(ctx, &rec, size, ttl)
+	if err != nil {
+		// Stored, and expiring by its TTL: the bound is kept again at
+		// the client's next letter.
+		r.log.Warn("dead letter stored but not indexed under its client", slog.String("id", rec.ID), slog.Any("err", err))
+	}
+	rec.Dropped = dropped
 	*d = rec
 	return nil
 }
@@ -83,6 +95,7 @@ func (r *Store) loadDeadLetter(ctx context.Context, c redis.Cmdable, key string)
 	if !d.ExpiresAt.IsZero() && !r.now().Before(d.ExpiresAt) {
 		return nil, cache.ErrNotFound
 	}
+	d.Stored = cache.DeadLetterSize(len(key), len(v))
 	return d, nil
 }
 
@@ -92,22 +105,30 @@ func (r *Store) GetDeadLetter(ctx context.Context, id string) (*cache.DeadLetter
 	if err := r.begin(ctx); err != nil {
 		return nil, err
 	}
-	return r.loadDeadLetter(ctx, r.client, r.deadLetterKey(id))
+	key := r.deadLetterKey(id)
+	return r.loadDeadLetter(ctx, r.client, key)
 }
 
 // DeleteDeadLetter removes a dead letter; ErrNotFound if there is none.
 // Unlike Badger's, it deletes one that the store's clock says has expired
-// but Redis still holds (DEL reports only whether the key existed).
+// but Redis still holds. The letter is taken with GETDEL, one round trip
+// as DEL was, so that a letter found is also removed from its client's
+// index.
 func (r *Store) DeleteDeadLetter(ctx context.Context, id string) error {
 	if err := r.begin(ctx); err != nil {
 		return err
 	}
-	n, err := r.client.Del(ctx, r.deadLetterKey(id)).Result()
+	v, err := r.client.GetDel(ctx, r.deadLetterKey(id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return cache.ErrNotFound
+	}
 	if err != nil {
 		return fmt.Errorf("delete dead letter %s: %w", id, r.mapErr(err))
 	}
-	if n == 0 {
-		return cache.ErrNotFound
+	if d, err := codec.DecodeDeadLetter(v); err == nil {
+		if err := r.unindexLetter(ctx, d.Client, id); err != nil {
+			r.log.Warn("dead letter deleted but left in its client's index", slog.String("id", id), slog.Any("err", err))
+		}
 	}
 	return nil
 }
@@ -156,6 +177,7 @@ func (r *Store) ListDeadLetters(ctx context.Context, f cache.DeadLetterFilter) (
 				continue
 			}
 			if f.Match(d) {
+				d.Stored = cache.DeadLetterSize(len(cmd.Args()[1].(string)), len(v))
 				d.Body = nil
 				got = append(got, *d)
 			}

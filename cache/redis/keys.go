@@ -10,6 +10,8 @@ import (
 //
 //	P r:{<scope>:<endpoint>:<id>}   record, a hash (see scripts.go); TTL = lease+1m in flight, ttl committed
 //	P d:{<dead-letter id>}          dead letter, a string: codec.EncodeDeadLetter's bytes; TTL = its ttl
+//	P dl:{<client>}                 the client's dead letters, a sorted set by last failure (letters.go)
+//	P dlb:{<client>}                their sizes, a hash; both TTL = the newest letter's ttl
 //	P breakers                      hash upstream → "open"; no TTL (see SetBreakerOverride)
 //
 // and the pub/sub channels (a separate namespace in Redis):
@@ -20,8 +22,9 @@ import (
 // Each part is escaped (escapePart) so that it contains none of `:{}` nor a
 // glob metacharacter: the layout is unambiguous, a pattern built from a part
 // matches only that part, and the braces mark exactly one Redis Cluster hash
-// tag per key. Every script touches one key, so in Cluster mode no script ever
-// crosses slots; the tag still names the record's identity rather than the
+// tag per key. Every script touches one key, or keys of one hash tag (a
+// client's dead-letter index), so in Cluster mode no script ever crosses
+// slots; the tag still names the record's identity rather than the
 // whole key, so that a key added later for the same record (say P l:{same})
 // would share its slot and could join it in a script.
 const (

@@ -215,6 +215,9 @@ func (r *Store) PurgeScope(ctx context.Context, scope string) (cache.Purged, err
 	if err != nil {
 		return p, fmt.Errorf("purge %q: dead letters: %w", scope, r.mapErr(err))
 	}
+	if err := r.dropLetterIndex(ctx, scope); err != nil {
+		return p, fmt.Errorf("purge %q: dead-letter index: %w", scope, err)
+	}
 	if p.Owners, err = r.purgeOwners(ctx, scope); err != nil {
 		return p, fmt.Errorf("purge %q: owners: %w", scope, r.mapErr(err))
 	}

@@ -23,7 +23,9 @@ import (
 // Times are compared exactly, as (seconds, nanoseconds): a Unix time in
 // nanoseconds does not fit a Lua number (a double) exactly.
 //
-// Every script touches KEYS[1] only; PUBLISH names a channel, not a key.
+// Every script here touches KEYS[1] only; PUBLISH names a channel, not a
+// key. (indexLetterScript, in letters.go, touches a client's two index
+// keys, of one hash tag.)
 // Scripts run with EVALSHA, falling back to EVAL (go-redis's Script.Run).
 
 const luaBefore = `

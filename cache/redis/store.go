@@ -40,8 +40,9 @@ type Options struct {
 	// can share one Redis. If "", "llmgate:". In Cluster mode it must not
 	// contain '{' or '}', which would take over the keys' hash tags.
 	Prefix string
-	// Cluster uses a Redis Cluster client. Every script touches one key, so
-	// no command crosses slots (see the key layout in keys.go).
+	// Cluster uses a Redis Cluster client. Every script touches one key, or
+	// keys of one hash tag, so no command crosses slots (see the key layout
+	// in keys.go).
 	Cluster bool
 	// SentinelMaster, when set, finds the primary through Redis Sentinel
 	// (go-redis's failover client): the Sentinels at SentinelAddrs name the
@@ -83,6 +84,10 @@ type Options struct {
 	// WaitTimeout bounds WAIT. If <= 0, 1s. Keep it under the commit's
 	// context deadline (store.op_timeout), or the context ends it first.
 	WaitTimeout time.Duration
+	// DeadLetters bounds each client's dead letters (see
+	// cache.DeadLetterBound and letters.go). The zero value bounds
+	// nothing.
+	DeadLetters cache.DeadLetterBound
 }
 
 // clusterReload is how often a Cluster store re-reads the slot map, so a
@@ -123,6 +128,7 @@ var ErrNotReplicated = errors.New("redis store: commit not acknowledged by enoug
 type Store struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless Cluster
+	bound   cache.DeadLetterBound
 	prefix  string
 	now     func() time.Time
 	after   func(time.Duration) <-chan time.Time
@@ -216,6 +222,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		r.poll = defaultPollInterval
 	}
 	r.waitReplicas, r.waitTimeout = o.WaitReplicas, o.WaitTimeout
+	r.bound = o.DeadLetters
 	if r.waitTimeout <= 0 {
 		r.waitTimeout = defaultWaitTimeout
 	}

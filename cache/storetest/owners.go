@@ -20,13 +20,29 @@ type OwnerStore interface {
 // RunOwners runs the ownership behaviour every store must share, each case
 // on a fresh, empty store that open returns on the given clock.
 func RunOwners(t *testing.T, open func(t *testing.T, now func() time.Time) OwnerStore) {
-	const day = 24 * time.Hour
-	a := cache.Owner{Upstream: "openai", Kind: "response"}
+	runOwnerPutGet(t, open)
+	runOwnerScopes(t, open)
+	runOwnerExpiry(t, open)
+	runOwnerReplace(t, open)
+	runOwnerPurge(t, open)
+	runOwnerInvalid(t, open)
+}
 
+// ownerOpener is RunOwners' open.
+type ownerOpener = func(t *testing.T, now func() time.Time) OwnerStore
+
+const day = 24 * time.Hour
+
+// sampleOwner is an entry to put.
+var sampleOwner = cache.Owner{Upstream: "openai", Kind: "response"}
+
+// runOwnerPutGet checks that a put entry is read back with its client and
+// times.
+func runOwnerPutGet(t *testing.T, open ownerOpener) {
 	t.Run("put then get", func(t *testing.T) {
 		clock := NewClock()
 		s := open(t, clock.Now)
-		if err := s.PutOwner(ctx, "acme", "resp_1", a, 30*day); err != nil {
+		if err := s.PutOwner(ctx, "acme", "resp_1", sampleOwner, 30*day); err != nil {
 			t.Fatalf("PutOwner: %v", err)
 		}
 		got, err := s.GetOwner(ctx, "acme", "resp_1")
@@ -43,7 +59,11 @@ func RunOwners(t *testing.T, open func(t *testing.T, now func() time.Time) Owner
 			t.Fatalf("GetOwner = %+v, want %+v", got, want)
 		}
 	})
+}
 
+// runOwnerScopes checks that an entry is seen only in its own scope, under
+// its own id.
+func runOwnerScopes(t *testing.T, open ownerOpener) {
 	t.Run("another scope does not see it", func(t *testing.T) {
 		s := open(t, NewClock().Now)
 		if err := s.PutOwner(ctx, "acme", "file-1", cache.Owner{Upstream: "openai", Kind: "file"}, day); err != nil {
@@ -58,7 +78,11 @@ func RunOwners(t *testing.T, open func(t *testing.T, now func() time.Time) Owner
 			t.Errorf("unknown id: err = %v, want ErrNotFound", err)
 		}
 	})
+}
 
+// runOwnerExpiry checks that an entry expires at its ttl by the store's
+// clock.
+func runOwnerExpiry(t *testing.T, open ownerOpener) {
 	t.Run("expires by the store's clock", func(t *testing.T) {
 		clock := NewClock()
 		s := open(t, clock.Now)
@@ -74,7 +98,10 @@ func RunOwners(t *testing.T, open func(t *testing.T, now func() time.Time) Owner
 			t.Fatalf("at its ttl: err = %v, want ErrNotFound", err)
 		}
 	})
+}
 
+// runOwnerReplace checks that a second put of an id replaces the first.
+func runOwnerReplace(t *testing.T, open ownerOpener) {
 	t.Run("put replaces", func(t *testing.T) {
 		s := open(t, NewClock().Now)
 		if err := s.PutOwner(ctx, "acme", "vs_1", cache.Owner{Upstream: "a", Kind: "vector_store"}, day); err != nil {
@@ -87,11 +114,15 @@ func RunOwners(t *testing.T, open func(t *testing.T, now func() time.Time) Owner
 			t.Fatalf("GetOwner = %+v, %v; want upstream b", got, err)
 		}
 	})
+}
 
+// runOwnerPurge checks that PurgeScope removes one scope's entries and only
+// those.
+func runOwnerPurge(t *testing.T, open ownerOpener) {
 	t.Run("purged with its scope", func(t *testing.T) {
 		s := open(t, NewClock().Now)
 		for _, e := range []struct{ scope, id string }{{"acme", "resp_1"}, {"acme", "file-1"}, {"acme:x", "resp_2"}, {"globex", "resp_1"}} {
-			if err := s.PutOwner(ctx, e.scope, e.id, a, day); err != nil {
+			if err := s.PutOwner(ctx, e.scope, e.id, sampleOwner, day); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -108,14 +139,18 @@ func RunOwners(t *testing.T, open func(t *testing.T, now func() time.Time) Owner
 			}
 		}
 	})
+}
 
+// runOwnerInvalid checks that an empty id, a bad scope or id and a zero ttl
+// are refused.
+func runOwnerInvalid(t *testing.T, open ownerOpener) {
 	t.Run("invalid arguments", func(t *testing.T) {
 		s := open(t, NewClock().Now)
 		for _, tc := range []struct {
 			scope, id string
 			ttl       time.Duration
 		}{{"acme", "", day}, {"ac\x00me", "x", day}, {"acme", "id\n", day}, {"acme", "x", 0}} {
-			if err := s.PutOwner(ctx, tc.scope, tc.id, a, tc.ttl); err == nil {
+			if err := s.PutOwner(ctx, tc.scope, tc.id, sampleOwner, tc.ttl); err == nil {
 				t.Errorf("PutOwner(%q, %q, %v): no error", tc.scope, tc.id, tc.ttl)
 			}
 		}

@@ -79,44 +79,99 @@ const (
 // a fresh, empty store. open returns that store on the given clock, closed
 // when t ends; it should return an *Observed (see Observed).
 func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
-	setup := func(t *testing.T) (*Observed, *Clock) {
-		t.Helper()
-		clock := NewClock()
-		s := open(t, clock.Now)
-		o, ok := s.(*Observed)
-		if !ok {
-			o = NewObserved(s)
-		}
-		return o, clock
-	}
-	claim := func(t *testing.T, s Store, k cache.Key, fp string, want cache.ClaimStatus) cache.Claim {
-		t.Helper()
-		c, err := s.Claim(ctx, k, fp, lease)
-		if err != nil {
-			t.Fatalf("Claim: %v", err)
-		}
-		if c.Status != want {
-			t.Fatalf("Claim status = %v, want %v (record %+v)", c.Status, want, c.Record)
-		}
-		return c
-	}
-	// startWait runs Wait in a goroutine and returns once it blocks.
-	startWait := func(t *testing.T, s *Observed, wctx context.Context, k cache.Key) <-chan error {
-		t.Helper()
-		res := make(chan error, 1)
-		go func() { res <- s.Wait(wctx, k) }()
-		select {
-		case <-s.Blocked:
-		case err := <-res:
-			t.Fatalf("Wait returned %v instead of blocking", err)
-		case <-time.After(10 * time.Second):
-			t.Fatal("Wait did not block within 10s (does the store signal Observed.Blocked?)")
-		}
-		return res
-	}
+	runClaimRace(t, open)
+	runCommitReplay(t, open)
+	runNotOwner(t, open)
+	runLeaseExpiry(t, open)
+	runMismatch(t, open)
+	runWaitWoken(t, open)
+	runWaitNotInFlight(t, open)
+	runWaitCancel(t, open)
+	runWaitNoMissedWakeup(t, open)
+	runTenantScoping(t, open)
+	runManyKeys(t, open)
+	runDelete(t, open)
+	runTTL(t, open)
+	runDeadLetters(t, open)
+	runScanCommitted(t, open)
+	runPurgeScope(t, open)
+	runInvalidArguments(t, open)
+}
 
+// opener is Run's open: it returns a fresh, empty store on the given clock.
+type opener = func(t *testing.T, now func() time.Time) Store
+
+// setup opens a fresh store on a new fake clock, wrapped in an Observed if
+// open did not return one.
+func setup(t *testing.T, open opener) (*Observed, *Clock) {
+	t.Helper()
+	clock := NewClock()
+	s := open(t, clock.Now)
+	o, ok := s.(*Observed)
+	if !ok {
+		o = NewObserved(s)
+	}
+	return o, clock
+}
+
+// claim claims k with fp and fails t unless the claim's status is want.
+func claim(t *testing.T, s Store, k cache.Key, fp string, want cache.ClaimStatus) cache.Claim {
+	t.Helper()
+	c, err := s.Claim(ctx, k, fp, lease)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if c.Status != want {
+		t.Fatalf("Claim status = %v, want %v (record %+v)", c.Status, want, c.Record)
+	}
+	return c
+}
+
+// startWait runs Wait in a goroutine and returns once it blocks.
+func startWait(t *testing.T, s *Observed, wctx context.Context, k cache.Key) <-chan error {
+	t.Helper()
+	res := make(chan error, 1)
+	go func() { res <- s.Wait(wctx, k) }()
+	select {
+	case <-s.Blocked:
+	case err := <-res:
+		t.Fatalf("Wait returned %v instead of blocking", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not block within 10s (does the store signal Observed.Blocked?)")
+	}
+	return res
+}
+
+// commitAs claims and commits rec under k, and returns the record as
+// stored (its fingerprint set), for StoredSize.
+func commitAs(t *testing.T, s Store, k cache.Key, rec *cache.Record, ttl time.Duration) *cache.Record {
+	t.Helper()
+	c := claim(t, s, k, "fp-"+k.ID, cache.Claimed)
+	if err := s.Commit(ctx, k, c.Owner, rec, ttl); err != nil {
+		t.Fatalf("Commit(%v): %v", k, err)
+	}
+	rec.Fingerprint = "fp-" + k.ID
+	return rec
+}
+
+// scan counts the committed records ScanCommitted reports for scope.
+func scan(t *testing.T, s Store, scope string) map[cache.CommittedRecord]int {
+	t.Helper()
+	got := map[cache.CommittedRecord]int{}
+	if err := s.ScanCommitted(ctx, scope, func(r cache.CommittedRecord) error { got[r]++; return nil }); err != nil {
+		t.Fatalf("ScanCommitted(%q): %v", scope, err)
+	}
+	return got
+}
+
+// Scopes whose storage keys a careless prefix or pattern would mix up.
+var neighbours = []string{"acme2", "", "ac*", "acme:x"}
+
+// runClaimRace checks that of many concurrent claims of one key, exactly one
+// wins.
+func runClaimRace(t *testing.T, open opener) {
 	t.Run("claim race", func(t *testing.T) {
-		s, _ := setup(t)
+		s, _ := setup(t, open)
 		const n = 64
 		var wg sync.WaitGroup
 		results := make([]cache.Claim, n)
@@ -136,10 +191,14 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			t.Fatalf("claims = %v, want 1 claimed and %d busy", counts, n-1)
 		}
 	})
+}
 
+// runCommitReplay checks that a committed record, JSON or stream, is stored
+// as given and replayed to the next claim with the same fingerprint.
+func runCommitReplay(t *testing.T, open opener) {
 	for name, newRec := range map[string]func() *cache.Record{"json": JSONRecord, "stream": StreamRecord} {
 		t.Run("commit replay "+name, func(t *testing.T) {
-			s, clock := setup(t)
+			s, clock := setup(t, open)
 			fp := "fp-" + name
 			c := claim(t, s, key1, fp, cache.Claimed)
 			if s.TTL != nil {
@@ -188,9 +247,13 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			AssertSameRecord(t, replay.Record, want)
 		})
 	}
+}
 
+// runNotOwner checks that only the current owner commits, releases or
+// renews.
+func runNotOwner(t *testing.T, open opener) {
 	t.Run("not owner", func(t *testing.T) {
-		s, clock := setup(t)
+		s, clock := setup(t, open)
 		if err := s.Commit(ctx, key1, "nobody", JSONRecord(), ttl); !errors.Is(err, cache.ErrNotOwner) {
 			t.Fatalf("Commit of absent key: %v, want cache.ErrNotOwner", err)
 		}
@@ -232,9 +295,13 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			t.Fatalf("Renew after Commit: %v", err)
 		}
 	})
+}
 
+// runLeaseExpiry checks that a lease that runs out is taken over; one
+// renewed is not.
+func runLeaseExpiry(t *testing.T, open opener) {
 	t.Run("lease expiry takeover", func(t *testing.T) {
-		s, clock := setup(t)
+		s, clock := setup(t, open)
 		c := claim(t, s, key1, "fp", cache.Claimed)
 		clock.Advance(lease - time.Second)
 		busy := claim(t, s, key1, "fp", cache.Busy)
@@ -262,9 +329,13 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 		}
 		claim(t, s, key1, "fp", cache.Busy)
 	})
+}
 
+// runMismatch checks that another body under the same key is a mismatch, in
+// flight or committed.
+func runMismatch(t *testing.T, open opener) {
 	t.Run("mismatch", func(t *testing.T) {
-		s, _ := setup(t)
+		s, _ := setup(t, open)
 		c := claim(t, s, key1, "fp-a", cache.Claimed)
 		m := claim(t, s, key1, "fp-b", cache.Mismatch)
 		if m.Record == nil || m.Record.State != cache.InFlight || m.Record.Fingerprint != "fp-a" {
@@ -278,7 +349,11 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			t.Fatalf("mismatch after commit: record %+v", m.Record)
 		}
 	})
+}
 
+// runWaitWoken checks that a blocked Wait returns once the key is committed,
+// released or deleted.
+func runWaitWoken(t *testing.T, open opener) {
 	wakers := map[string]func(s Store, owner string) error{
 		"commit":  func(s Store, owner string) error { return s.Commit(ctx, key1, owner, JSONRecord(), ttl) },
 		"release": func(s Store, owner string) error { return s.Release(ctx, key1, owner) },
@@ -286,7 +361,7 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 	}
 	for name, wake := range wakers {
 		t.Run("wait woken by "+name, func(t *testing.T) {
-			s, _ := setup(t)
+			s, _ := setup(t, open)
 			c := claim(t, s, key1, "fp", cache.Claimed)
 			res := startWait(t, s, ctx, key1)
 			if err := wake(s, c.Owner); err != nil {
@@ -297,9 +372,13 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			}
 		})
 	}
+}
 
+// runWaitNotInFlight checks that Wait does not block on a key that is not in
+// flight.
+func runWaitNotInFlight(t *testing.T, open opener) {
 	t.Run("wait returns at once when not in flight", func(t *testing.T) {
-		s, clock := setup(t)
+		s, clock := setup(t, open)
 		if err := s.Wait(ctx, key1); err != nil {
 			t.Fatalf("Wait on absent key: %v", err)
 		}
@@ -319,9 +398,13 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			t.Fatal("Wait blocked although the key was not in flight")
 		}
 	})
+}
 
+// runWaitCancel checks that Wait returns the context's error once it is
+// done.
+func runWaitCancel(t *testing.T, open opener) {
 	t.Run("wait ctx cancel", func(t *testing.T) {
-		s, _ := setup(t)
+		s, _ := setup(t, open)
 		claim(t, s, key1, "fp", cache.Claimed)
 		wctx, cancel := context.WithCancel(ctx)
 		res := startWait(t, s, wctx, key1)
@@ -333,12 +416,14 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			t.Fatalf("Wait with a done ctx: %v", err)
 		}
 	})
+}
 
-	// A commit racing with a waiter's Claim → Wait must never leave the
-	// waiter blocked (it would hit waitResult's 10s guard: the lease is
-	// 30s and the fake clock does not move).
+// runWaitNoMissedWakeup checks that a commit racing with a waiter's Claim →
+// Wait never leaves the waiter blocked (it would hit waitResult's 10s guard:
+// the lease is 30s and the fake clock does not move).
+func runWaitNoMissedWakeup(t *testing.T, open opener) {
 	t.Run("wait no missed wakeup", func(t *testing.T) {
-		s, _ := setup(t)
+		s, _ := setup(t, open)
 		for i := range 50 {
 			k := cache.Key{Endpoint: chatEP, ID: fmt.Sprintf("race-%d", i)}
 			c := claim(t, s, k, "fp", cache.Claimed)
@@ -364,9 +449,13 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			}
 		}
 	})
+}
 
+// runTenantScoping checks that the same id in another scope or endpoint is
+// another key.
+func runTenantScoping(t *testing.T, open opener) {
 	t.Run("tenant scoping", func(t *testing.T) {
-		s, _ := setup(t)
+		s, _ := setup(t, open)
 		a := cache.Key{Scope: "acme", Endpoint: chatEP, ID: "same-id"}
 		b := cache.Key{Scope: "globex", Endpoint: chatEP, ID: "same-id"}
 		shared := cache.Key{Endpoint: chatEP, ID: "same-id"}
@@ -401,9 +490,13 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			}
 		}
 	})
+}
 
+// runManyKeys checks that keys of one scope keep their own state and expire
+// on their own.
+func runManyKeys(t *testing.T, open opener) {
 	t.Run("many keys in a scope", func(t *testing.T) {
-		s, clock := setup(t)
+		s, clock := setup(t, open)
 		for _, id := range []string{"k3", "k1", "k0", "k2", "k4"} {
 			k := cache.Key{Scope: "acme", Endpoint: chatEP, ID: id}
 			c := claim(t, s, k, "fp", cache.Claimed)
@@ -447,9 +540,12 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 		clock.Advance(ttl)
 		check(t, true)
 	})
+}
 
+// runDelete checks that a deleted key is absent and can be claimed afresh.
+func runDelete(t *testing.T, open opener) {
 	t.Run("delete", func(t *testing.T) {
-		s, _ := setup(t)
+		s, _ := setup(t, open)
 		if err := s.Delete(ctx, key1); !errors.Is(err, cache.ErrNotFound) {
 			t.Fatalf("Delete absent: %v, want cache.ErrNotFound", err)
 		}
@@ -465,9 +561,13 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 		}
 		claim(t, s, key1, "another-fp", cache.Claimed)
 	})
+}
 
+// runTTL checks that a committed record lives exactly its ttl by the store's
+// clock.
+func runTTL(t *testing.T, open opener) {
 	t.Run("ttl", func(t *testing.T) {
-		s, clock := setup(t)
+		s, clock := setup(t, open)
 		c := claim(t, s, key1, "fp", cache.Claimed)
 		const short = 90 * time.Second
 		if err := s.Commit(ctx, key1, c.Owner, JSONRecord(), short); err != nil {
@@ -494,9 +594,13 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 		// Expired means absent: the key can be claimed afresh, with any body.
 		claim(t, s, key1, "another-fp", cache.Claimed)
 	})
+}
 
+// runDeadLetters checks that dead letters merge per key, list by filter
+// without their bodies, delete, and expire.
+func runDeadLetters(t *testing.T, open opener) {
 	t.Run("dead letters", func(t *testing.T) {
-		s, clock := setup(t)
+		s, clock := setup(t, open)
 		first := clock.Now()
 		k2 := cache.Key{Scope: "globex", Endpoint: chatEP, ID: "key-2"}
 		put := func(k cache.Key, d cache.DeadLetter) cache.DeadLetter {
@@ -537,20 +641,7 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			{cache.DeadLetterFilter{Client: "acme"}, []string{d1.ID}},
 			{cache.DeadLetterFilter{Client: "nobody"}, nil},
 		} {
-			list, err := s.ListDeadLetters(ctx, tc.f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ids []string
-			for _, d := range list {
-				ids = append(ids, d.ID)
-				if d.Body != nil {
-					t.Fatalf("listed dead letter keeps its body: %+v", d)
-				}
-			}
-			if !reflect.DeepEqual(ids, tc.want) {
-				t.Fatalf("ListDeadLetters(%+v) = %v, want %v", tc.f, ids, tc.want)
-			}
+			assertDeadLetterIDs(t, s, tc.f, tc.want)
 		}
 		if err := s.DeleteDeadLetter(ctx, d1.ID); err != nil {
 			t.Fatalf("DeleteDeadLetter: %v", err)
@@ -573,31 +664,33 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			t.Fatalf("GetDeadLetter of an expired one: %v", err)
 		}
 	})
+}
 
-	// commitAs claims and commits rec under k, and returns the record as
-	// stored (its fingerprint set), for StoredSize.
-	commitAs := func(t *testing.T, s Store, k cache.Key, rec *cache.Record, ttl time.Duration) *cache.Record {
-		t.Helper()
-		c := claim(t, s, k, "fp-"+k.ID, cache.Claimed)
-		if err := s.Commit(ctx, k, c.Owner, rec, ttl); err != nil {
-			t.Fatalf("Commit(%v): %v", k, err)
-		}
-		rec.Fingerprint = "fp-" + k.ID
-		return rec
+// assertDeadLetterIDs checks that ListDeadLetters(f) lists the letters
+// want, in that order, without their bodies.
+func assertDeadLetterIDs(t *testing.T, s Store, f cache.DeadLetterFilter, want []string) {
+	t.Helper()
+	list, err := s.ListDeadLetters(ctx, f)
+	if err != nil {
+		t.Fatal(err)
 	}
-	scan := func(t *testing.T, s Store, scope string) map[cache.CommittedRecord]int {
-		t.Helper()
-		got := map[cache.CommittedRecord]int{}
-		if err := s.ScanCommitted(ctx, scope, func(r cache.CommittedRecord) error { got[r]++; return nil }); err != nil {
-			t.Fatalf("ScanCommitted(%q): %v", scope, err)
+	var ids []string
+	for _, d := range list {
+		ids = append(ids, d.ID)
+		if d.Body != nil {
+			t.Fatalf("listed dead letter keeps its body: %+v", d)
 		}
-		return got
 	}
-	// Scopes whose storage keys a careless prefix or pattern would mix up.
-	neighbours := []string{"acme2", "", "ac*", "acme:x"}
+	if !reflect.DeepEqual(ids, want) {
+		t.Fatalf("ListDeadLetters(%+v) = %v, want %v", f, ids, want)
+	}
+}
 
+// runScanCommitted checks that ScanCommitted reports exactly one scope's
+// live committed records.
+func runScanCommitted(t *testing.T, open opener) {
 	t.Run("scan committed", func(t *testing.T) {
-		s, clock := setup(t)
+		s, clock := setup(t, open)
 		if got := scan(t, s, "acme"); len(got) != 0 {
 			t.Fatalf("empty store: %v", got)
 		}
@@ -648,9 +741,13 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 			t.Fatalf("ScanCommitted(acme) an hour later = %v, want %v", got, want)
 		}
 	})
+}
 
+// runPurgeScope checks that PurgeScope removes one scope's records,
+// in-flight claims and dead letters, and wakes its waiters.
+func runPurgeScope(t *testing.T, open opener) {
 	t.Run("purge scope", func(t *testing.T) {
-		s, _ := setup(t)
+		s, _ := setup(t, open)
 		if p, err := s.PurgeScope(ctx, "acme"); err != nil || p != (cache.Purged{}) {
 			t.Fatalf("PurgeScope of an empty store = %+v, %v", p, err)
 		}
@@ -714,9 +811,13 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) Store) {
 		}
 		claim(t, s, mine[0], "another-fp", cache.Claimed)
 	})
+}
 
+// runInvalidArguments checks that bad keys, leases, ttls, records and a done
+// context are refused.
+func runInvalidArguments(t *testing.T, open opener) {
 	t.Run("invalid arguments", func(t *testing.T) {
-		s, _ := setup(t)
+		s, _ := setup(t, open)
 		bad := cache.Key{Endpoint: chatEP, ID: "has\nnewline"}
 		if _, err := s.Claim(ctx, bad, "fp", lease); !errors.Is(err, cache.ErrInvalidKey) {
 			t.Fatalf("Claim with bad key: %v", err)

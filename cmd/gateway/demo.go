@@ -1,7 +1,7 @@
 package main
 
 // -demo: the gateway in front of the simulated upstream (package
-// simupstream), with what a newcomer's tour needs — models that fail on
+// cmd/gateway/demo), with what a newcomer's tour needs — models that fail on
 // purpose, the admin API and page opened with a fresh token, and a
 // breaker that closes again within seconds — and a banner that says how to
 // see each. Nothing here runs without -demo.
@@ -18,9 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmgate/llmgate/cmd/gateway/demo"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/admin"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // What -demo changes in the configuration, where the configuration left
@@ -68,11 +68,10 @@ func startDemo(outage time.Duration) (*demoMode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo upstream: %w", err)
 	}
-	fake := simupstream.New(simupstream.Options{
-		ChunkDelay:   40 * time.Millisecond,
-		KeepRequests: -1,
-		DemoModels:   true,
-		DemoOutage:   outage,
+	fake := demo.New(demo.Options{
+		ChunkDelay: 40 * time.Millisecond,
+		DemoModels: true,
+		DemoOutage: outage,
 	})
 	srv := &http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -110,7 +109,7 @@ func (d *demoMode) env(getenv func(string) string) func(string) string {
 func (d *demoMode) configure(cfg *config.Config) error {
 	if len(cfg.Upstreams) == 1 && cfg.Upstreams[0].BaseURL == d.baseURL {
 		d.tour = true
-		down := config.Upstream{Name: demoDownUpstream, BaseURL: d.baseURL, APIKey: "demo", Models: []string{simupstream.DemoDown}}
+		down := config.Upstream{Name: demoDownUpstream, BaseURL: d.baseURL, APIKey: "demo", Models: []string{demo.DemoDown}}
 		rest := config.Upstream{Name: demoUpstream, BaseURL: d.baseURL, APIKey: "demo", Models: []string{"*"}}
 		cfg.Upstreams = []config.Upstream{down.WithDefaults(), rest.WithDefaults()}
 	}
@@ -155,8 +154,8 @@ func (d *demoMode) banner(w io.Writer, cfg config.Config, addr string) {
 	if d.tour {
 		fmt.Fprintf(&b, "\nDemo: a simulated upstream answers every model at once, except the demo-* ones, which fail on purpose.\n")
 		fmt.Fprintf(&b, "Each request's log line (stderr) says how it went: status, class, attempts.\n")
-		fmt.Fprintf(&b, "\n  gpt-4o-mini, or any other model: an answer\n    %s\n", demoCurl(base, simupstream.Demo{Model: "gpt-4o-mini"}, 0))
-		for _, m := range simupstream.Demos(d.outage) {
+		fmt.Fprintf(&b, "\n  gpt-4o-mini, or any other model: an answer\n    %s\n", demoCurl(base, demo.Demo{Model: "gpt-4o-mini"}, 0))
+		for _, m := range demo.Demos(d.outage) {
 			fmt.Fprintf(&b, "\n  %s: %s\n    %s\n", m.Model, m.Does, demoCurl(base, m, int(cfg.Breaker.ConsecutiveFailures)+1))
 		}
 		fmt.Fprintf(&b, "\n  demo-down is upstream %q, with a circuit breaker of its own: %d failed requests open it,\n"+
@@ -185,7 +184,7 @@ func (d *demoMode) banner(w io.Writer, cfg config.Config, addr string) {
 // demoCurl is the one command that shows what model m does. downRequests
 // is how many requests to demo-down the tour sends: enough to open its
 // breaker, and one the open breaker refuses.
-func demoCurl(base string, m simupstream.Demo, downRequests int) string {
+func demoCurl(base string, m demo.Demo, downRequests int) string {
 	stream := ""
 	if m.Stream {
 		stream = `"stream":true,`
@@ -193,7 +192,7 @@ func demoCurl(base string, m simupstream.Demo, downRequests int) string {
 	body := `{"model":"` + m.Model + `",` + stream + `"messages":[{"role":"user","content":"Hello"}]}`
 	url := base + "/v1/chat/completions"
 	switch {
-	case m.Model == simupstream.DemoDown:
+	case m.Model == demo.DemoDown:
 		// The time says which requests were retried and which the open
 		// breaker refused at once.
 		return fmt.Sprintf(`for i in $(seq %d); do curl -s -o /dev/null -w '%%{http_code} in %%{time_total}s\n' %s`+

@@ -14,11 +14,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
 
+	"github.com/llmgate/llmgate/cache"
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	redisstore "github.com/llmgate/llmgate/cache/redis"
+	"github.com/llmgate/llmgate/cmd/gateway/demo"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
@@ -31,7 +32,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	configPath := fs.String("config", "", "YAML configuration `file` (default: built-in defaults and the environment)")
 	checkOnly := fs.Bool("check-config", false, "validate the configuration, print it with secrets redacted, and exit")
 	demoFlag := fs.Bool("demo", false, "serve a built-in simulated upstream, with models that fail on purpose, and open the admin API and page: a tour of llmgate with no API key and no network")
-	demoOutage := fs.Duration("demo-outage", simupstream.DefaultDemoOutage, "with -demo, how long the model demo-down is down, from its first request")
+	demoOutage := fs.Duration("demo-outage", demo.DefaultDemoOutage, "with -demo, how long the model demo-down is down, from its first request")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -200,7 +201,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		r := cfg.Store.Redis
 		return redisstore.Open(ctx, redisstore.Options{
 			URL: r.URL, PoolSize: r.PoolSize, Prefix: r.Prefix, Cluster: r.Cluster, Logger: log,
-			WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout.D(),
+			WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout.D(), DeadLetters: deadLetterBound(cfg),
 			SentinelMaster: r.Sentinel.Master, SentinelAddrs: r.Sentinel.Addrs, SentinelPassword: r.Sentinel.Password,
 		})
 	}
@@ -212,7 +213,15 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		Logger:       log,
 		MaxBytes:     cfg.Store.MaxBytes,
 		MinFreeBytes: cfg.Store.MinFreeBytes,
+		DeadLetters:  deadLetterBound(cfg),
 	})
+}
+
+// deadLetterBound is the bound on each client's dead letters that the
+// config sets.
+func deadLetterBound(cfg config.Config) cache.DeadLetterBound {
+	d := cfg.DeadLetters
+	return cache.DeadLetterBound{MaxCount: d.MaxPerClient, MaxBytes: d.PerClientBytes(cfg.Store.MaxBytes)}
 }
 
 type redisLogger struct{ log *slog.Logger }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmgate/llmgate/gateway/simupstream"
+	"github.com/llmgate/llmgate/cmd/gateway/demo"
 	"github.com/llmgate/llmgate/gateway/tracing/receivertest"
 )
 
@@ -18,7 +18,7 @@ import (
 // last requests are exported at shutdown, not lost with the process.
 func TestTracingFromEnvironmentFlushedAtShutdown(t *testing.T) {
 	rec := receivertest.New(t)
-	up := httptest.NewServer(simupstream.New(simupstream.Options{}))
+	up := httptest.NewServer(demo.New(demo.Options{}))
 	t.Cleanup(up.Close)
 	env := map[string]string{
 		"GATEWAY_ADDR":                "127.0.0.1:0",

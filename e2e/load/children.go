@@ -19,8 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/e2e/load/cgroup"
-	"github.com/llmgate/llmgate/gateway/simupstream"
 )
 
 // childLine prefixes the line a child prints once it listens; the address
@@ -52,7 +52,7 @@ func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	addr := *fakeAddr
 	switch {
 	case *fakeAddr != "" && *floorAddr == "":
-		fake := simupstream.New(simupstream.Options{
+		fake := fakeprovider.New(fakeprovider.Options{
 			Latency: *latency, ChunkDelay: *chunkDelay, ContentBytes: *content, Chunks: *chunks,
 			KeepRequests: -1,
 		})
@@ -206,11 +206,21 @@ func execInCgroup(args, env []string) error {
 	return syscall.Exec(args[1], args[1:], env)
 }
 
-// startChild starts bin with args and waits (at most 60s) for the line
-// starting with prefix that names its address.
-func startChild(ctx context.Context, name, bin string, args, env []string, prefix string) (*child, error) {
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
+// childSpec is a child process to start.
+type childSpec struct {
+	name  string // for logs and errors
+	bin   string
+	args  []string
+	env   []string
+	ready string // the prefix of the stdout line that names its address
+}
+
+// startChild starts the child and waits (at most 60s) for the line
+// starting with sp.ready that names its address.
+func startChild(ctx context.Context, sp childSpec) (*child, error) {
+	name, prefix := sp.name, sp.ready
+	cmd := exec.Command(sp.bin, sp.args...)
+	cmd.Env = sp.env
 	// If the load tool dies, its children die with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c := &child{name: name, cmd: cmd, stderr: &tail{}, exited: make(chan struct{})}
@@ -329,10 +339,24 @@ func buildGateway(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
+// gatewaySetup is what the gateway's config says: where it keeps its data,
+// its admin token, its store, and the base URL of each fake (big is empty
+// without -big).
+type gatewaySetup struct {
+	dataDir    string
+	adminToken string
+	store      storeChoice
+	fake       string
+	slow       string
+	big        string
+}
+
 // gatewayConfig routes each model to its own fake: gpt-4o-mini to the
 // ordinary one, slow-gpt to the slow one, big-gpt to the one answering
 // -big-bytes.
-func gatewayConfig(dataDir string, fake, slow, big string, st storeChoice, adminToken string) string {
+func gatewayConfig(gs gatewaySetup) string {
+	dataDir, adminToken, st := gs.dataDir, gs.adminToken, gs.store
+	fake, slow, big := gs.fake, gs.slow, gs.big
 	var b strings.Builder
 	fmt.Fprintf(&b, `listen: 127.0.0.1:0
 data_dir: %s

@@ -143,10 +143,19 @@ type outcome struct {
 // fast the path is.
 const maxPerWorker = 4 << 20
 
-// closedLoop runs conc workers, each sending its next request when the
-// previous one finished, for warm (discarded) and then dur (measured).
-// measuring is called between the two.
-func closedLoop(ctx context.Context, c *http.Client, s *shot, conc int, warm, dur time.Duration, measuring func()) outcome {
+// closedPlan is a closed loop's shape: conc workers, for warm (discarded)
+// and then dur (measured); measuring is called between the two.
+type closedPlan struct {
+	conc      int
+	warm, dur time.Duration
+	measuring func()
+}
+
+// closedLoop runs pl.conc workers, each sending its next request when the
+// previous one finished, for pl.warm (discarded) and then pl.dur
+// (measured). pl.measuring is called between the two.
+func closedLoop(ctx context.Context, c *http.Client, s *shot, pl closedPlan) outcome {
+	conc, warm, dur := pl.conc, pl.warm, pl.dur
 	phase := func(tag string, d time.Duration) ([]sample, time.Duration) {
 		start := time.Now()
 		deadline := start.Add(d)
@@ -170,9 +179,17 @@ func closedLoop(ctx context.Context, c *http.Client, s *shot, conc int, warm, du
 	if warm > 0 {
 		phase("warm", warm)
 	}
-	measuring()
+	pl.measuring()
 	samples, elapsed := phase("run", dur)
 	return outcome{samples: samples, elapsed: elapsed, issued: len(samples), maxInFlight: int64(conc)}
+}
+
+// openPlan is an open loop's shape: rate requests per second for dur, each
+// bounded by timeout.
+type openPlan struct {
+	rate    int
+	dur     time.Duration
+	timeout time.Duration
 }
 
 // openLoop fires rate requests per second for dur on a fixed schedule,
@@ -180,7 +197,8 @@ func closedLoop(ctx context.Context, c *http.Client, s *shot, conc int, warm, du
 // due at start + i/rate; a send that falls behind goes at once and the
 // lag is reported. Latency is measured from the actual send. It returns
 // when every request has finished (each is bounded by timeout).
-func openLoop(ctx context.Context, c *http.Client, s *shot, rate int, dur, timeout time.Duration) outcome {
+func openLoop(ctx context.Context, c *http.Client, s *shot, pl openPlan) outcome {
+	rate, dur, timeout := pl.rate, pl.dur, pl.timeout
 	n := max(1, int(float64(rate)*dur.Seconds()))
 	period := time.Second / time.Duration(rate)
 	samples := make([]sample, n)

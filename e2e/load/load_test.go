@@ -140,7 +140,8 @@ func TestDist(t *testing.T) {
 }
 
 func TestGatewayConfigIsLoopback(t *testing.T) {
-	cfg := gatewayConfig("/tmp/x", "http://127.0.0.1:1", "http://127.0.0.1:2", "", storeChoice{Kind: "badger"}, "tok")
+	cfg := gatewayConfig(gatewaySetup{dataDir: "/tmp/x", adminToken: "tok", store: storeChoice{Kind: "badger"},
+		fake: "http://127.0.0.1:1", slow: "http://127.0.0.1:2"})
 	if !strings.Contains(cfg, "listen: 127.0.0.1:0") || strings.Contains(cfg, "big-gpt") {
 		t.Errorf("config:\n%s", cfg)
 	}

@@ -10,7 +10,7 @@
 // is the same run in a few seconds, for checking the tool itself (its
 // numbers mean nothing); `go test ./e2e/load/` runs exactly that.
 //
-// The fake upstream (gateway/simupstream), the floor proxy and the gateway are
+// The fake upstream (e2e/fakeprovider), the floor proxy and the gateway are
 // separate processes, as in production: the tool re-executes itself with a
 // hidden -serve-fake or -serve-floor mode for the first two, and builds
 // cmd/gateway (unless -gateway names a binary) for the third. Everything

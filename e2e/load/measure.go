@@ -175,9 +175,33 @@ func (p *paths) base(path, model string) (string, *child) {
 	return fake.URL + "/v1/chat/completions", nil
 }
 
+// measurement is one run of the tool: what the steps of measure share.
+type measurement struct {
+	ctx   context.Context
+	s     settings
+	rep   *report
+	logf  func(format string, a ...any)
+	p     *paths
+	runID string
+	self  string        // this executable, which is its own fakes and floors
+	env   []string      // the children's environment
+	cg    *cgroup.Group // the gateway's cgroup, or nil
+	// cleanups run last in, first out when measure returns, as defers in
+	// measure itself would.
+	cleanups []func()
+}
+
+// onEnd arranges for f to run when measure returns.
+func (m *measurement) onEnd(f func()) { m.cleanups = append(m.cleanups, f) }
+
+func (m *measurement) cleanup() {
+	for i := len(m.cleanups) - 1; i >= 0; i-- {
+		m.cleanups[i]()
+	}
+}
+
 // measure starts the processes and runs every leg into rep.
 func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error {
-	logf := func(format string, a ...any) { fmt.Fprintf(logw, "load: "+format+"\n", a...) }
 	tmp, err := os.MkdirTemp("", "llmgate-load-")
 	if err != nil {
 		return err
@@ -188,20 +212,65 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 	if err != nil {
 		return err
 	}
-	env := childEnv()
-	p := &paths{}
-	defer func() {
-		for _, c := range p.all() {
+	m := &measurement{ctx: ctx, s: s, rep: rep, p: &paths{}, self: self, env: childEnv(),
+		runID: strconv.FormatInt(time.Now().UnixNano(), 36),
+		logf:  func(format string, a ...any) { fmt.Fprintf(logw, "load: "+format+"\n", a...) }}
+	defer m.cleanup()
+	m.onEnd(func() {
+		for _, c := range m.p.all() {
 			c.stop()
 		}
-	}()
+	})
+	if err := m.startFakes(); err != nil {
+		return err
+	}
+	dataDir := filepath.Join(tmp, "data")
+	cpu0, err := m.launchGateway(tmp, dataDir)
+	if err != nil {
+		return err
+	}
+
+	rep.LoadAvgStart = loadAvg()
+	m.onEnd(func() { rep.LoadAvgEnd = loadAvg() })
+	if err := m.closedLegs(); err != nil {
+		return err
+	}
+	var tl *timeline
+	if s.Sustain > 0 {
+		if tl, err = m.sustainLegs(); err != nil {
+			tl.stop()
+			return err
+		}
+	}
+	if err := m.openLegs(); err != nil {
+		return err
+	}
+	if err := m.bigLegs(); err != nil {
+		return err
+	}
+	m.logFailures()
+	if end, err := readProc(m.p.gw.pid()); err == nil {
+		rep.Gateway.RSSAtEndMiB = mib(end.RSSKiB)
+		rep.Gateway.AnonAtEndMiB, rep.Gateway.FileAtEndMiB = mib(end.AnonKiB), mib(end.FileKiB)
+		rep.Gateway.ThreadsAtEnd = end.Threads
+		rep.Gateway.CPUTotalSeconds = (end.CPU - cpu0.CPU).Seconds()
+	}
+	return m.settleEnd(dataDir, tl)
+}
+
+// startFakes starts the fakes (the ordinary one, the slow one and, with
+// -big, the big one) and a floor in front of each.
+func (m *measurement) startFakes() error {
+	s, p := m.s, m.p
 	fake := func(name string, args ...string) (*child, error) {
 		args = append([]string{"-serve-fake", "127.0.0.1:0"}, args...)
-		return startChild(ctx, name, self, args, env, childLine)
+		return startChild(m.ctx, childSpec{name: name, bin: m.self, args: args, env: m.env, ready: childLine})
 	}
 	floor := func(name string, target *child) (*child, error) {
-		return startChild(ctx, name, self, []string{"-serve-floor", "127.0.0.1:0", "-target", target.URL}, env, childLine)
+		return startChild(m.ctx, childSpec{name: name, bin: m.self,
+			args: []string{"-serve-floor", "127.0.0.1:0", "-target", target.URL}, env: m.env, ready: childLine})
 	}
+	var err error
 	cb := strconv.Itoa(s.ContentBytes)
 	if p.fake, err = fake("fake", "-content-bytes", cb); err != nil {
 		return err
@@ -215,7 +284,6 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 	if p.floorSlow, err = floor("floor-slow", p.slow); err != nil {
 		return err
 	}
-	bigURL := ""
 	if s.Big {
 		chunks := strconv.Itoa(max(1, s.BigBytes/s.BigChunkBytes))
 		if p.big, err = fake("fake-big", "-content-bytes", strconv.Itoa(s.BigBytes), "-chunks", chunks); err != nil {
@@ -224,91 +292,125 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 		if p.floorB, err = floor("floor-big", p.big); err != nil {
 			return err
 		}
-		bigURL = p.big.URL
 	}
+	return nil
+}
 
-	bin := s.Gateway
+// launchGateway builds the gateway (unless -gateway names one), writes its
+// config, starts it (in its cgroup, if any) and waits for it to be ready.
+// It returns the gateway's process figures at ready.
+func (m *measurement) launchGateway(tmp, dataDir string) (procStatus, error) {
+	bin := m.s.Gateway
 	if bin == "" {
-		logf("building ./cmd/gateway")
-		if bin, err = buildGateway(ctx, tmp); err != nil {
-			return err
+		m.logf("building ./cmd/gateway")
+		var err error
+		if bin, err = buildGateway(m.ctx, tmp); err != nil {
+			return procStatus{}, err
 		}
 	}
-	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfgPath := filepath.Join(tmp, "gateway.yaml")
-	dataDir := filepath.Join(tmp, "data")
-	store, token := s.Store, randomToken()
+	token, err := m.writeConfig(cfgPath, dataDir)
+	if err != nil {
+		return procStatus{}, err
+	}
+	if err := m.setupCgroup(); err != nil {
+		return procStatus{}, err
+	}
+	launch := []string{bin, "-config", cfgPath}
+	if m.cg != nil {
+		launch = append([]string{m.self, inCgroup, m.cg.Dir}, launch...)
+	}
+	gi, err := startGateway(m.ctx, m.p, launch, m.env, m.s.Settle)
+	if err != nil {
+		return procStatus{}, err
+	}
+	m.p.gw.metricsURL, m.p.gw.adminToken = m.p.gw.URL+"/metrics", token
+	m.rep.Gateway = gi
+	m.logf("gateway ready in %.0f ms, idle RSS %.1f MiB", gi.StartupMs, gi.IdleRSSMiB)
+	cpu0, _ := readProc(m.p.gw.pid())
+	if m.cg != nil {
+		m.rep.Cgroup.Start, _ = m.cg.Stats()
+	}
+	return cpu0, nil
+}
+
+// writeConfig writes the gateway's config to path, with a fresh admin
+// token, which it returns. On Redis the run gets a key prefix of its own,
+// whose keys are deleted when measure returns.
+func (m *measurement) writeConfig(path, dataDir string) (string, error) {
+	store, token := m.s.Store, randomToken()
 	if store.Kind == "redis" {
-		store.RedisPrefix = "llmgate-load-" + runID + ":"
+		store.RedisPrefix = "llmgate-load-" + m.runID + ":"
 	}
-	rep.Store = store
+	m.rep.Store = store
 	if store.Kind == "redis" {
-		defer func() {
-			n, err := dropRedisPrefix(context.WithoutCancel(ctx), store.RedisURL, store.RedisPrefix)
-			logf("deleted %d Redis keys under %s (err: %v)", n, store.RedisPrefix, err)
-		}()
+		m.onEnd(func() {
+			n, err := dropRedisPrefix(context.WithoutCancel(m.ctx), store.RedisURL, store.RedisPrefix)
+			m.logf("deleted %d Redis keys under %s (err: %v)", n, store.RedisPrefix, err)
+		})
 	}
-	if err := os.WriteFile(cfgPath, []byte(gatewayConfig(dataDir, p.fake.URL, p.slow.URL, bigURL, store, token)+s.ConfigExtra+"\n"), 0o600); err != nil {
-		return err
+	gs := gatewaySetup{dataDir: dataDir, adminToken: token, store: store, fake: m.p.fake.URL, slow: m.p.slow.URL}
+	if m.p.big != nil {
+		gs.big = m.p.big.URL
 	}
-	cg, made, err := gatewayCgroup(s, runID)
+	if err := os.WriteFile(path, []byte(gatewayConfig(gs)+m.s.ConfigExtra+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return token, nil
+}
+
+// setupCgroup opens or makes the gateway's cgroup (see gatewayCgroup), if
+// one is asked for, and records it in the report.
+func (m *measurement) setupCgroup() error {
+	cg, made, err := gatewayCgroup(m.s, m.runID)
 	if err != nil {
 		return err
 	}
+	m.cg = cg
 	if made {
-		// Runs before the deferred stop of every child above (last in, first
-		// out), so it stops the gateway itself: a group with a process in it
-		// cannot be removed.
-		defer func() {
-			if p.gw != nil {
-				p.gw.stop()
+		// Runs before the stop of every child (last in, first out), so it
+		// stops the gateway itself: a group with a process in it cannot be
+		// removed.
+		m.onEnd(func() {
+			if m.p.gw != nil {
+				m.p.gw.stop()
 			}
 			if err := cg.Remove(); err != nil {
-				logf("removing cgroup %s: %v", cg.Dir, err)
+				m.logf("removing cgroup %s: %v", cg.Dir, err)
 			}
-		}()
+		})
 	}
 	if cg != nil {
 		// However the run ends (a killed gateway ends it early), say what
 		// the kernel counted.
-		defer func() {
+		m.onEnd(func() {
 			if st, err := cg.Stats(); err == nil && st.OOMKills > 0 {
-				logf("the gateway's cgroup counted %d OOM kills", st.OOMKills)
+				m.logf("the gateway's cgroup counted %d OOM kills", st.OOMKills)
 			}
-		}()
+		})
+		m.rep.Cgroup = &CgroupInfo{Dir: cg.Dir, V2: cg.V2, Made: made}
 	}
-	launch := []string{bin, "-config", cfgPath}
-	if cg != nil {
-		launch = append([]string{self, inCgroup, cg.Dir}, launch...)
-		rep.Cgroup = &CgroupInfo{Dir: cg.Dir, V2: cg.V2, Made: made}
-	}
-	gi, err := startGateway(ctx, p, launch, env, s.Settle)
-	if err != nil {
-		return err
-	}
-	p.gw.metricsURL, p.gw.adminToken = p.gw.URL+"/metrics", token
-	rep.Gateway = gi
-	logf("gateway ready in %.0f ms, idle RSS %.1f MiB", gi.StartupMs, gi.IdleRSSMiB)
-	cpu0, _ := readProc(p.gw.pid())
-	if cg != nil {
-		rep.Cgroup.Start, _ = cg.Stats()
-	}
+	return nil
+}
 
-	rep.LoadAvgStart = loadAvg()
-	defer func() { rep.LoadAvgEnd = loadAvg() }()
-	add := func(l Leg) error {
-		rep.Legs = append(rep.Legs, l)
-		logf("%-34s n=%-7d err=%-4d p50=%.3fms", l.Name, l.Requests, l.Errors, latP50(l))
-		for _, c := range p.all() {
-			if err := c.alive(); err != nil {
-				return err
-			}
+// add records a finished leg, and reports an error if a process has
+// exited or the run is cancelled.
+func (m *measurement) add(l Leg) error {
+	m.rep.Legs = append(m.rep.Legs, l)
+	m.logf("%-34s n=%-7d err=%-4d p50=%.3fms", l.Name, l.Requests, l.Errors, latP50(l))
+	for _, c := range m.p.all() {
+		if err := c.alive(); err != nil {
+			return err
 		}
-		return ctx.Err()
 	}
+	return m.ctx.Err()
+}
 
-	// Closed loop.
-	for _, conc := range s.Concurrency {
+// closedLegs runs the closed-loop legs: at each concurrency, JSON then
+// streams, direct, through the floor and through the gateway (unkeyed,
+// fresh keys, replays of one key).
+func (m *measurement) closedLegs() error {
+	for _, conc := range m.s.Concurrency {
 		for _, kind := range []string{"json", "stream"} {
 			for _, leg := range []struct {
 				path string
@@ -319,56 +421,60 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 				}
 				l := Leg{Path: leg.path, Kind: kind, Keys: leg.keys, Mode: "closed", Concurrency: conc}
 				l.Name = legName(l)
-				if !s.runs(l.Name) {
+				if !m.s.runs(l.Name) {
 					continue
 				}
-				url, proxy := p.base(leg.path, modelFast)
-				sh := &shot{url: url, body: chatBody(modelFast, kind == "stream"), stream: kind == "stream", keys: leg.keys,
-					key: fmt.Sprintf("load-%s-c%d-%s-", runID, conc, kind)}
-				c := newClient(conc)
-				if leg.keys == replay {
-					sh.key = fmt.Sprintf("load-%s-c%d-%s-replayed", runID, conc, kind)
-					first := *sh
-					first.keys = freshKey
-					first.key = sh.key
-					if smp := first.do(ctx, c, "", make([]byte, 32<<10)); smp.err != nil {
-						return fmt.Errorf("%s: committing the key to replay: %w", l.Name, smp.err)
-					}
-				}
-				var w *watch
-				var fg *foreign
-				var pf *profile
-				o := closedLoop(ctx, c, sh, conc, s.Warmup, s.Duration, func() {
-					fg = startForeign(p.pids())
-					if proxy != nil {
-						w = startWatch(proxy)
-					}
-					pf = startProfile(s, proxy, l.Name, s.Duration)
-				})
-				pf.wait()
-				l.ForeignCPUSeconds = fg.stop()
-				if w != nil {
-					l.Proxy = w.stop()
-				}
-				c.CloseIdleConnections()
-				l.fill(o)
-				if err := add(l); err != nil {
+				if err := m.closedLeg(l); err != nil {
 					return err
 				}
 			}
 		}
 	}
+	return nil
+}
 
-	var tl *timeline
-	if s.Sustain > 0 {
-		tl, err = sustainLegs(ctx, s, p, runID, cg, add)
-		if err != nil {
-			tl.stop()
-			return err
+// closedLeg runs one closed-loop leg: -warmup discarded, then -duration
+// measured.
+func (m *measurement) closedLeg(l Leg) error {
+	ctx, s, p := m.ctx, m.s, m.p
+	conc, kind := l.Concurrency, l.Kind
+	url, proxy := p.base(l.Path, modelFast)
+	sh := &shot{url: url, body: chatBody(modelFast, kind == "stream"), stream: kind == "stream", keys: l.Keys,
+		key: fmt.Sprintf("load-%s-c%d-%s-", m.runID, conc, kind)}
+	c := newClient(conc)
+	if l.Keys == replay {
+		sh.key = fmt.Sprintf("load-%s-c%d-%s-replayed", m.runID, conc, kind)
+		first := *sh
+		first.keys = freshKey
+		first.key = sh.key
+		if smp := first.do(ctx, c, "", make([]byte, 32<<10)); smp.err != nil {
+			return fmt.Errorf("%s: committing the key to replay: %w", l.Name, smp.err)
 		}
 	}
+	var w *watch
+	var fg *foreign
+	var pf *profile
+	o := closedLoop(ctx, c, sh, closedPlan{conc: conc, warm: s.Warmup, dur: s.Duration, measuring: func() {
+		fg = startForeign(p.pids())
+		if proxy != nil {
+			w = startWatch(proxy)
+		}
+		pf = startProfile(s, proxy, l.Name, s.Duration)
+	}})
+	pf.wait()
+	l.ForeignCPUSeconds = fg.stop()
+	if w != nil {
+		l.Proxy = w.stop()
+	}
+	c.CloseIdleConnections()
+	l.fill(o)
+	return m.add(l)
+}
 
-	// Open loop against the slow fake: rate × slow calls in flight.
+// openLegs runs the open-loop legs against the slow fake: rate × slow
+// calls in flight.
+func (m *measurement) openLegs() error {
+	s, p := m.s, m.p
 	for _, path := range []string{"direct", "floor", "llmgate"} {
 		l := Leg{Path: path, Kind: "json", Keys: noKey, Mode: "open", Rate: s.Rate, UpstreamMs: ms(s.Slow)}
 		l.Name = legName(l)
@@ -383,84 +489,86 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 			w = startWatch(proxy)
 		}
 		fg := startForeign(p.pids())
-		o := openLoop(ctx, c, sh, s.Rate, s.OpenDuration, s.Slow+30*time.Second)
+		o := openLoop(m.ctx, c, sh, openPlan{rate: s.Rate, dur: s.OpenDuration, timeout: s.Slow + 30*time.Second})
 		l.ForeignCPUSeconds = fg.stop()
 		if w != nil {
 			l.Proxy = w.stop()
 		}
 		c.CloseIdleConnections()
 		l.fill(o)
-		if err := add(l); err != nil {
+		if err := m.add(l); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	// One big stream per path, for memory.
-	if s.Big {
-		for _, path := range []string{"direct", "floor", "llmgate"} {
-			l := Leg{Path: path, Kind: "big", Keys: noKey, Mode: "closed", Concurrency: 1}
-			l.Name = legName(l)
-			if !s.runs(l.Name) {
-				continue
-			}
-			url, proxy := p.base(path, modelBig)
-			sh := &shot{url: url, body: chatBody(modelBig, true), stream: true, keys: noKey}
-			c := newClient(1)
-			var w *watch
-			if proxy != nil {
-				w = startWatch(proxy)
-			}
-			start := time.Now()
-			fg := startForeign(p.pids())
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-			smp := sh.do(rctx, c, "", make([]byte, 64<<10))
-			cancel()
-			l.ForeignCPUSeconds = fg.stop()
-			o := outcome{samples: []sample{smp}, elapsed: time.Since(start), issued: 1, maxInFlight: 1}
-			if w != nil {
-				l.Proxy = w.stop()
-			}
-			c.CloseIdleConnections()
-			l.fill(o)
-			if err := add(l); err != nil {
-				return err
-			}
+// bigLegs runs, with -big, one big stream per path, for memory.
+func (m *measurement) bigLegs() error {
+	if !m.s.Big {
+		return nil
+	}
+	for _, path := range []string{"direct", "floor", "llmgate"} {
+		l := Leg{Path: path, Kind: "big", Keys: noKey, Mode: "closed", Concurrency: 1}
+		l.Name = legName(l)
+		if !m.s.runs(l.Name) {
+			continue
+		}
+		url, proxy := m.p.base(path, modelBig)
+		sh := &shot{url: url, body: chatBody(modelBig, true), stream: true, keys: noKey}
+		c := newClient(1)
+		var w *watch
+		if proxy != nil {
+			w = startWatch(proxy)
+		}
+		start := time.Now()
+		fg := startForeign(m.p.pids())
+		rctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
+		smp := sh.do(rctx, c, "", make([]byte, 64<<10))
+		cancel()
+		l.ForeignCPUSeconds = fg.stop()
+		o := outcome{samples: []sample{smp}, elapsed: time.Since(start), issued: 1, maxInFlight: 1}
+		if w != nil {
+			l.Proxy = w.stop()
+		}
+		c.CloseIdleConnections()
+		l.fill(o)
+		if err := m.add(l); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	// When anything failed, what the processes said is the first clue.
+// logFailures logs the tail of every process's stderr when a leg had
+// errors: what the processes said is the first clue.
+func (m *measurement) logFailures() {
 	failed := false
-	for _, l := range rep.Legs {
+	for _, l := range m.rep.Legs {
 		failed = failed || l.Errors > 0
 	}
-	if failed {
-		for _, c := range p.all() {
-			if t := c.stderr.String(); t != "" {
-				logf("%s stderr (tail):\n%s", c.name, t[max(0, len(t)-4096):])
-			}
+	if !failed {
+		return
+	}
+	for _, c := range m.p.all() {
+		if t := c.stderr.String(); t != "" {
+			m.logf("%s stderr (tail):\n%s", c.name, t[max(0, len(t)-4096):])
 		}
 	}
-
-	if end, err := readProc(p.gw.pid()); err == nil {
-		rep.Gateway.RSSAtEndMiB = mib(end.RSSKiB)
-		rep.Gateway.AnonAtEndMiB, rep.Gateway.FileAtEndMiB = mib(end.AnonKiB), mib(end.FileKiB)
-		rep.Gateway.ThreadsAtEnd = end.Threads
-		rep.Gateway.CPUTotalSeconds = (end.CPU - cpu0.CPU).Seconds()
-	}
-	return settleEnd(ctx, s, p, rep, dataDir, cg, tl)
 }
 
 // settleEnd waits -idle-after with the gateway idle, then reads its RSS,
 // its data dir's size, its cgroup's figures, and stops the timeline.
-func settleEnd(ctx context.Context, s settings, p *paths, rep *report, dataDir string, cg *cgroup.Group, tl *timeline) error {
+func (m *measurement) settleEnd(dataDir string, tl *timeline) error {
+	rep, cg := m.rep, m.cg
 	select {
-	case <-time.After(s.IdleAfter):
-	case <-ctx.Done():
+	case <-time.After(m.s.IdleAfter):
+	case <-m.ctx.Done():
 	}
 	if tl != nil {
 		rep.Timeline = tl.stop()
 	}
-	if st, err := readProc(p.gw.pid()); err == nil {
+	if st, err := readProc(m.p.gw.pid()); err == nil {
 		rep.Gateway.AfterIdleRSSMiB = mib(st.RSSKiB)
 		rep.Gateway.AfterIdleAnonMiB, rep.Gateway.AfterIdleFileMiB = mib(st.AnonKiB), mib(st.FileKiB)
 	}
@@ -474,10 +582,10 @@ func settleEnd(ctx context.Context, s settings, p *paths, rep *report, dataDir s
 			rep.Cgroup.PeakSampledMiB = max(rep.Cgroup.PeakSampledMiB, tp.CgroupMiB)
 		}
 	}
-	if err := p.gw.alive(); err != nil {
+	if err := m.p.gw.alive(); err != nil {
 		return err
 	}
-	return ctx.Err()
+	return m.ctx.Err()
 }
 
 // runs reports whether -only selects the leg.
@@ -522,7 +630,7 @@ func legName(l Leg) string {
 // behind the tool's own -in-cgroup.
 func startGateway(ctx context.Context, p *paths, launch []string, env []string, settle time.Duration) (GatewayInfo, error) {
 	gi := GatewayInfo{Binary: launch[0]}
-	gw, err := startChild(ctx, "llmgate", launch[0], launch[1:], env, "llmgate listening on ")
+	gw, err := startChild(ctx, childSpec{name: "llmgate", bin: launch[0], args: launch[1:], env: env, ready: "llmgate listening on "})
 	if err != nil {
 		return gi, err
 	}

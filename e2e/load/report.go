@@ -163,24 +163,42 @@ func (r *report) contended(l Leg) bool {
 
 func f3(v float64) string { return fmt.Sprintf("%.3f", v) }
 
+// markdown is results.md: the legs, the open loop, the big stream, the
+// gateway process, its memory, the errors and the targets.
 func (r *report) markdown() string {
 	var b strings.Builder
+	r.mdHeader(&b)
+	r.mdLegs(&b)
+	r.mdOpenLoop(&b)
+	r.mdBigStream(&b)
+	r.mdGateway(&b)
+	r.memoryMarkdown(&b)
+	r.mdErrors(&b)
+	r.mdTargets(&b)
+	return b.String()
+}
+
+// mdHeader is the title and how to read the tables.
+func (r *report) mdHeader(b *strings.Builder) {
 	s := r.Settings
-	fmt.Fprintf(&b, "# llmgate load results\n\n")
+	fmt.Fprintf(b, "# llmgate load results\n\n")
 	if s.Quick {
 		b.WriteString("**Quick mode: a check of the tool. These numbers mean nothing.**\n\n")
 	}
-	fmt.Fprintf(&b, "%s · %s %s/%s · %d CPUs (GOMAXPROCS %d) · closed-loop legs %v after %v warm-up · fake content %d B\n\n",
+	fmt.Fprintf(b, "%s · %s %s/%s · %d CPUs (GOMAXPROCS %d) · closed-loop legs %v after %v warm-up · fake content %d B\n\n",
 		r.Started.Format(time.RFC3339), r.Host.GoVersion, r.Host.OS, r.Host.Arch, r.Host.NumCPU, r.Host.GOMAXPROCS,
 		s.Duration, s.Warmup, s.ContentBytes)
 	b.WriteString("The load generator, the fake upstream, the floor proxy and the gateway share this machine's CPUs. ")
 	b.WriteString("Latency is send → last byte (streams: TTFB is send → first body byte); percentiles over successful requests; ")
 	b.WriteString("req/s counts successes. Proxy columns are the process on the path (floor or llmgate): peak RSS during the leg (in brackets its anonymous part, sampled every 50 ms; the rest is file-mapped), CPU seconds used in it.\n\n")
 
-	fmt.Fprintf(&b, "1-minute load average %s when the legs began, %s when they ended. ", r.LoadAvgStart, r.LoadAvgEnd)
+	fmt.Fprintf(b, "1-minute load average %s when the legs began, %s when they ended. ", r.LoadAvgStart, r.LoadAvgEnd)
 	b.WriteString("\"Other CPU s\" is the CPU time processes other than this tool and its children took during the leg; ")
 	b.WriteString("† marks legs where that exceeds 10% of the machine, whose numbers are contaminated by other work.\n\n")
+}
 
+// mdLegs is the table of every leg.
+func (r *report) mdLegs(b *strings.Builder) {
 	b.WriteString("| leg | requests | errors | req/s | p50 ms | p99 ms | p99.9 ms | TTFB p50 ms | TTFB p99 ms | proxy peak RSS MiB (anon) | proxy CPU s | other CPU s |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, l := range r.Legs {
@@ -204,12 +222,16 @@ func (r *report) markdown() string {
 		if r.contended(l) {
 			name += " †"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(b, "| %s | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			name, l.Requests, l.Errors, l.RPS, p50, p99, p999, t50, t99, rss, cpu, other)
 	}
+}
 
+// mdOpenLoop is the open-loop legs' table.
+func (r *report) mdOpenLoop(b *strings.Builder) {
+	s := r.Settings
 	b.WriteString("\n## Open loop\n\n")
-	fmt.Fprintf(&b, "%d requests/s for %v against an upstream that waits %v before answering (≈%d in flight).\n\n",
+	fmt.Fprintf(b, "%d requests/s for %v against an upstream that waits %v before answering (≈%d in flight).\n\n",
 		s.Rate, s.OpenDuration, s.Slow, int(float64(s.Rate)*s.Slow.Seconds()))
 	b.WriteString("| path | success % | peak in flight | worst send lag ms | p50 − upstream ms | p99 − upstream ms | p99.9 − upstream ms | proxy RSS before → after MiB (peak) | proxy threads before → after (peak) |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
@@ -227,13 +249,17 @@ func (r *report) markdown() string {
 			rss = fmt.Sprintf("%.1f → %.1f (%.1f)", p.RSSBeforeMiB, p.RSSAfterMiB, p.PeakRSSMiB)
 			thr = fmt.Sprintf("%d → %d (%d)", p.ThreadsBefore, p.ThreadsAfter, p.ThreadsPeak)
 		}
-		fmt.Fprintf(&b, "| %s | %.2f | %d | %.1f | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(b, "| %s | %.2f | %d | %.1f | %s | %s | %s | %s | %s |\n",
 			l.Path, l.SuccessPct, l.MaxInFlight, l.MaxLagMs, over[0], over[1], over[2], rss, thr)
 	}
+}
 
+// mdBigStream is, with -big, the big stream's table.
+func (r *report) mdBigStream(b *strings.Builder) {
+	s := r.Settings
 	if s.Big {
-		fmt.Fprintf(&b, "\n## %d MiB stream\n\n", s.BigBytes>>20)
-		fmt.Fprintf(&b, "One unkeyed stream of %d content bytes in ~%d-byte events, per path.\n\n", s.BigBytes, s.BigChunkBytes)
+		fmt.Fprintf(b, "\n## %d MiB stream\n\n", s.BigBytes>>20)
+		fmt.Fprintf(b, "One unkeyed stream of %d content bytes in ~%d-byte events, per path.\n\n", s.BigBytes, s.BigChunkBytes)
 		b.WriteString("| path | ok | body MiB | seconds | proxy RSS before MiB | proxy peak MiB | growth MiB |\n|---|---|--:|--:|--:|--:|--:|\n")
 		for _, l := range r.Legs {
 			if l.Kind != "big" {
@@ -247,21 +273,26 @@ func (r *report) markdown() string {
 			if l.Errors > 0 {
 				ok = "no: " + strings.Join(l.FirstErrors, "; ")
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.1f | %.2f | %s | %s | %s |\n", l.Path, ok, float64(l.BodyBytes)/(1<<20), l.ElapsedS, before, peak, growth)
+			fmt.Fprintf(b, "| %s | %s | %.1f | %.2f | %s | %s | %s |\n", l.Path, ok, float64(l.BodyBytes)/(1<<20), l.ElapsedS, before, peak, growth)
 		}
 	}
+}
 
+// mdGateway is the gateway process's startup, RSS and threads.
+func (r *report) mdGateway(b *strings.Builder) {
+	s := r.Settings
 	gi := r.Gateway
 	b.WriteString("\n## Gateway process\n\n")
-	fmt.Fprintf(&b, "- startup: exec → listening %.0f ms, → /readyz 200 %.0f ms\n", gi.ListeningMs, gi.StartupMs)
-	fmt.Fprintf(&b, "- RSS at ready %.1f MiB; after %v idle %.1f MiB (anonymous %.1f, file-mapped %.1f), %d threads\n",
+	fmt.Fprintf(b, "- startup: exec → listening %.0f ms, → /readyz 200 %.0f ms\n", gi.ListeningMs, gi.StartupMs)
+	fmt.Fprintf(b, "- RSS at ready %.1f MiB; after %v idle %.1f MiB (anonymous %.1f, file-mapped %.1f), %d threads\n",
 		gi.RSSAtReadyMiB, s.Settle, gi.IdleRSSMiB, gi.IdleAnonMiB, gi.IdleFileMiB, gi.IdleThreads)
-	fmt.Fprintf(&b, "- at the end: RSS %.1f MiB (anonymous %.1f, file-mapped %.1f: Badger maps its files), %d threads; %.1f CPU seconds over the whole run\n",
+	fmt.Fprintf(b, "- at the end: RSS %.1f MiB (anonymous %.1f, file-mapped %.1f: Badger maps its files), %d threads; %.1f CPU seconds over the whole run\n",
 		gi.RSSAtEndMiB, gi.AnonAtEndMiB, gi.FileAtEndMiB, gi.ThreadsAtEnd, gi.CPUTotalSeconds)
 	b.WriteString("- threads are from /proc/PID/status; the Go runtime's figures (GC, heap goal) are in the memory section, from /metrics\n")
+}
 
-	r.memoryMarkdown(&b)
-
+// mdErrors lists the legs that had errors, if any.
+func (r *report) mdErrors(b *strings.Builder) {
 	var errs []string
 	for _, l := range r.Legs {
 		if l.Errors > 0 {
@@ -271,7 +302,11 @@ func (r *report) markdown() string {
 	if len(errs) > 0 {
 		b.WriteString("\n## Errors\n\n" + strings.Join(errs, "\n") + "\n")
 	}
+}
 
+// mdTargets is the targets' verdicts.
+func (r *report) mdTargets(b *strings.Builder) {
+	s := r.Settings
 	b.WriteString("\n## Targets\n\n")
 	if s.Quick {
 		b.WriteString("(Quick mode: verdicts below are computed but meaningless.)\n\n")
@@ -283,11 +318,10 @@ func (r *report) markdown() string {
 		}
 	}
 	if len(dirty) > 0 {
-		fmt.Fprintf(&b, "(Other processes competed for the CPUs during %d of %d legs (%s); verdicts that rest on them are not clean.)\n\n",
+		fmt.Fprintf(b, "(Other processes competed for the CPUs during %d of %d legs (%s); verdicts that rest on them are not clean.)\n\n",
 			len(dirty), len(r.Legs), strings.Join(dirty, ", "))
 	}
 	for _, t := range r.Targets {
-		fmt.Fprintf(&b, "- **%s** %s — %s: %s\n", t.Result, t.Name, t.Goal, t.Got)
+		fmt.Fprintf(b, "- **%s** %s — %s: %s\n", t.Result, t.Name, t.Goal, t.Got)
 	}
-	return b.String()
 }

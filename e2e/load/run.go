@@ -143,28 +143,6 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *quick {
-		// Quick mode checks the tool, not the gateway: each default shrinks
-		// unless given explicitly. 400/s against a 250ms upstream for 250ms
-		// holds ~100 calls in flight.
-		short := func(name string, p *time.Duration, v time.Duration) {
-			if !set[name] {
-				*p = v
-			}
-		}
-		short("duration", dur, 300*time.Millisecond)
-		short("warmup", warm, 100*time.Millisecond)
-		short("slow", slow, 250*time.Millisecond)
-		short("open-duration", openDur, 250*time.Millisecond)
-		short("settle", settle, 200*time.Millisecond)
-		if !set["rate"] {
-			*rate = 400
-		}
-		if !set["big"] {
-			*big = false
-		}
-		short("idle-after", idleAfter, 200*time.Millisecond)
-	}
 	s := settings{
 		Quick: *quick, Duration: *dur, Warmup: *warm, ContentBytes: *content,
 		Slow: *slow, Rate: *rate, OpenDuration: *openDur, Big: *big,
@@ -172,21 +150,61 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		Gateway: *gw, Out: *out, Only: *only, Sustain: *sustain, SustainC: *sustainC, IdleAfter: *idleAfter,
 		Store: storeChoice{Kind: *store}, Cgroup: *cg, Pprof: *pprofKind, ConfigExtra: *extra,
 	}
+	if *quick {
+		s.quickDefaults(set)
+	}
+	// A bad -only is reported alone.
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			return settings{}, fmt.Errorf("-only: %w", err)
+		}
+		s.only = re
+	}
+	return s, s.complete(*redisURL, *cgLimit, *conc)
+}
+
+// quickDefaults shrinks, for -quick, each default not in set (the flags
+// given explicitly). Quick mode checks the tool, not the gateway: 400/s
+// against a 250ms upstream for 250ms holds ~100 calls in flight.
+func (s *settings) quickDefaults(set map[string]bool) {
+	short := func(name string, p *time.Duration, v time.Duration) {
+		if !set[name] {
+			*p = v
+		}
+	}
+	short("duration", &s.Duration, 300*time.Millisecond)
+	short("warmup", &s.Warmup, 100*time.Millisecond)
+	short("slow", &s.Slow, 250*time.Millisecond)
+	short("open-duration", &s.OpenDuration, 250*time.Millisecond)
+	short("settle", &s.Settle, 200*time.Millisecond)
+	if !set["rate"] {
+		s.Rate = 400
+	}
+	if !set["big"] {
+		s.Big = false
+	}
+	short("idle-after", &s.IdleAfter, 200*time.Millisecond)
+}
+
+// complete fills in what the flags -redis-url, -cgroup-limit and -c give,
+// and checks every setting, joining every problem found.
+func (s *settings) complete(redisURL, cgLimit, conc string) error {
 	var errs []error
-	switch *store {
+	switch s.Store.Kind {
 	case "badger":
 	case "redis":
-		s.Store.RedisURL = *redisURL
+		s.Store.RedisURL = redisURL
 	default:
-		errs = append(errs, fmt.Errorf("-store: %q is not badger or redis", *store))
+		errs = append(errs, fmt.Errorf("-store: %q is not badger or redis", s.Store.Kind))
 	}
-	if *cgLimit != "" {
-		n, err := parseBytes(*cgLimit)
+	if cgLimit != "" {
+		n, err := parseBytes(cgLimit)
 		if err != nil || n < 16<<20 {
-			errs = append(errs, fmt.Errorf("-cgroup-limit: %q is not a size of at least 16MiB (e.g. 256MiB)", *cgLimit))
+			errs = append(errs, fmt.Errorf("-cgroup-limit: %q is not a size of at least 16MiB (e.g. 256MiB)", cgLimit))
 		}
 		s.CgroupLimit = n
-		if *cg != "" {
+		if s.Cgroup != "" {
 			errs = append(errs, errors.New("-cgroup and -cgroup-limit: give one"))
 		}
 	}
@@ -202,14 +220,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	if s.IdleAfter < 0 || s.IdleAfter > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("-idle-after: %v is not in [0, 10m]", s.IdleAfter))
 	}
-	if *only != "" {
-		re, err := regexp.Compile(*only)
-		if err != nil {
-			return settings{}, fmt.Errorf("-only: %w", err)
-		}
-		s.only = re
-	}
-	for f := range strings.SplitSeq(*conc, ",") {
+	for f := range strings.SplitSeq(conc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > 4096 {
 			errs = append(errs, fmt.Errorf("-c: %q is not a concurrency in [1, 4096]", f))
@@ -217,6 +228,12 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		}
 		s.Concurrency = append(s.Concurrency, n)
 	}
+	return errors.Join(append(errs, s.rangeErrors()...)...)
+}
+
+// rangeErrors checks the legs' durations, rates and sizes.
+func (s *settings) rangeErrors() []error {
+	var errs []error
 	if s.Duration <= 0 || s.Duration > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("-duration: %v is not in (0, 10m]", s.Duration))
 	}
@@ -244,7 +261,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	if s.Settle < 0 || s.Settle > time.Minute {
 		errs = append(errs, fmt.Errorf("-settle: %v is not in [0, 1m]", s.Settle))
 	}
-	return s, errors.Join(errs...)
+	return errs
 }
 
 // raiseFileLimit lifts the soft RLIMIT_NOFILE to the hard limit. Calling

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -47,7 +46,8 @@ func randomToken() string {
 // every request, -sustain-c clients for -sustain each — sampling the
 // gateway's memory every 250 ms on the returned timeline, which the caller
 // stops after the idle time that follows.
-func sustainLegs(ctx context.Context, s settings, p *paths, runID string, cg *cgroup.Group, add func(Leg) error) (*timeline, error) {
+func (m *measurement) sustainLegs() (*timeline, error) {
+	ctx, s, p, runID, cg := m.ctx, m.s, m.p, m.runID, m.cg
 	start := time.Now()
 	var usage func() float64
 	if cg != nil {
@@ -71,17 +71,17 @@ func sustainLegs(ctx context.Context, s settings, p *paths, runID string, cg *cg
 		var w *watch
 		var fg *foreign
 		var pf *profile
-		o := closedLoop(ctx, c, sh, s.SustainC, 0, s.Sustain, func() {
+		o := closedLoop(ctx, c, sh, closedPlan{conc: s.SustainC, dur: s.Sustain, measuring: func() {
 			fg = startForeign(p.pids())
 			w = startWatch(proxy)
 			pf = startProfile(s, proxy, l.Name, s.Sustain)
-		})
+		}})
 		pf.wait()
 		l.ForeignCPUSeconds = fg.stop()
 		l.Proxy = w.stop()
 		c.CloseIdleConnections()
 		l.fill(o)
-		if err := add(l); err != nil {
+		if err := m.add(l); err != nil {
 			return tl, err
 		}
 	}

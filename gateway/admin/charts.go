@@ -253,9 +253,9 @@ func upstreamChartOf(u timeline.Upstream, g geometry, s timeline.Snapshot) upstr
 	y += 96 + laneGap
 	c.Lat = latencyLaneOf(u, g, y, 96)
 	y += 96 + laneGap
-	c.Retry = countLane("Retries", "per minute", u, g, y, 36, colorRetries, "retries", func(b timeline.Bucket) int { return b.Retries })
+	c.Retry = countLane(retriesCount, u, g, y, 36)
 	y += 36 + laneGap
-	c.Dead = countLane("Dead letters", "recorded", u, g, y, 36, colorDead, "dead_letters", func(b timeline.Bucket) int { return b.DeadLetters })
+	c.Dead = countLane(deadLettersCount, u, g, y, 36)
 	y += 36 + laneGap
 	c.Breaker = breakerLane(u, g, y, 20)
 	y += 20 + 4
@@ -303,13 +303,29 @@ func requestsLane(u timeline.Upstream, g geometry, top, h float64) barLane {
 	return l
 }
 
-func countLane(label, sub string, u timeline.Upstream, g geometry, top, h float64, fill, class string, get func(timeline.Bucket) int) barLane {
+// countSeries is a per-minute count that countLane draws: the lane's label
+// and sub-label, the bars' fill and class name, and the count in a bucket.
+type countSeries struct {
+	label, sub  string
+	fill, class string
+	get         func(timeline.Bucket) int
+}
+
+var (
+	retriesCount = countSeries{label: "Retries", sub: "per minute", fill: colorRetries, class: "retries",
+		get: func(b timeline.Bucket) int { return b.Retries }}
+	deadLettersCount = countSeries{label: "Dead letters", sub: "recorded", fill: colorDead, class: "dead_letters",
+		get: func(b timeline.Bucket) int { return b.DeadLetters }}
+)
+
+func countLane(cs countSeries, u timeline.Upstream, g geometry, top, h float64) barLane {
+	get, fill, class := cs.get, cs.fill, cs.class
 	peak := 0
 	for _, b := range u.Buckets {
 		peak = max(peak, get(b))
 	}
 	scale := niceCeil(peak)
-	l := barLane{frame: newFrame(label, sub, top, h)}
+	l := barLane{frame: newFrame(cs.label, cs.sub, top, h)}
 	l.Grid = []gridLine{grid(top, strconv.Itoa(scale))}
 	for i, b := range u.Buckets {
 		n := get(b)

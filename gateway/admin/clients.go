@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -57,4 +59,60 @@ func (a *Admin) PurgeClientData(d ClientData) echo.HandlerFunc {
 			cache.Purged
 		}{name, configured, p})
 	}
+}
+
+// clientView is one client in GET /admin/clients: what it keeps in the
+// store that other clients do not share, against its bounds.
+type clientView struct {
+	Client     string `json:"client"`
+	Configured bool   `json:"configured"`
+	// DeadLetters and DeadLetterBytes are its dead letters now, and the
+	// bound on them (dead_letters.max_per_client, max_bytes_per_client;
+	// 0: none); DeadLettersDropped how many of its oldest were deleted
+	// to keep it within the bound since this process started.
+	DeadLetters        int   `json:"dead_letters"`
+	DeadLetterBytes    int64 `json:"dead_letter_bytes"`
+	MaxDeadLetters     int   `json:"max_dead_letters"`
+	MaxDeadLetterBytes int64 `json:"max_dead_letter_bytes"`
+	DeadLettersDropped int64 `json:"dead_letters_dropped"`
+}
+
+// Clients is the handler of GET /admin/clients: every configured client,
+// and every other name that has dead letters (a client removed from the
+// config), with its dead letters against their bound. Register it behind
+// Auth.
+func (a *Admin) Clients(c echo.Context) error {
+	all, err := a.store.ListDeadLetters(c.Request().Context(), cache.DeadLetterFilter{})
+	if err != nil {
+		return storeErr(err)
+	}
+	views := map[string]*clientView{}
+	view := func(name string) *clientView {
+		v := views[name]
+		if v == nil {
+			v = &clientView{Client: name, MaxDeadLetters: a.cfg.DeadLetters.MaxPerClient,
+				MaxDeadLetterBytes: a.cfg.DeadLetters.PerClientBytes(a.cfg.Store.MaxBytes)}
+			views[name] = v
+		}
+		return v
+	}
+	for _, cl := range a.cfg.Clients {
+		view(cl.Name).Configured = true
+	}
+	for _, d := range all {
+		v := view(d.Client)
+		v.DeadLetters++
+		v.DeadLetterBytes += d.Stored
+	}
+	for name, n := range a.dlq.Dropped() {
+		view(name).DeadLettersDropped = n
+	}
+	out := make([]clientView, 0, len(views))
+	for _, v := range views {
+		out = append(out, *v)
+	}
+	slices.SortFunc(out, func(x, y clientView) int { return strings.Compare(x.Client, y.Client) })
+	return c.JSON(http.StatusOK, struct {
+		Clients []clientView `json:"clients"`
+	}{out})
 }

@@ -80,14 +80,29 @@ type DeadlineSpent struct{}
 
 func (e *DeadlineSpent) Error() string { return "deadline passed before an upstream could be tried" }
 
-// StoreUnavailable: the idempotency store failed, so a keyed request was not
-// run (or its answer was not committed).
+// StoreUnavailable: the idempotency store failed before a keyed request
+// was run (at its claim), so it was not run. A failure at the commit, after
+// the call ran, is a CommitFailed.
 type StoreUnavailable struct{ Err error }
 
 func (e *StoreUnavailable) Error() string {
 	return "idempotency store unavailable: " + errString(e.Err)
 }
 func (e *StoreUnavailable) Unwrap() error { return e.Err }
+
+// CommitFailed: a keyed request's call ran — the provider answered, and may
+// have billed it — but the store failed as its answer was committed, so the
+// answer was not kept and the key was released. A retry with the same key
+// runs the request again (unless the commit reached the store after all, as
+// a lost reply does: then the retry replays it). Err is the store's error;
+// one that says the store is full (cache.ErrFull) maps to
+// idempotency_store_full, any other to idempotency_store_unavailable.
+type CommitFailed struct{ Err error }
+
+func (e *CommitFailed) Error() string {
+	return "idempotency store failed at the commit: " + errString(e.Err)
+}
+func (e *CommitFailed) Unwrap() error { return e.Err }
 
 // StoreFull: the idempotency store has no room for new records (its disk
 // is below the free-space floor, it is over store.max_bytes, or Redis is at
@@ -213,19 +228,32 @@ func errString(err error) string {
 // Wire maps any error to what the client gets. It is the one place a
 // status, an error type/code, Retry-After and x-should-retry are chosen for
 // a typed error; an *Error passes through; anything unknown is a 500 whose
-// detail stays in the log. It is one switch on purpose (longer than 60
-// lines): the whole error vocabulary of the gateway reads in one place.
+// detail stays in the log. The vocabulary reads in three switches: the
+// upstream's failures, the idempotency store's, and the client's own.
 func Wire(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	for _, wire := range []func(error) *Error{upstreamWire, storeWire, clientWire} {
+		if e := wire(err); e != nil {
+			return e
+		}
+	}
+	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
+		Message: "The gateway failed to handle the request; see its log for details.", Err: err}
+}
+
+// upstreamWire maps the errors of a call no upstream answered usefully;
+// nil for any other.
+func upstreamWire(err error) *Error {
 	var (
-		e  *Error
 		bo *BreakerOpen
-		su *StoreUnavailable
 		tr *Transport
-		tl *TooLarge
+		ba *BadAnswer
+		ua *UpstreamAuth
 	)
 	switch {
-	case errors.As(err, &e):
-		return e
 	case errors.As(err, &bo):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "upstream_unavailable",
 			Message:    fmt.Sprintf("Upstream %s is unavailable: its circuit breaker is open. Retry after the Retry-After interval.", bo.Upstream),
@@ -233,12 +261,6 @@ func Wire(err error) *Error {
 	case errors.As(err, new(*DeadlineSpent)):
 		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "deadline_exceeded",
 			Message: "The request's deadline passed before an upstream could be tried."}
-	case errors.As(err, new(*StoreFull)) || isStoreFull(err):
-		return storeFull(err)
-	case errors.As(err, &su):
-		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "idempotency_store_unavailable",
-			Message:    "The idempotency store is unavailable, so this keyed request was not run (it would not be protected against duplicates). Retry later.",
-			RetryAfter: time.Second, Err: su.Err}
 	case errors.As(err, &tr):
 		if tr.Timeout {
 			return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout",
@@ -246,44 +268,37 @@ func Wire(err error) *Error {
 		}
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
 			Message: fmt.Sprintf("Upstream %s could not be reached (%s).", tr.Upstream, tr.Reason), Err: errors.New(tr.Reason)}
-	case errors.As(err, new(*BadAnswer)):
-		var ba *BadAnswer
-		errors.As(err, &ba)
+	case errors.As(err, &ba):
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_bad_response",
 			Message: fmt.Sprintf("Upstream %s answered 2xx with no usable answer (%s), also after the retries.", ba.Upstream, ba.Reason), Err: err}
-	case errors.As(err, new(*UpstreamAuth)):
-		var ua *UpstreamAuth
-		errors.As(err, &ua)
+	case errors.As(err, &ua):
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_auth_failed",
 			Message: fmt.Sprintf("Upstream %s refused the gateway's credentials. This is the gateway operator's to fix, not your API key; retrying will not help.", ua.Upstream),
 			Err:     err}
-	case errors.As(err, new(*ClientDeadline)):
-		var cd *ClientDeadline
-		errors.As(err, &cd)
-		msg := "The request's " + "X-Llmgate-Deadline passed before the answer."
-		if cd.Keyed {
-			msg += " The call goes on and is committed under its Idempotency-Key: retry with the same key to get it."
-		} else {
-			msg += " Retry it."
-		}
-		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "client_deadline_exceeded",
-			Message: msg, ShouldRetry: true, Err: err}
-	case errors.As(err, new(*NotStored)):
-		var ns *NotStored
-		errors.As(err, &ns)
+	}
+	return nil
+}
+
+// storeWire maps the idempotency store's errors and a key's states; nil
+// for any other.
+func storeWire(err error) *Error {
+	var (
+		su *StoreUnavailable
+		ns *NotStored
+	)
+	switch {
+	case errors.As(err, new(*CommitFailed)):
+		return commitFailed(err)
+	case errors.As(err, new(*StoreFull)) || isStoreFull(err):
+		return storeFull(err)
+	case errors.As(err, &su):
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "idempotency_store_unavailable",
+			Message:    "The idempotency store is unavailable, so this keyed request was not run (it would not be protected against duplicates). Retry later.",
+			RetryAfter: time.Second, Err: su.Err}
+	case errors.As(err, &ns):
 		return &Error{Status: http.StatusGone, Type: "invalid_request_error", Code: "idempotency_result_not_stored", Param: "Idempotency-Key",
 			Message: fmt.Sprintf("The answer to this Idempotency-Key was served once (%d bytes, at %s) but was too large for the gateway to store, "+
 				"so it cannot be replayed; it is not run again either. Use a new key to run the request again.", ns.Size, ns.At.UTC().Format(time.RFC3339))}
-	case errors.As(err, new(*ClientLimited)):
-		var cl *ClientLimited
-		errors.As(err, &cl)
-		return clientLimited(cl)
-	case errors.Is(err, ClientGone):
-		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request",
-			Message: "The client closed the request.", Err: context.Canceled}
-	case errors.As(err, &tl):
-		return &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-			Message: fmt.Sprintf("Request body exceeds the gateway's limit of %d bytes.", tl.Limit)}
 	case errors.As(err, new(*KeyReused)):
 		return &Error{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "idempotency_key_reused", Param: "Idempotency-Key",
 			Message: "This Idempotency-Key was already used for a different request body. Use a new key for a new request, or resend the original body."}
@@ -292,8 +307,37 @@ func Wire(err error) *Error {
 			Message:    "A request with this Idempotency-Key is still in progress. Retry after the Retry-After interval to get its result.",
 			RetryAfter: time.Second, ShouldRetry: true}
 	}
-	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
-		Message: "The gateway failed to handle the request; see its log for details.", Err: err}
+	return nil
+}
+
+// clientWire maps what the client itself caused: its deadline, its
+// limits, its departure, its body's size; nil for any other.
+func clientWire(err error) *Error {
+	var (
+		cd *ClientDeadline
+		cl *ClientLimited
+		tl *TooLarge
+	)
+	switch {
+	case errors.As(err, &cd):
+		msg := "The request's " + "X-Llmgate-Deadline passed before the answer."
+		if cd.Keyed {
+			msg += " The call goes on and is committed under its Idempotency-Key: retry with the same key to get it."
+		} else {
+			msg += " Retry it."
+		}
+		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "client_deadline_exceeded",
+			Message: msg, ShouldRetry: true, Err: err}
+	case errors.As(err, &cl):
+		return clientLimited(cl)
+	case errors.Is(err, ClientGone):
+		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request",
+			Message: "The client closed the request.", Err: context.Canceled}
+	case errors.As(err, &tl):
+		return &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: fmt.Sprintf("Request body exceeds the gateway's limit of %d bytes.", tl.Limit)}
+	}
+	return nil
 }
 
 func isStoreFull(err error) bool {
@@ -314,6 +358,23 @@ func storeFull(err error) *Error {
 		Message: "The gateway's idempotency store is full, so this keyed request was not run (its answer could not be stored). " +
 			"Retry after the Retry-After interval. Replays of committed keys, and requests without an Idempotency-Key, still work.",
 		RetryAfter: retry, Err: err}
+}
+
+// commitFailed says what happened to a keyed request whose answer could not
+// be stored: unlike a failure at the claim, the call did run, and its retry
+// may run (and be billed) again. The code is the one a failure at the claim
+// gets (full or unavailable), so a client's handling of it is unchanged.
+func commitFailed(err error) *Error {
+	const ran = "This keyed request was run (the provider may have billed it), but its answer could not be stored: "
+	const retry = " A retry with the same Idempotency-Key runs it again and may be billed again."
+	if isStoreFull(err) {
+		e := storeFull(err)
+		e.Message = ran + "the gateway's idempotency store is full." + retry + " Retry after the Retry-After interval."
+		return e
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "idempotency_store_unavailable",
+		Message:    ran + "the idempotency store failed." + retry + " Retry later.",
+		RetryAfter: time.Second, Err: err}
 }
 
 // clientLimited is a 429 in OpenAI's rate-limit shape: error.type names
@@ -370,13 +431,22 @@ func Write(w http.ResponseWriter, err error) *Error {
 	e := Wire(err)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	if e.RetryAfter > 0 {
-		h.Set("Retry-After", RetryAfterSeconds(e.RetryAfter))
-	}
-	h.Set("X-Should-Retry", strconv.FormatBool(e.ShouldRetry))
+	SetRetry(h, e.ShouldRetry, e.RetryAfter)
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(Body(e))
 	return e
+}
+
+// SetRetry writes what a client's SDK reads to decide on a retry of its
+// own: x-should-retry (the gateway is the retry layer, so SDKs that honour
+// it do not multiply its retries) and, when retryAfter > 0, Retry-After.
+// It is the one place the gateway writes either header; a relayed
+// answer's own Retry-After (headers.Response) is the provider's.
+func SetRetry(h http.Header, shouldRetry bool, retryAfter time.Duration) {
+	if retryAfter > 0 {
+		h.Set("Retry-After", RetryAfterSeconds(retryAfter))
+	}
+	h.Set("X-Should-Retry", strconv.FormatBool(shouldRetry))
 }
 
 // StreamEvent is the SSE event that ends a stream which broke after its

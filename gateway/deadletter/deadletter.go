@@ -27,6 +27,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/llmgate/llmgate/gateway/outcome"
+	"github.com/llmgate/llmgate/gateway/proxy"
 )
 
 // Store keeps dead letters. The Badger and Redis stores implement it.
@@ -69,6 +70,9 @@ type Queue struct {
 	mu         sync.Mutex
 	alerting   bool
 	lastNotify time.Time
+	// drops counts, by client, the letters the store deleted to keep the
+	// client within its bound, since start (Dropped).
+	drops map[string]int64
 }
 
 // New starts the queue's monitor.
@@ -93,9 +97,28 @@ func (q *Queue) SetHandler(h http.Handler) { q.handler = h }
 // Request is what a dead letter keeps of the request.
 type Request struct {
 	Model string
-	Body  []byte
+	// Query is the request's query string, replayed with it.
+	Query string
+	// Body is the request's body, held whole (a JSON body).
+	Body []byte
+	// NotKept: the body is not in Body — a multipart or binary
+	// passthrough body, spooled as it came — and Size is its length. The
+	// letter is kept for diagnosis, and replay refuses it. If false, Body
+	// is the whole body.
+	NotKept bool
+	Size    int64
 	// First is when the request started.
 	First time.Time
+}
+
+// RequestOf is what a dead letter keeps of cl, which started at first: its
+// JSON body, or the length of a body that was not held whole.
+func RequestOf(cl *proxy.Call, first time.Time) Request {
+	r := Request{Model: cl.Model, Query: cl.Query, Body: cl.Body, First: first}
+	if cl.Body == nil && cl.Source != nil && cl.Source.Size() > 0 {
+		r.NotKept, r.Size = true, cl.Source.Size()
+	}
+	return r
 }
 
 // Record stores a keyed request's final failure.
@@ -105,8 +128,12 @@ func (q *Queue) Record(ctx context.Context, k cache.Key, r Request, f *outcome.F
 	if max := q.cfg.MaxBodyBytes; max >= 0 && len(body) > max {
 		body, truncated = body[:max], true
 	}
+	size := len(r.Body)
+	if r.NotKept {
+		size = int(r.Size)
+	}
 	d := &cache.DeadLetter{
-		Model: r.Model, Body: body, BodySize: len(r.Body), BodyTruncated: truncated,
+		Model: r.Model, Query: r.Query, Body: body, BodySize: size, BodyTruncated: truncated, BodyNotKept: r.NotKept,
 		Upstreams: f.Tried, Attempts: f.Attempts, Class: f.Class, Message: f.Message, Status: f.Status,
 		FirstAt: r.First, LastAt: q.now(),
 	}
@@ -115,12 +142,40 @@ func (q *Queue) Record(ctx context.Context, k cache.Key, r Request, f *outcome.F
 		return
 	}
 	q.metrics.DLQRecorded.WithLabelValues(f.Class).Inc()
+	q.dropped(d)
 	if q.onRec != nil {
 		q.onRec(LastUpstream(*d))
 	}
 	q.log.Warn("dead letter recorded", "id", d.ID, "client", d.Client, "idempotency_key", idempotency.HashKey(k.ID),
 		"class", f.Class, "upstreams", strings.Join(f.Tried, ","), "failures", d.Failures)
 	q.Poke()
+}
+
+// dropped counts the letters the store deleted to make room for d.
+func (q *Queue) dropped(d *cache.DeadLetter) {
+	if len(d.Dropped) == 0 {
+		return
+	}
+	q.metrics.DeadLettersDropped(d.Client, len(d.Dropped))
+	q.mu.Lock()
+	if q.drops == nil {
+		q.drops = map[string]int64{}
+	}
+	q.drops[d.Client] += int64(len(d.Dropped))
+	q.mu.Unlock()
+	q.log.Warn("dead letters dropped: the client is over its dead-letter bound", "client", d.Client, "dropped", len(d.Dropped))
+}
+
+// Dropped returns, by client, how many of its dead letters were deleted
+// since start to keep it within its bound (oldest first).
+func (q *Queue) Dropped() map[string]int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make(map[string]int64, len(q.drops))
+	for c, n := range q.drops {
+		out[c] = n
+	}
+	return out
 }
 
 // Resolve removes the dead letter of a key that has now succeeded.
@@ -230,7 +285,8 @@ func (q *Queue) notify(text string) {
 	body, _ := json.Marshal(map[string]string{"text": text})
 	req, err := http.NewRequest(http.MethodPost, q.cfg.WebhookURL, bytes.NewReader(body))
 	if err != nil {
-		q.log.Error("dead letter webhook", "err", err)
+		// Not the URL (a parse error quotes it): it may carry a token.
+		q.log.Error("dead letter webhook", "err", errors.Unwrap(err))
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")

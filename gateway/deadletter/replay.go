@@ -48,13 +48,19 @@ func ReplayClient(ctx context.Context) (string, bool) {
 // with its key gets the answer without another call.
 func (q *Queue) Replay(ctx context.Context, d *cache.DeadLetter) ReplayResult {
 	res := ReplayResult{ID: d.ID}
-	if d.BodyTruncated {
-		res.Error = "the stored body was truncated (dead_letters.max_body_bytes); it cannot be replayed"
+	if why := unreplayable(d); why != "" {
+		res.Error = why
 		q.metrics.DLQReplays.WithLabelValues("refused").Inc()
 		return res
 	}
 	ctx = context.WithValue(ctx, replayClientKey{}, d.Client)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.Endpoint, bytes.NewReader(d.Body))
+	target := d.Endpoint
+	if d.Query != "" {
+		// The key's fingerprint covers the query: without it the replay
+		// would commit another request under the client's key.
+		target += "?" + d.Query
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(d.Body))
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -84,6 +90,20 @@ func (q *Queue) Replay(ctx context.Context, d *cache.DeadLetter) ReplayResult {
 	q.log.Info("dead letter replayed", "id", d.ID, "client", d.Client, "status", w.status, "already_committed", res.Replayed)
 	q.Poke()
 	return res
+}
+
+// unreplayable says why d cannot be replayed, or "". A letter without its
+// whole body is refused and kept: replaying it would send another request
+// (an empty or cut body) under the client's key, and commit its answer for
+// the client's retry.
+func unreplayable(d *cache.DeadLetter) string {
+	switch {
+	case d.BodyNotKept:
+		return "the request's body was not kept (a multipart or binary upload is not stored with its dead letter); it cannot be replayed: the client must resend the request with its Idempotency-Key"
+	case d.BodyTruncated:
+		return "the stored body was truncated (dead_letters.max_body_bytes); it cannot be replayed"
+	}
+	return ""
 }
 
 // ReplayPaced replays ds in order at most dead_letters.replay_per_second,

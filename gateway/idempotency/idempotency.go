@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmgate/llmgate/cache"
@@ -51,10 +52,10 @@ type Options struct {
 	Lease time.Duration
 	// WaitTimeout bounds how long a duplicate waits for the first request.
 	WaitTimeout time.Duration
-	// OpTimeout bounds each commit, release and renewal. They run detached
-	// from the request's context: a client that left, or whose deadline
-	// passed, must not leave its key claimed or its answer uncommitted.
-	// If <= 0, 5s.
+	// OpTimeout bounds each claim, commit, release and renewal. They run
+	// detached from the request's context: a client that left, or whose
+	// deadline passed, must not leave its key claimed or its answer
+	// uncommitted. If <= 0, 5s.
 	OpTimeout time.Duration
 	// Logger: if nil, logs are discarded.
 	Logger *slog.Logger
@@ -164,7 +165,9 @@ func (k *Keeper) Lookup(w http.ResponseWriter, r *http.Request, kr *Request) (Ev
 // has answered the client itself: a replay (nil Lease, nil error), or an
 // error (422, 409, 503, 499, 504) for the caller to write. A wait for an
 // in-flight duplicate is bounded by wait_timeout and by the client's own
-// deadline (clientDeadline, when not zero).
+// deadline (clientDeadline, when not zero), and ends when the client
+// leaves; the store's claim itself does not (see claim). A client that has
+// left gets ClientGone and holds no claim.
 func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clientDeadline time.Time) (*Lease, Event, error) {
 	ctx := r.Context()
 	waitCtx, cancel := context.WithTimeout(ctx, k.wait)
@@ -176,17 +179,28 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 	}
 	waited := false
 	for {
-		cl, err := k.store.Claim(ctx, kr.Key, kr.Fingerprint, k.lease)
+		if ctx.Err() != nil {
+			return nil, Event{}, apierror.ClientGone
+		}
+		cl, err := k.claim(ctx, kr)
 		if err != nil {
 			return nil, Event{}, k.storeErr(ctx, err)
 		}
 		switch cl.Status {
 		case cache.Claimed:
+			l := &Lease{k: k, req: kr, owner: cl.Owner}
+			if ctx.Err() != nil {
+				// The client left while the claim ran. Nothing has gone
+				// upstream for it: give the key back now, so its retry
+				// claims at once rather than finding it in flight.
+				l.Release(ctx)
+				return nil, Event{}, apierror.ClientGone
+			}
 			k.metrics.IdemEvent("claim")
 			if kr.Cache {
 				k.metrics.IdemEvent("cache_miss")
 			}
-			return &Lease{k: k, req: kr, owner: cl.Owner}, Event{}, nil
+			return l, Event{}, nil
 		case cache.Done:
 			ev := k.replay(w, kr, cl.Record)
 			ev.Waited = waited
@@ -214,6 +228,20 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 }
 
 var errClientDeadline = errors.New("client deadline")
+
+// claim runs the store's claim detached from the client's context, bounded
+// by the op timeout. Under the client's context a claim the store made as
+// the client left could come back as the context's error (a driver gives
+// up on the reply once the script has reached Redis): the record would be
+// in flight with an owner nobody knows, renewed and released by nobody,
+// and the client's retry would wait on it until its lease ran out.
+// Detached, the claim's answer always comes back, and Claim releases a
+// claim whose client has gone.
+func (k *Keeper) claim(ctx context.Context, kr *Request) (cache.Claim, error) {
+	octx, cancel := k.opCtx(ctx)
+	defer cancel()
+	return k.store.Claim(octx, kr.Key, kr.Fingerprint, k.lease)
+}
 
 // storeErr is a store failure while claiming, or the client leaving.
 func (k *Keeper) storeErr(ctx context.Context, err error) error {
@@ -303,6 +331,9 @@ type Lease struct {
 	k     *Keeper
 	req   *Request
 	owner string
+	// released: the key was given up; a second Release (a failed commit
+	// released it, then the caller's cleanup does) does nothing.
+	released atomic.Bool
 }
 
 // Renew keeps the claim alive while a long call or stream runs, until the
@@ -351,7 +382,7 @@ func (k *Keeper) opCtx(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 // Commit stores rec under the key. On failure the completion exists but is
-// not committed: the key is released and the error is a StoreUnavailable,
+// not committed: the key is released and the error is a CommitFailed,
 // so the client gets a 503 (or a stream its error event) rather than an
 // answer a retry could contradict.
 func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
@@ -368,7 +399,7 @@ func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
 	if !errors.Is(err, cache.ErrNotOwner) {
 		l.Release(ctx)
 	}
-	return &apierror.StoreUnavailable{Err: err}
+	return &apierror.CommitFailed{Err: err}
 }
 
 // CommitNotStored commits a marker in place of an answer that was served
@@ -377,15 +408,18 @@ func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
 // different answer. The marker is an ordinary committed error response, so
 // any version of llmgate replays it as such.
 func (l *Lease) CommitNotStored(ctx context.Context, upstream string, size int64, at time.Time) error {
-	e := &apierror.NotStored{Size: size, At: at}
-	body := apierror.Body(apierror.Wire(e))
-	return l.Commit(ctx, &cache.Record{Status: http.StatusGone, Body: body, Upstream: upstream,
-		Header: map[string][]string{"Content-Type": {"application/json"}, "X-Should-Retry": {"false"},
-			"X-Llmgate-Outcome": {"not_stored"}}})
+	e := apierror.Wire(&apierror.NotStored{Size: size, At: at})
+	h := http.Header{"Content-Type": {"application/json"}, "X-Llmgate-Outcome": {"not_stored"}}
+	apierror.SetRetry(h, e.ShouldRetry, e.RetryAfter)
+	return l.Commit(ctx, &cache.Record{Status: http.StatusGone, Body: apierror.Body(e), Upstream: upstream, Header: h})
 }
 
-// Release gives the key up, so the client's retry runs again.
+// Release gives the key up, so the client's retry runs again. Only the
+// first call does anything: it is counted once.
 func (l *Lease) Release(ctx context.Context) {
+	if l.released.Swap(true) {
+		return
+	}
 	octx, cancel := l.k.opCtx(ctx)
 	defer cancel()
 	if err := l.k.store.Release(octx, l.req.Key, l.owner); err != nil && !errors.Is(err, cache.ErrNotOwner) {

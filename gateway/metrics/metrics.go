@@ -48,6 +48,7 @@ type Metrics struct {
 	DLQAlert    prometheus.Gauge
 	DLQReplays  *prometheus.CounterVec
 	DLQRecorded *prometheus.CounterVec
+	dlqDropped  *prometheus.CounterVec
 
 	mu          sync.Mutex
 	models      map[string]bool
@@ -61,90 +62,9 @@ type Metrics struct {
 const maxModelLabels = 64
 
 // New registers every series with reg. exactModels are the configured
-// model names, always their own label value. (A list of declarations, so
-// longer than 60 lines: every series' name and help in one place.)
+// model names, always their own label value.
 func New(reg prometheus.Registerer, exactModels []string) *Metrics {
-	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_requests_total", Help: "Client requests by endpoint, model, upstream, status and outcome class.",
-		}, []string{"endpoint", "model", "upstream", "status", "outcome"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "llmgate_request_duration_seconds", Help: "Client request latency, to the last byte.", Buckets: buckets,
-		}, []string{"endpoint", "model", "upstream", "status", "outcome"}),
-		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_upstream_attempts_total", Help: "Upstream attempts by upstream and outcome class.",
-		}, []string{"upstream", "class"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_upstream_retries_total", Help: "Retries by upstream and the class of the failure retried.",
-		}, []string{"upstream", "class"}),
-		budget: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_retry_budget_rejections_total", Help: "Retries denied by the process-wide retry budget.",
-		}, []string{"upstream"}),
-		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "llmgate_breaker_state", Help: "Circuit breaker state per upstream: 0 closed, 1 half-open, 2 open.",
-		}, []string{"upstream"}),
-		breakerTrans: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_breaker_transitions_total", Help: "Circuit breaker state transitions.",
-		}, []string{"upstream", "from", "to"}),
-		breakerReject: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_breaker_rejections_total", Help: "Requests an open breaker answered at once.",
-		}, []string{"upstream"}),
-		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_fallbacks_total", Help: "Requests passed from an upstream to its fallback.",
-		}, []string{"from", "to"}),
-		idem: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_idempotency_events_total",
-			Help: "Idempotency events: claim, commit, release, replay, wait, conflict (409), mismatch (422), store_error, uncommitted, cache_hit, cache_miss.",
-		}, []string{"event"}),
-		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_upstream_auth_failures_total", Help: "Upstream answers refusing the gateway's credentials (401) or the request (403), by upstream and status.",
-		}, []string{"upstream", "status"}),
-		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "llmgate_stream_ttfb_seconds", Help: "Time from request to the first streamed event sent to the client.", Buckets: buckets,
-		}, []string{"upstream"}),
-		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "llmgate_requests_in_flight", Help: "Client requests being served.",
-		}),
-		DLQSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "llmgate_deadletters", Help: "Dead letters waiting, by final class.",
-		}, []string{"class"}),
-		DLQAlert: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "llmgate_deadletter_alert", Help: "1 while the dead-letter queue is over its alert threshold.",
-		}),
-		DLQReplays: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_deadletter_replays_total", Help: "Dead-letter replays by result.",
-		}, []string{"result"}),
-		DLQRecorded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_deadletters_recorded_total", Help: "Keyed requests recorded as dead letters, by final class.",
-		}, []string{"class"}),
-		clientLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_client_limited_total",
-			Help: "Requests refused with 429 by their client's own limits, by client and limit: rate, concurrency, storage.",
-		}, []string{"client", "limit"}),
-		clientFailOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_client_limit_fail_open_total",
-			Help: "Limit checks made without what they depend on (storage: the client's stored bytes were never counted from the store), by limit.",
-		}, []string{"limit"}),
-		clientStored: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "llmgate_client_stored_bytes",
-			Help: "Bytes committed under each client with a max_stored_bytes limit, as this process counts them against it.",
-		}, []string{"client"}),
-		usageScans: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_client_usage_scans_total", Help: "Counts of a client's stored bytes from the store, by result: ok, error.",
-		}, []string{"result"}),
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_tokens_total",
-			Help: "Tokens that upstream answers reported in their usage, by upstream, model, client and kind: input (prompt_tokens), output (completion_tokens).",
-		}, []string{"upstream", "model", "client", "kind"}),
-		tokensSaved: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_tokens_saved_total",
-			Help: "Tokens in the usage of committed answers replayed instead of paid for again (idempotency replays and cache hits), by upstream, model, client and kind.",
-		}, []string{"upstream", "model", "client", "kind"}),
-		usageMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmgate_usage_missing_total",
-			Help: "2xx upstream answers that reported no usage (a stream without stream_options.include_usage, a cut stream, a body too large to read), by upstream and endpoint.",
-		}, []string{"upstream", "endpoint"}),
 		models:      map[string]bool{},
 		exact:       map[string]bool{},
 		idemTotals:  map[string]int64{},
@@ -154,12 +74,126 @@ func New(reg prometheus.Registerer, exactModels []string) *Metrics {
 	for _, e := range exactModels {
 		m.exact[e] = true
 	}
-	reg.MustRegister(m.DLQSize, m.DLQAlert, m.DLQReplays, m.DLQRecorded)
-	reg.MustRegister(m.requests, m.duration, m.attempts, m.retries, m.budget, m.breakerState,
-		m.breakerTrans, m.breakerReject, m.fallbacks, m.idem, m.ttfb, m.Inflight, m.authFailures)
-	reg.MustRegister(m.clientLimited, m.clientFailOpen, m.clientStored, m.usageScans)
-	reg.MustRegister(m.tokens, m.tokensSaved, m.usageMissing)
+	reg.MustRegister(m.deadLetterSeries()...)
+	reg.MustRegister(m.requestSeries()...)
+	reg.MustRegister(m.clientSeries()...)
+	reg.MustRegister(m.tokenSeries()...)
 	return m
+}
+
+// latencyBuckets are the buckets of every latency histogram, in seconds.
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+// requestSeries makes the series of client requests, upstream attempts,
+// breakers and idempotency events, and returns them for registration.
+// (A list of declarations: every series' name and help in one place.)
+func (m *Metrics) requestSeries() []prometheus.Collector {
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_requests_total", Help: "Client requests by endpoint, model, upstream, status and outcome class.",
+	}, []string{"endpoint", "model", "upstream", "status", "outcome"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "llmgate_request_duration_seconds", Help: "Client request latency, to the last byte.", Buckets: latencyBuckets,
+	}, []string{"endpoint", "model", "upstream", "status", "outcome"})
+	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_upstream_attempts_total", Help: "Upstream attempts by upstream and outcome class.",
+	}, []string{"upstream", "class"})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_upstream_retries_total", Help: "Retries by upstream and the class of the failure retried.",
+	}, []string{"upstream", "class"})
+	m.budget = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_retry_budget_rejections_total", Help: "Retries denied by the process-wide retry budget.",
+	}, []string{"upstream"})
+	m.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_fallbacks_total", Help: "Requests passed from an upstream to its fallback.",
+	}, []string{"from", "to"})
+	m.idem = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_idempotency_events_total",
+		Help: "Idempotency events: claim, commit, release, replay, wait, conflict (409), mismatch (422), store_error, uncommitted, cache_hit, cache_miss.",
+	}, []string{"event"})
+	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_upstream_auth_failures_total", Help: "Upstream answers refusing the gateway's credentials (401) or the request (403), by upstream and status.",
+	}, []string{"upstream", "status"})
+	m.ttfb = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "llmgate_stream_ttfb_seconds", Help: "Time from request to the first streamed event sent to the client.", Buckets: latencyBuckets,
+	}, []string{"upstream"})
+	m.Inflight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "llmgate_requests_in_flight", Help: "Client requests being served.",
+	})
+	series := []prometheus.Collector{m.requests, m.duration, m.attempts, m.retries, m.budget}
+	series = append(series, m.breakerSeries()...)
+	return append(series, m.fallbacks, m.idem, m.ttfb, m.Inflight, m.authFailures)
+}
+
+// breakerSeries makes the circuit breakers' series.
+func (m *Metrics) breakerSeries() []prometheus.Collector {
+	m.breakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "llmgate_breaker_state", Help: "Circuit breaker state per upstream: 0 closed, 1 half-open, 2 open.",
+	}, []string{"upstream"})
+	m.breakerTrans = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_breaker_transitions_total", Help: "Circuit breaker state transitions.",
+	}, []string{"upstream", "from", "to"})
+	m.breakerReject = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_breaker_rejections_total", Help: "Requests an open breaker answered at once.",
+	}, []string{"upstream"})
+	return []prometheus.Collector{m.breakerState, m.breakerTrans, m.breakerReject}
+}
+
+// deadLetterSeries makes the dead-letter queue's series.
+func (m *Metrics) deadLetterSeries() []prometheus.Collector {
+	m.DLQSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "llmgate_deadletters", Help: "Dead letters waiting, by final class.",
+	}, []string{"class"})
+	m.DLQAlert = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "llmgate_deadletter_alert", Help: "1 while the dead-letter queue is over its alert threshold.",
+	})
+	m.DLQReplays = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_deadletter_replays_total", Help: "Dead-letter replays by result.",
+	}, []string{"result"})
+	m.DLQRecorded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_deadletters_recorded_total", Help: "Keyed requests recorded as dead letters, by final class.",
+	}, []string{"class"})
+	m.dlqDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_deadletters_dropped_total",
+		Help: "Dead letters deleted to keep their client within dead_letters.max_per_client and max_bytes_per_client (its oldest first), by client.",
+	}, []string{"client"})
+	return []prometheus.Collector{m.DLQSize, m.DLQAlert, m.DLQReplays, m.DLQRecorded, m.dlqDropped}
+}
+
+// clientSeries makes the series of clients' limits and stored bytes.
+func (m *Metrics) clientSeries() []prometheus.Collector {
+	m.clientLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_client_limited_total",
+		Help: "Requests refused with 429 by their client's own limits, by client and limit: rate, concurrency, storage.",
+	}, []string{"client", "limit"})
+	m.clientFailOpen = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_client_limit_fail_open_total",
+		Help: "Limit checks made without what they depend on (storage: the client's stored bytes were never counted from the store), by limit.",
+	}, []string{"limit"})
+	m.clientStored = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "llmgate_client_stored_bytes",
+		Help: "Bytes committed under each client with a max_stored_bytes limit, as this process counts them against it.",
+	}, []string{"client"})
+	m.usageScans = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_client_usage_scans_total", Help: "Counts of a client's stored bytes from the store, by result: ok, error.",
+	}, []string{"result"})
+	return []prometheus.Collector{m.clientLimited, m.clientFailOpen, m.clientStored, m.usageScans}
+}
+
+// tokenSeries makes the series of tokens reported in upstream usage.
+func (m *Metrics) tokenSeries() []prometheus.Collector {
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_tokens_total",
+		Help: "Tokens that upstream answers reported in their usage, by upstream, model, client and kind: input (prompt_tokens), output (completion_tokens).",
+	}, []string{"upstream", "model", "client", "kind"})
+	m.tokensSaved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_tokens_saved_total",
+		Help: "Tokens in the usage of committed answers replayed instead of paid for again (idempotency replays and cache hits), by upstream, model, client and kind.",
+	}, []string{"upstream", "model", "client", "kind"})
+	m.usageMissing = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "llmgate_usage_missing_total",
+		Help: "2xx upstream answers that reported no usage (a stream without stream_options.include_usage, a cut stream, a body too large to read), by upstream and endpoint.",
+	}, []string{"upstream", "endpoint"})
+	return []prometheus.Collector{m.tokens, m.tokensSaved, m.usageMissing}
 }
 
 // ClientLimited counts a request refused by its client's limit. Client
@@ -167,6 +201,12 @@ func New(reg prometheus.Registerer, exactModels []string) *Metrics {
 // scope when no clients are configured).
 func (m *Metrics) ClientLimited(client, limit string) {
 	m.clientLimited.WithLabelValues(client, limit).Inc()
+}
+
+// DeadLettersDropped counts n of client's dead letters deleted to keep it
+// within its bound.
+func (m *Metrics) DeadLettersDropped(client string, n int) {
+	m.dlqDropped.WithLabelValues(m.clientLabel(client)).Add(float64(n))
 }
 
 // ClientLimitFailOpen counts a check of limit made without what it
@@ -208,10 +248,23 @@ func (m *Metrics) ModelLabel(model string, routed, learn bool) string {
 	return "other"
 }
 
-func (m *Metrics) Request(endpoint, model, upstream string, status int, outcome string, d time.Duration) {
-	s := strconv.Itoa(status)
-	m.requests.WithLabelValues(endpoint, model, upstream, s, outcome).Inc()
-	m.duration.WithLabelValues(endpoint, model, upstream, s, outcome).Observe(d.Seconds())
+// RequestDone is one finished client request as Request counts it. The
+// strings are label values, bounded as Metrics says (Model from
+// ModelLabel).
+type RequestDone struct {
+	Endpoint string
+	Model    string
+	Upstream string // the upstream that answered, or "none"
+	Status   int    // the status sent to the client
+	Outcome  string // the outcome class
+	Duration time.Duration
+}
+
+// Request counts a finished client request and observes its latency.
+func (m *Metrics) Request(r RequestDone) {
+	s := strconv.Itoa(r.Status)
+	m.requests.WithLabelValues(r.Endpoint, r.Model, r.Upstream, s, r.Outcome).Inc()
+	m.duration.WithLabelValues(r.Endpoint, r.Model, r.Upstream, s, r.Outcome).Observe(r.Duration.Seconds())
 }
 
 func (m *Metrics) Attempt(upstream string, o classify.Outcome) {

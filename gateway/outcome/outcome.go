@@ -42,14 +42,55 @@ type Result struct {
 	// Attempts and Tried describe the chain, for a dead letter.
 	Attempts int
 	Tried    []string
+	// Delivery is what the client has received of the answer (NotSent
+	// when it is settled before its end goes out).
+	Delivery Delivery
 }
+
+// Delivery is what the client received of an answer when it is settled.
+type Delivery uint8
+
+const (
+	// NotSent: the answer's end has not gone out (a committable answer's
+	// end waits for its commit).
+	NotSent Delivery = iota
+	// Whole: the client received the whole answer, before its deadline.
+	Whole
+	// Cut: the client did not receive it whole: it left, a write to it
+	// failed, or its deadline ended the response first.
+	Cut
+)
+
+// Action is what a keyed request does with its key once settled.
+type Action uint8
+
+const (
+	// Release: the key is given up (and Verdict.DeadLetter recorded, when
+	// set): the client's retry runs again.
+	Release Action = iota
+	// Commit: the answer is committed under the key before its end goes
+	// out; retries replay it.
+	Commit
+	// Deliver: an answer too large to record goes out first; it is settled
+	// again with the client's Delivery, to a Marker or a Release.
+	Deliver
+	// Marker: a not-stored marker is committed for an answer the client
+	// received whole; retries get 410 idempotency_result_not_stored
+	// instead of paying for a second, different answer.
+	Marker
+)
 
 // Verdict is how a request ends.
 type Verdict struct {
 	// Class is what the log line and metrics say (classify's class).
 	Class classify.Class
-	// Commit: a keyed request commits the answer under its key. Otherwise
-	// the key is released, so the client's retry runs again.
+	// Action is what a keyed request does with its key: the one decision
+	// between commit, not-stored marker and release; no caller re-decides
+	// it.
+	Action Action
+	// Commit: a keyed request commits the answer under its key (Action
+	// Commit). Otherwise the key is released, so the client's retry runs
+	// again, or marked not stored.
 	Commit bool
 	// Uncommitted is why an answer that was served is not committed ("" when
 	// it was, or when it failed).
@@ -88,8 +129,9 @@ func Settle(r Result) Verdict {
 		// Served whole but too large to record (a body too large to buffer
 		// is not classified from its content): never committed.
 		v.Uncommitted = "over the record limit"
+		v.Action = afterDelivery(r.Delivery)
 	case ok2xx && Committable(o) && !r.Unrecordable:
-		v.Commit = true
+		v.Commit, v.Action = true, Commit
 	case o.Class == classify.Unauthorized || o.Class == classify.Auth:
 		// The provider refused the gateway's credentials: the operator's
 		// problem. The tenant never sees the provider's message.
@@ -108,6 +150,11 @@ func Settle(r Result) Verdict {
 		// retry.
 		v.NoRetry = false
 	}
+	if r.Status == 0 {
+		// No upstream answered the last attempt: the client gets the
+		// failure itself.
+		v.Replace = noAnswer(r)
+	}
 	if !v.Commit && (o.Class.BreakerFailure() || r.End == EndGateway) {
 		class := string(o.Class)
 		if r.End == EndGateway {
@@ -116,6 +163,39 @@ func Settle(r Result) Verdict {
 		v.DeadLetter = &Failure{Class: class, Message: o.Reason, Status: r.Status, Attempts: r.Attempts, Tried: r.Tried}
 	}
 	return v
+}
+
+// Dropped is how a request ends whose answer the gateway itself dropped
+// before settling it — the ids it hands out could not be recorded, or the
+// call panicked: the key is released (no dead letter: the upstream did its
+// part, and the client gets the gateway's error), and the breaker learns
+// nothing.
+func Dropped() Verdict {
+	return Verdict{Class: classify.Class("gateway_error"), Breaker: breaker.Excluded}
+}
+
+// afterDelivery is what becomes of the key of an answer served but too
+// large to record: settled before it went out, it goes out first; received
+// whole, a marker keeps its retries from paying for a second answer; not
+// received whole, the key is released, so the retry runs again — a marker
+// then would answer 410 for an answer nobody received.
+func afterDelivery(d Delivery) Action {
+	switch d {
+	case Whole:
+		return Marker
+	case Cut:
+		return Release
+	}
+	return Deliver
+}
+
+// noAnswer is the client's error when the last attempt got no response:
+// its client left, or the transport failed.
+func noAnswer(r Result) error {
+	if r.Outcome.Class == classify.Canceled {
+		return apierror.ClientGone
+	}
+	return &apierror.Transport{Upstream: r.Upstream, Reason: r.Outcome.Reason, Timeout: r.Outcome.Timeout}
 }
 
 // End is what ended a request's context, other than its upstream.

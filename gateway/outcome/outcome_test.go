@@ -22,7 +22,7 @@ func TestSettle(t *testing.T) {
 		br         breaker.Result
 		noRetry    bool
 		deadLetter string // class, "" for none
-		replace    string // apierror wire code, "" for none
+		replace    string // apierror wire code of what the client gets instead, "" for none
 	}{
 		{"200 answer", Result{Outcome: o(classify.Success), Status: 200}, true, false, breaker.Success, false, "", ""},
 		{"200 content filter", Result{Outcome: o(classify.ContentFilter), Status: 200}, true, false, breaker.Success, false, "", ""},
@@ -38,12 +38,12 @@ func TestSettle(t *testing.T) {
 		{"400", Result{Outcome: o(classify.ClientError), Status: 400}, false, false, breaker.Success, true, "", ""},
 		{"401", Result{Outcome: o(classify.Unauthorized), Status: 401}, false, false, breaker.Failure, true, "unauthorized", "upstream_auth_failed"},
 		{"403", Result{Outcome: o(classify.Auth), Status: 403}, false, false, breaker.Success, true, "", "upstream_auth_failed"},
-		{"transport timeout", Result{Outcome: classify.Outcome{Class: classify.Transient, Timeout: true}}, false, false, breaker.Failure, true, "transient", ""},
-		{"client's deadline", Result{Outcome: o(classify.Transient), End: EndClient}, false, false, breaker.Excluded, true, "transient", ""},
-		{"client left", Result{Outcome: o(classify.Canceled), End: EndClient}, false, false, breaker.Excluded, true, "", ""},
-		{"operator's deadline, no answer", Result{Outcome: o(classify.Transient), End: EndOperator}, false, false, breaker.Failure, true, "transient", ""},
+		{"transport timeout", Result{Outcome: classify.Outcome{Class: classify.Transient, Timeout: true}}, false, false, breaker.Failure, true, "transient", "upstream_timeout"},
+		{"client's deadline", Result{Outcome: o(classify.Transient), End: EndClient}, false, false, breaker.Excluded, true, "transient", "upstream_unreachable"},
+		{"client left", Result{Outcome: o(classify.Canceled), End: EndClient}, false, false, breaker.Excluded, true, "", "client_closed_request"},
+		{"operator's deadline, no answer", Result{Outcome: o(classify.Transient), End: EndOperator}, false, false, breaker.Failure, true, "transient", "upstream_unreachable"},
 		{"operator's deadline, stream progressing", Result{Outcome: o(classify.Transient), Status: 200, Streamed: true, End: EndOperator}, false, false, breaker.Excluded, true, "transient", ""},
-		{"gateway shut down", Result{Outcome: o(classify.Canceled), End: EndGateway}, false, false, breaker.Excluded, false, "canceled_by_gateway", ""},
+		{"gateway shut down", Result{Outcome: o(classify.Canceled), End: EndGateway}, false, false, breaker.Excluded, false, "canceled_by_gateway", "client_closed_request"},
 		{"503 whose retry wait shutdown cut", Result{Outcome: o(classify.Transient), Status: 503, End: EndGateway}, false, false, breaker.Excluded, false, "canceled_by_gateway", ""},
 		{"breaker open", Result{Err: &apierror.BreakerOpen{Upstream: "u", RetryAfter: time.Second}}, false, false, breaker.Excluded, false, "breaker_open", ""},
 		{"deadline before any upstream", Result{Err: &apierror.DeadlineSpent{}}, false, false, breaker.Excluded, false, "deadline", ""},
@@ -95,6 +95,31 @@ func TestEndOf(t *testing.T) {
 	} {
 		if got := EndOf(tc.ctx); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestSettleAction: what a keyed request does with its key, by what the
+// answer was and what its client received of it when settled.
+func TestSettleAction(t *testing.T) {
+	ok := classify.Outcome{Class: classify.Success}
+	for _, tc := range []struct {
+		name string
+		r    Result
+		want Action
+	}{
+		{"answer, settled before its end goes out", Result{Outcome: ok, Status: 200}, Commit},
+		{"stream answer", Result{Outcome: ok, Status: 200, Streamed: true}, Commit},
+		{"too large, not sent yet", Result{Outcome: ok, Status: 200, Unrecordable: true}, Deliver},
+		{"too large, received whole", Result{Outcome: ok, Status: 200, Unrecordable: true, Delivery: Whole}, Marker},
+		{"too large, cut before the client had it all", Result{Outcome: ok, Status: 200, Unrecordable: true, Delivery: Cut}, Release},
+		{"stream too large, received whole", Result{Outcome: ok, Status: 200, Streamed: true, Unrecordable: true, Delivery: Whole}, Marker},
+		{"stream too large and cut upstream", Result{Outcome: classify.Outcome{Class: classify.Transient}, Status: 200, Streamed: true, Unrecordable: true, Delivery: Whole}, Release},
+		{"503 after retries", Result{Outcome: classify.Outcome{Class: classify.Transient}, Status: 503}, Release},
+		{"breaker open", Result{Err: &apierror.BreakerOpen{Upstream: "u"}}, Release},
+	} {
+		if got := Settle(tc.r).Action; got != tc.want {
+			t.Errorf("%s: action %d, want %d", tc.name, got, tc.want)
 		}
 	}
 }

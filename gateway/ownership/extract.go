@@ -208,7 +208,10 @@ var nestedKeys = func() *jsonscan.Keys {
 
 func isString(v []byte) bool { return len(v) > 0 && v[0] == '"' }
 
-var answerKeys = jsonscan.NewKeys("id", "object", "deleted", "file", "output_file_id", "error_file_id")
+var (
+	answerKeys = jsonscan.NewKeys("id", "object", "deleted", "file", "output_file_id", "error_file_id", "output")
+	outputKeys = jsonscan.NewKeys("type", "container_id")
+)
 
 // objectKinds maps an answer's "object" to the kind recorded.
 var objectKinds = map[string]Kind{
@@ -216,43 +219,25 @@ var objectKinds = map[string]Kind{
 	"batch": Batch, "vector_store": VectorStore, "upload": Upload,
 }
 
-// FromAnswer returns the objects a JSON answer hands out: the object it is
-// (its "id" and "object", unless "deleted" is true), the file a completed
-// upload became ("file"), the files a batch wrote (output_file_id,
-// error_file_id), which its owner reads through /v1/files, and the
-// containers a response's code ran in (container_id, at any depth).
+// FromAnswer returns the objects a JSON answer hands out, each from the
+// one documented place a provider puts an object it created, at the top
+// level of the answer's own object:
+//
+//   - the object itself: its "id" and "object", unless "deleted" is true;
+//   - an upload's "file", the file a completed upload became;
+//   - a batch's "output_file_id" and "error_file_id", the files it wrote;
+//   - a response's output items of type code_interpreter_call: their
+//     "container_id", the container the call ran in.
+//
+// Nothing else is read: metadata, user, instructions, prompt variables,
+// the tools a client named, message text and annotations, and the items
+// of a list are written, or echoed, from what a client sent, and an id
+// planted there must not become the client's.
 func FromAnswer(body []byte) []Ref {
-	return containerIDs(jsonscan.New(body, 0), fromAnswer(body))
-}
-
-// containerIDs appends the container_id strings in the value at s, at any
-// depth.
-func containerIDs(s *jsonscan.Scanner, refs []Ref) []Ref {
-	switch s.Peek() {
-	case '{':
-		for key := range s.Members() {
-			if !jsonscan.Equal(key, "container_id") {
-				refs = containerIDs(s, refs)
-			} else if id := unquoteString(s.Value()); id != "" {
-				refs = append(refs, Ref{Kind: Container, ID: id})
-			}
-		}
-	case '[':
-		for range s.Elements() {
-			refs = containerIDs(s, refs)
-		}
-	default:
-		s.Skip()
-	}
-	return refs
-}
-
-// fromAnswer is FromAnswer but for containers.
-func fromAnswer(body []byte) []Ref {
 	var (
-		refs       []Ref
-		id, object string
-		deleted    bool
+		refs, inner []Ref
+		id, object  string
+		deleted     bool
 	)
 	s := jsonscan.New(body, 0)
 	for key := range s.Fields(answerKeys) {
@@ -264,20 +249,75 @@ func fromAnswer(body []byte) []Ref {
 			object = unquoteString(v)
 		case "deleted":
 			deleted = string(v) == "true"
-		case "file":
-			if f := fromAnswer(v); len(f) == 1 && f[0].Kind == File {
-				refs = append(refs, f[0])
-			}
-		case "output_file_id", "error_file_id":
-			if fid := unquoteString(v); fid != "" {
-				refs = append(refs, Ref{Kind: File, ID: fid})
-			}
+		default:
+			inner = append(inner, answerMember(key, v)...)
 		}
 	}
-	if kind, ok := objectKinds[object]; ok && id != "" && !deleted {
-		refs = append([]Ref{{Kind: kind, ID: id}}, refs...)
+	kind, ok := objectKinds[object]
+	if !ok || id == "" || deleted {
+		return nil
+	}
+	refs = append(refs, Ref{Kind: kind, ID: id})
+	for _, r := range inner {
+		if r.Param == object {
+			refs = append(refs, Ref{Kind: r.Kind, ID: r.ID})
+		}
 	}
 	return refs
+}
+
+// answerMember returns the objects the top-level member key (value v)
+// hands out, each with Param set to the kind of object the member belongs
+// to: FromAnswer keeps them only if the answer is of that kind.
+func answerMember(key string, v []byte) []Ref {
+	switch key {
+	case "file":
+		var id, object string
+		s := jsonscan.New(v, 0)
+		for k := range s.Fields(answerKeys) {
+			switch k {
+			case "id":
+				id = unquoteString(s.Value())
+			case "object":
+				object = unquoteString(s.Value())
+			}
+		}
+		if object == "file" && id != "" {
+			return []Ref{{Kind: File, ID: id, Param: "upload"}}
+		}
+	case "output_file_id", "error_file_id":
+		if fid := unquoteString(v); fid != "" {
+			return []Ref{{Kind: File, ID: fid, Param: "batch"}}
+		}
+	case "output":
+		var refs []Ref
+		arr := jsonscan.New(v, 0)
+		for range arr.Elements() {
+			if c := containerOf(arr.Value()); c != "" {
+				refs = append(refs, Ref{Kind: Container, ID: c, Param: "response"})
+			}
+		}
+		return refs
+	}
+	return nil
+}
+
+// containerOf is the container_id of an output item of type
+// code_interpreter_call, or "".
+func containerOf(item []byte) string {
+	var typ, id string
+	s := jsonscan.New(item, 0)
+	for key := range s.Fields(outputKeys) {
+		if key == "type" {
+			typ = unquoteString(s.Value())
+		} else {
+			id = unquoteString(s.Value())
+		}
+	}
+	if typ != "code_interpreter_call" {
+		return ""
+	}
+	return id
 }
 
 func unquoteString(v []byte) string {
@@ -287,27 +327,37 @@ func unquoteString(v []byte) string {
 	return jsonscan.Unquote(v)
 }
 
-var eventKeys = jsonscan.NewKeys("type", "response")
+var eventKeys = jsonscan.NewKeys("type", "response", "item")
 
-// FromStreamEvent returns the response a Responses stream hands out, from
-// its first event (ev as the SSE reader returns it): response.created,
-// whose "response" member is the response with its id.
+// FromStreamEvent returns the objects a Responses stream event (ev as the
+// SSE reader returns it) hands out: response.created's "response", the
+// response with its id (read as FromAnswer reads it), and the container
+// a code_interpreter_call item runs in, in response.output_item.added and
+// .done.
 func FromStreamEvent(ev []byte) []Ref {
 	var typ string
-	var resp []byte
+	var resp, item []byte
 	s := jsonscan.New(sse.Data(ev), 0)
 	for key := range s.Fields(eventKeys) {
 		v := s.Value()
-		if key == "type" {
+		switch key {
+		case "type":
 			typ = unquoteString(v)
-		} else {
+		case "response":
 			resp = v
+		default:
+			item = v
 		}
 	}
-	if typ != "response.created" || resp == nil {
-		return nil
+	switch {
+	case typ == "response.created" && resp != nil:
+		return FromAnswer(resp)
+	case typ == "response.output_item.added" || typ == "response.output_item.done":
+		if c := containerOf(item); c != "" {
+			return []Ref{{Kind: Container, ID: c}}
+		}
 	}
-	return FromAnswer(resp)
+	return nil
 }
 
 // UploadPath reports whether path takes multipart/form-data uploads:

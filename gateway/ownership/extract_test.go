@@ -129,7 +129,9 @@ func TestFromAnswer(t *testing.T) {
 		{"deleted", `{"id":"file-1","object":"file","deleted":true}`, nil},
 		{"chat completion", `{"id":"chatcmpl-1","object":"chat.completion"}`, nil},
 		{"containers", `{"id":"resp_2","object":"response","output":[{"type":"code_interpreter_call","container_id":"cntr_1"},{"type":"message","content":[{"annotations":[{"type":"container_file_citation","container_id":"cntr_2"}]}]}]}`,
-			[]Ref{{Kind: Response, ID: "resp_2"}, {Kind: Container, ID: "cntr_1"}, {Kind: Container, ID: "cntr_2"}}},
+			// A citation names a container, it does not create one: only
+			// the call's container_id is recorded.
+			[]Ref{{Kind: Response, ID: "resp_2"}, {Kind: Container, ID: "cntr_1"}}},
 		{"list", `{"object":"list","data":[{"id":"file-1","object":"file"}]}`, nil},
 		{"not json", `<html>`, nil},
 	} {

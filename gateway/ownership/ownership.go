@@ -124,6 +124,37 @@ func (o *Owners) Record(ctx context.Context, client, upstream string, created []
 	return nil
 }
 
+// Checked is what Verify found: the objects a request names are its
+// client's, held by one upstream (or it names none). Its zero value allows
+// nothing, and only Verify makes one that allows anything, so a hop under
+// a shared key (proxy.SharedHop) cannot be made without the check.
+type Checked struct {
+	ok bool
+	// holder is the upstream that holds the named objects; "" when the
+	// request names none.
+	holder string
+}
+
+// Holder is the upstream that holds the objects the request names, and
+// whether it names any.
+func (c Checked) Holder() (upstream string, named bool) { return c.holder, c.holder != "" }
+
+// Allows reports whether the request may go to upstream under the key
+// clients share: it was checked, and names no objects or only objects held
+// there.
+func (c Checked) Allows(upstream string) bool {
+	return c.ok && (c.holder == "" || c.holder == upstream)
+}
+
+// Verify is Check with its answer as a Checked.
+func (o *Owners) Verify(ctx context.Context, client string, refs []Ref) (Checked, error) {
+	holder, err := o.Check(ctx, client, refs)
+	if err != nil {
+		return Checked{}, err
+	}
+	return Checked{ok: true, holder: holder}, nil
+}
+
 // Check returns the upstream that holds the objects refs names, all of
 // which must be client's and on one upstream; "" when refs is empty. An
 // object that is not client's — another client's, or one llmgate has no

@@ -18,8 +18,9 @@ import (
 const maxErrorBody = 1 << 20
 
 // attempt sends one request to u. It never retries.
-func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
-	resp := &Response{Upstream: u}
+func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
+	u := hop.Upstream
+	resp := &Response{Upstream: u, Hop: hop}
 	actx, cancel := context.WithCancelCause(ctx)
 	// One timer bounds the attempt until its response (for a stream, its
 	// first event) and then, for a stream, the gap between events.
@@ -29,16 +30,15 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
 	if err != nil {
 		return a.fail(err)
 	}
-	if c.StoreFalseBody != nil && u.Cfg.ForceStoreFalse {
-		body, n = bytes.NewReader(c.StoreFalseBody), int64(len(c.StoreFalseBody))
+	if hop.body != nil {
+		body, n = bytes.NewReader(hop.body), int64(len(hop.body))
 	}
-	req, err := u.newUpstreamRequest(actx, c.In, c.Suffix, c.Query, body, n, c.IdemKey)
+	req, err := u.newUpstreamRequest(actx, c.In, outgoing{suffix: c.Suffix, query: c.Query, key: hop.key, idemKey: c.IdemKey}, body, n)
 	if err != nil {
 		return a.fail(err)
 	}
-	if k, ok := c.APIKeys[u.Cfg.Name]; ok {
-		// The client's own key for this upstream, instead of the shared one.
-		req.Header.Set("Authorization", "Bearer "+k)
+	if c.Tenant != "" {
+		req.Header.Set("X-Llmgate-Tenant", c.Tenant)
 	}
 	res, err := u.client.Do(req)
 	if err != nil {
@@ -58,7 +58,7 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, u *Upstream) *Response {
 		return resp
 	}
 	if c.Stream && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
-		return p.startStream(a, c.Kind, res.Body)
+		return p.startStream(a, c.api(), res.Body)
 	}
 	return p.readBody(a, c, res.Body)
 }
@@ -121,12 +121,13 @@ func (a *inAttempt) failWith(o classify.Outcome) *Response {
 }
 
 // startStream waits for a stream's first event: until then the attempt can
-// still be retried. A Responses stream's first events that only announce
-// the response (response.created, response.in_progress) are held back with
-// the event after them: when that one is a transient failure (an error
+// still be retried. For an API with a preamble, the first events that only
+// announce the answer (Responses' response.created, response.in_progress;
+// Messages' message_start, ping, content_block_start) are held back with
+// the event after them: when that one is a retryable failure (an error
 // event, response.failed with server_error), the client has seen nothing
 // and the attempt is retried.
-func (p *Proxy) startStream(a *inAttempt, kind Kind, body io.ReadCloser) *Response {
+func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Response {
 	rd := sse.NewReader(body, p.maxEventBytes())
 	var first [][]byte
 	for {
@@ -140,28 +141,30 @@ func (p *Proxy) startStream(a *inAttempt, kind Kind, body io.ReadCloser) *Respon
 			return a.fail(err)
 		}
 		first = append(first, append([]byte(nil), ev...))
-		if kind != Responses || len(first) == maxPreamble || !classify.ResponsesPreamble(sse.Data(ev)) {
+		if api.stream.preamble == nil || len(first) == maxPreamble || !api.stream.preamble(sse.Data(ev)) {
 			break
 		}
 	}
-	if kind == Responses {
-		if o, failed := failedStart(first); failed {
+	if api.stream.preamble != nil {
+		if o, failed := failedStart(api, first); failed {
 			body.Close()
 			rd.Release()
 			return a.failWith(o)
 		}
 	}
 	resp := a.resp
-	resp.Stream = &LiveStream{body: body, rd: rd, first: first, kind: kind,
+	resp.Stream = &LiveStream{body: body, rd: rd, first: first, api: api,
 		timer: a.timer, cancel: a.cancel, ctx: a.actx, idle: p.cfg.Limits.StreamIdleTimeout.D()}
 	resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
 	return resp
 }
 
-// failedStart reports whether a Responses stream's held-back start ends in
-// a failure worth another attempt, and what it came to.
-func failedStart(first [][]byte) (classify.Outcome, bool) {
-	var obs classify.ResponsesObserver
+// failedStart reports whether a stream's held-back start ends in a
+// failure worth another attempt, and what it came to, as the API's own
+// observer reads it.
+func failedStart(api *API, first [][]byte) (classify.Outcome, bool) {
+	var held observers
+	obs := held.of(api.stream.observer)
 	for _, ev := range first {
 		obs.Observe(sse.Data(ev))
 	}
@@ -195,14 +198,7 @@ func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
 	body.Close()
 	a.end()
 	resp.Body = b
-	switch c.Kind {
-	case Completion:
-		resp.Outcome = classify.FromCompletion(b)
-	case Responses:
-		resp.Outcome = classify.FromResponses(b, resp.Header, p.now())
-	default:
-		resp.Outcome = classify.Outcome{Class: classify.Success}
-	}
+	resp.Outcome = c.api().Classify(b, resp.Header, p.now())
 	resp.Outcome.Status = resp.Status
 	return resp
 }

@@ -79,9 +79,9 @@ type Call struct {
 	// Suffix is appended to an upstream's base_url ("/chat/completions"),
 	// escaped as it is sent: a segment's "/" is "%2F".
 	Suffix string
-	// Kind is what the endpoint's answers are: how a 2xx body is
-	// classified, how a stream ends.
-	Kind Kind
+	// API is the provider API the endpoint speaks: how a 2xx body is
+	// classified, how a stream ends. If nil, Plain.
+	API  *API
 	Body []byte
 	// Source, when set, is the body instead of Body: spooled to a file, or
 	// read once from the client (then the call makes one attempt, at the
@@ -105,16 +105,15 @@ type Call struct {
 	Stream bool
 	// IdemKey is forwarded to the upstream when set.
 	IdemKey string
-	// APIKeys maps an upstream's name to the client's own key for it
-	// (config clients[].upstream_api_keys), sent instead of the upstream's
-	// api_key. Nil: every upstream's own.
-	APIKeys map[string]string
-	// StoreFalseBody, when set, is Body with "store" forced to false: what
-	// an upstream with force_store_false gets instead of Body.
-	StoreFalseBody []byte
-	// NoFallback: only the routed upstream is tried (a request naming an
-	// object goes to the upstream that holds it).
-	NoFallback bool
+	// Hops are the request's plan: the upstreams Execute may send it to,
+	// in order, each with its credential and body (see Hop). The first is
+	// the routed upstream (or the one holding the objects the request
+	// names); the rest are the fallbacks the plan kept.
+	Hops []Hop
+	// Tenant, when set, is sent as X-Llmgate-Tenant: the opaque id of the
+	// tenant the call is made for, by which a chained llmgate narrows its
+	// scope (see request.TenantHeader).
+	Tenant string
 	// Deadline: no attempt or fallback starts after it. ClientDeadline
 	// says it is the client's own (X-Llmgate-Deadline), not the
 	// operator's: a retry it stops says nothing about the upstream.
@@ -133,9 +132,11 @@ type Call struct {
 // (Outcome says why).
 type Response struct {
 	Upstream *Upstream
-	Status   int
-	Header   http.Header
-	Body     []byte
+	// Hop is the hop that produced it (Upstream is its upstream).
+	Hop    Hop
+	Status int
+	Header http.Header
+	Body   []byte
 	// Rest, when set, is the remainder of a body too large to buffer.
 	Rest io.ReadCloser
 	// Stream, when set, is a live SSE stream.
@@ -156,6 +157,27 @@ type Response struct {
 func (r *Response) Result(tried []string) outcome.Result {
 	return outcome.Result{Outcome: r.Outcome, Upstream: r.Upstream.Cfg.Name, Status: r.Status, Unrecordable: r.Rest != nil,
 		End: r.end, Streamed: r.Streamed(), Attempts: r.Attempts, Tried: tried}
+}
+
+// api is c's API: Plain when the endpoint names none.
+func (c *Call) api() *API {
+	if c.API == nil {
+		return Plain
+	}
+	return c.API
+}
+
+// StreamEvent is the one error event ending a stream of c's API early.
+func (c *Call) StreamEvent(msg, code string) []byte { return c.api().StreamEvent(msg, code) }
+
+// Usage is the token usage resp reported: its stream's, or its body's as
+// c's API reads it. A body too large to buffer was never read whole, and
+// reports none.
+func (c *Call) Usage(resp *Response) classify.Tokens {
+	if resp.Streamed() || resp.Rest != nil {
+		return resp.Outcome.Usage
+	}
+	return c.api().Usage(resp.Body, resp.Outcome)
 }
 
 // Streamed reports whether the response was a stream (now relayed).
@@ -185,25 +207,26 @@ func (r *Response) Discard() {
 	}
 }
 
-// Execute runs c against primary's chain. It returns the response to give
-// the client, or a typed error (package apierror) when no upstream produced
+// Execute walks c's hops in order. It returns the response to give the
+// client, or a typed error (package apierror) when no upstream produced
 // one. The last upstream's breaker learns the outcome when the caller
 // calls Report.
-func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Response, error) {
+func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 	// Live traffic for the retry budget: requests that reach an upstream
 	// (replays and rejections do not).
 	p.budget.Request()
 	var last *Response
 	var lastErr error
-	for i, u := range primary.chain() {
+	for i, hop := range c.Hops {
+		u := hop.Upstream
 		if i > 0 {
-			if !c.resendable() || c.NoFallback {
-				break // the body was sent once and is gone, or must stay here
+			if !c.resendable() {
+				break // the body was sent once and is gone
 			}
 			if !c.Deadline.IsZero() && !p.now().Before(c.Deadline) {
 				break
 			}
-			p.metrics.Fallback(primary.Cfg.Name, u.Cfg.Name)
+			p.metrics.Fallback(c.Hops[0].Upstream.Cfg.Name, u.Cfg.Name)
 			tracing.Fallback(ctx, c.Tried[len(c.Tried)-1], u.Cfg.Name)
 		}
 		c.Tried = append(c.Tried, u.Cfg.Name)
@@ -218,12 +241,12 @@ func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Respo
 			}
 			return nil, err
 		}
-		resp, stop := p.runUpstream(ctx, c, u)
+		resp, stop := p.runUpstream(ctx, c, hop)
 		resp.done, resp.reqCtx = done, ctx
 		if resp.Stream != nil {
 			return resp, nil
 		}
-		resp.end = p.endOf(ctx, c, stop)
+		resp.end = p.endOf(ctx, c, stop, resp.Outcome)
 		if resp.Outcome.Class.Retryable() && resp.end == outcome.EndNone && stop != retry.StopDeadline && stop != retry.StopCanceled {
 			// Retries ended transient: the next upstream in the chain, if
 			// any, gets its turn; the deadline still bounds the whole. This
@@ -249,13 +272,18 @@ func (p *Proxy) Execute(ctx context.Context, c *Call, primary *Upstream) (*Respo
 
 // endOf says what, other than the upstream, ended a call: its context, or
 // the retry loop stopping for the client's deadline (the next wait would
-// pass it) or for shutdown (every wait ends).
-func (p *Proxy) endOf(ctx context.Context, c *Call, stop retry.StopReason) outcome.End {
+// pass it) or for shutdown (every wait ends). last is the last attempt's
+// outcome: one that timed out on its own (the upstream's timeout, not the
+// context's) is the upstream's, whatever the retry loop did next — a keyed
+// call runs on past its client's deadline, and an upstream that hangs to
+// its timeout there fails as it does with max_attempts 1; only a retry the
+// client's deadline stopped after an answer says nothing about it.
+func (p *Proxy) endOf(ctx context.Context, c *Call, stop retry.StopReason, last classify.Outcome) outcome.End {
 	if end := outcome.EndOf(ctx); end != outcome.EndNone {
 		return end
 	}
 	switch {
-	case stop == retry.StopDeadline && c.ClientDeadline:
+	case stop == retry.StopDeadline && c.ClientDeadline && !last.Timeout:
 		return outcome.EndClient
 	case stop == retry.StopCanceled && p.shuttingDown():
 		return outcome.EndGateway
@@ -273,14 +301,15 @@ func (p *Proxy) shuttingDown() bool {
 }
 
 // runUpstream is the one retry loop around attempts at u.
-func (p *Proxy) runUpstream(ctx context.Context, c *Call, u *Upstream) (*Response, retry.StopReason) {
+func (p *Proxy) runUpstream(ctx context.Context, c *Call, hop Hop) (*Response, retry.StopReason) {
+	u := hop.Upstream
 	var resp *Response
 	c.backoff = 0
 	loop := p.retryLoop(u.Cfg.Name, c)
 	_, stats := loop.Run(ctx, c.Deadline, func(actx context.Context, n int) classify.Outcome {
 		resp.Discard()
 		actx, span := p.tracer.StartAttempt(actx, u.attemptSpan(c, n))
-		resp = p.attempt(actx, c, u)
+		resp = p.attempt(actx, c, hop)
 		resp.traced(span)
 		p.metrics.Attempt(u.Cfg.Name, resp.Outcome)
 		return resp.Outcome

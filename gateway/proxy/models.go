@@ -21,7 +21,7 @@ type Model struct {
 func (u *Upstream) ListModels(ctx context.Context, in *http.Request) ([]Model, error) {
 	ctx, cancel := context.WithTimeout(ctx, min(u.timeout, 30*time.Second))
 	defer cancel()
-	req, err := u.newUpstreamRequest(ctx, in, "/models", "", nil, 0, "")
+	req, err := u.newUpstreamRequest(ctx, in, outgoing{suffix: "/models", key: u.Cfg.APIKey}, nil, 0)
 	if err != nil {
 		return nil, err
 	}

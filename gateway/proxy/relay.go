@@ -20,10 +20,11 @@ import (
 type LiveStream struct {
 	body io.ReadCloser
 	rd   *sse.Reader
-	// first is the first event, or for a Responses stream the events up
-	// to and including its first that is more than an announcement.
+	// first is the first event, or for an API with a preamble (Responses,
+	// Messages) the events up to and including its first that is more
+	// than an announcement.
 	first  [][]byte
-	kind   Kind
+	api    *API
 	timer  *time.Timer
 	cancel context.CancelCauseFunc
 	ctx    context.Context
@@ -76,12 +77,6 @@ func SetGatewayHeaders(h http.Header, upstream string, o classify.Outcome) {
 // body's size, and before the response ends; if it fails, the response is
 // aborted, so the client sees a cut answer rather than a complete one.
 func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict, beforeEnd func(size int64) error) error {
-	if resp.Status == 0 {
-		if resp.Outcome.Class == classify.Canceled {
-			return apierror.ClientGone
-		}
-		return &apierror.Transport{Upstream: resp.Upstream.Cfg.Name, Reason: resp.Outcome.Reason, Timeout: resp.Outcome.Timeout}
-	}
 	if v.Replace != nil {
 		return v.Replace
 	}
@@ -91,7 +86,7 @@ func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict, beforeE
 	}
 	SetGatewayHeaders(h, resp.Upstream.Cfg.Name, resp.Outcome)
 	if v.NoRetry {
-		h.Set("X-Should-Retry", "false")
+		apierror.SetRetry(h, false, 0)
 	}
 	if resp.Rest == nil {
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
@@ -144,19 +139,22 @@ func copyRest(w http.ResponseWriter, rest io.Reader) (int64, error) {
 }
 
 // RelayStream sends a live upstream stream to the client event by event,
-// flushing each as it arrives, and records it when rec is non-nil. It reads
+// flushing each as it arrives, and records it with how.Recorder. It reads
 // the upstream to its end even when the client is gone (a keyed stream's
 // context is detached from the client, so the result can still be
-// committed). trailer, when non-empty, is announced as a trailer.
+// committed).
 //
-// With hold, the stream's ending is held back in the returned Tail: SDKs
+// With how.Hold, the stream's ending is held back in the returned Tail: SDKs
 // take a stream that stops after it as complete, so a keyed stream's
 // ending must wait for its commit. For a chat stream that is everything
 // from the first chunk that carries a finish_reason on (the usage chunk
 // and [DONE] included); for a Responses stream, its terminal
-// response.completed or response.incomplete event. It sets resp.Outcome to
-// how the stream ended and closes the stream.
-func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Recorder, start time.Time, trailer string, hold bool) *Tail {
+// response.completed or response.incomplete event; for a Messages stream,
+// everything from the message_delta that carries the stop_reason on
+// (message_stop included). It sets resp.Outcome to how the stream ended
+// and closes the stream.
+func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, how Relay) *Tail {
+	rec, start, trailer, hold := how.Recorder, how.Start, how.Trailer, how.Hold
 	s := resp.Stream
 	defer func() {
 		s.close()
@@ -172,7 +170,7 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Reco
 		h.Set("Trailer", trailer)
 	}
 	w.WriteHeader(resp.Status)
-	r := newRelay(&clientOut{w: w}, rec, hold, &s.span, s.kind)
+	r := newRelay(&clientOut{w: w}, rec, hold, &s.span, s.api)
 	for _, ev := range s.first {
 		r.event(ev)
 	}
@@ -193,28 +191,36 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, rec *sse.Reco
 	return &r.tail
 }
 
+// Relay is how RelayStream relays a stream.
+type Relay struct {
+	// Recorder, when set, records the events as the client receives them.
+	Recorder *sse.Recorder
+	// Start is when the request began, for the time-to-first-byte metric.
+	Start time.Time
+	// Trailer, when set, is announced as a trailer.
+	Trailer string
+	// Hold holds the stream's ending back in the returned Tail.
+	Hold bool
+}
+
 // relay is one stream on its way to the client.
 type relay struct {
 	out  *clientOut
 	rec  *sse.Recorder
 	obs  observer
-	kind Kind
+	api  *API
 	hold bool
 	tail Tail
 	span *tracing.Attempt
 	// The observers, one of which obs points at (kept here, so that
 	// choosing one allocates nothing).
-	chat      chatObserver
-	responses responsesObserver
+	observers observers
 }
 
-func newRelay(out *clientOut, rec *sse.Recorder, hold bool, span *tracing.Attempt, kind Kind) *relay {
-	r := &relay{out: out, rec: rec, hold: hold, span: span, kind: kind}
-	r.obs = &r.chat
-	if kind == Responses {
-		r.obs = &r.responses
-	}
-	r.tail.out, r.tail.kind = out, kind
+func newRelay(out *clientOut, rec *sse.Recorder, hold bool, span *tracing.Attempt, api *API) *relay {
+	r := &relay{out: out, rec: rec, hold: hold, span: span, api: api}
+	r.obs = r.observers.of(api.stream.observer)
+	r.tail.out, r.tail.api = out, api
 	return r
 }
 
@@ -254,7 +260,7 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 		case errors.Is(err, io.EOF):
 			// A stream that ends without [DONE] (a terminal event) was
 			// cut short.
-			o = classify.Outcome{Class: classify.Transient, Reason: r.kind.cutReason(), Status: status}
+			o = classify.Outcome{Class: classify.Transient, Reason: r.api.stream.cutReason, Status: status}
 		case errors.Is(err, sse.ErrEventTooLarge):
 			o = classify.Outcome{Class: classify.Transient, Reason: "stream event too large", Status: status}
 		default:
@@ -265,7 +271,7 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 			if o.Timeout {
 				msg = "The upstream stream stalled and was ended by the gateway."
 			}
-			r.failed(r.kind.StreamEvent(msg, "upstream_stream_error"))
+			r.failed(r.api.StreamEvent(msg, "upstream_stream_error"))
 		}
 		return o
 	}
@@ -277,7 +283,7 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 func (r *relay) done() classify.Outcome {
 	o := r.obs.Outcome()
 	if !outcome.Committable(o) && len(r.tail.events) > 0 {
-		r.tail.failure = r.kind.StreamEvent("The upstream stream failed before it finished: "+o.Reason+".", "upstream_stream_error")
+		r.tail.failure = r.api.StreamEvent("The upstream stream failed before it finished: "+o.Reason+".", "upstream_stream_error")
 	}
 	return o
 }
@@ -298,7 +304,7 @@ func (r *relay) failed(ev []byte) {
 // or replaced by one error event when the stream failed or its commit did.
 type Tail struct {
 	out     *clientOut
-	kind    Kind
+	api     *API
 	events  [][]byte
 	failure []byte
 }
@@ -322,7 +328,7 @@ func (t *Tail) Fail(ev []byte) {
 	}
 	if ev == nil {
 		// Never drop a held tail silently: the client would see a clean end.
-		ev = t.kind.StreamEvent("The upstream stream did not end with an answer.", "upstream_stream_error")
+		ev = t.api.StreamEvent("The upstream stream did not end with an answer.", "upstream_stream_error")
 	}
 	if t.events != nil {
 		t.out.send(ev)
@@ -330,12 +336,8 @@ func (t *Tail) Fail(ev []byte) {
 	t.events = nil
 }
 
-// ClientGone reports whether a write to the client failed: it did not get
-// the stream whole.
-func (t *Tail) ClientGone() bool { return t.out.gone }
-
 // clientOut writes events to the client, flushing each; after a failed
-// write (the client left) it writes nothing more.
+// write or flush (the client left) it writes nothing more.
 type clientOut struct {
 	w    http.ResponseWriter
 	gone bool
@@ -349,7 +351,28 @@ func (c *clientOut) send(ev []byte) {
 		c.gone = true
 		return
 	}
-	if f, ok := c.w.(http.Flusher); ok {
-		f.Flush()
+	if err := FlushClient(c.w); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		c.gone = true
+	}
+}
+
+// FlushClient flushes w to the client and reports whether that failed (the
+// client left): http.ErrNotSupported when nothing below w can flush. Unlike
+// http.ResponseController it looks below a writer that only forwards
+// Flush (echo's Response has Flush, which drops the error, and Unwrap):
+// the error is what tells a client that left from one that got the bytes.
+func FlushClient(w http.ResponseWriter) error {
+	for {
+		switch t := w.(type) {
+		case interface{ FlushError() error }:
+			return t.FlushError()
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		case http.Flusher:
+			t.Flush()
+			return nil
+		default:
+			return http.ErrNotSupported
+		}
 	}
 }

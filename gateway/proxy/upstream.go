@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -30,7 +31,8 @@ func newUpstream(cfg config.Upstream) (*Upstream, error) {
 	cfg = cfg.WithDefaults()
 	base, err := url.Parse(cfg.BaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("upstream %s: base_url: %w", cfg.Name, err)
+		// Not the URL: its query may hold the upstream's credential.
+		return nil, fmt.Errorf("upstream %s: base_url: %w", cfg.Name, errors.Unwrap(err))
 	}
 	// One transport per upstream, pooled and sized for many long-lived LLM
 	// calls. It has no response-header timeout: a non-streaming completion
@@ -62,11 +64,6 @@ func newUpstream(cfg config.Upstream) (*Upstream, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}, nil
-}
-
-// chain returns the upstreams to try for a request, primary first.
-func (u *Upstream) chain() []*Upstream {
-	return append([]*Upstream{u}, u.fallbacks...)
 }
 
 // Router maps a model name to its upstream: the first configured upstream
@@ -133,16 +130,16 @@ func (r *Router) Close() {
 // passthrough endpoints: list pagination, file filters); a parameter
 // base_url sets cannot be overridden by it. body is n bytes long (-1 when
 // unknown).
-func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suffix, query string, body io.Reader, n int64, idemKey string) (*http.Request, error) {
+func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, o outgoing, body io.Reader, n int64) (*http.Request, error) {
 	target := *u.base
 	// suffix is escaped as it goes on the wire: a "%2F" in it stays one.
-	target.RawPath = u.base.EscapedPath() + suffix
+	target.RawPath = u.base.EscapedPath() + o.suffix
 	p, err := url.PathUnescape(target.RawPath)
 	if err != nil {
 		return nil, fmt.Errorf("upstream path %q: %w", target.RawPath, err)
 	}
 	target.Path = p
-	target.RawQuery = mergeQuery(u.base.RawQuery, query)
+	target.RawQuery = mergeQuery(u.base.RawQuery, o.query)
 	req, err := http.NewRequestWithContext(ctx, in.Method, target.String(), nil)
 	if err != nil {
 		return nil, err
@@ -154,20 +151,25 @@ func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, suf
 	// second retry layer. Without GetBody it re-sends only what never left.
 	req.GetBody = nil
 	headers.CopyRequest(req.Header, in.Header, u.Cfg.ForwardAccountHeaders)
-	if u.Cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+u.Cfg.APIKey)
+	if o.key != "" {
+		req.Header.Set("Authorization", "Bearer "+o.key)
 	}
-	if idemKey != "" {
+	if o.idemKey != "" {
 		// An upstream that honours Idempotency-Key (another llmgate, some
 		// providers) deduplicates too. idemKey is derived from the scope
 		// (see idempotency.ForwardKey), never the client's raw key.
-		req.Header.Set("Idempotency-Key", idemKey)
+		req.Header.Set("Idempotency-Key", o.idemKey)
 	}
 	if u.propagate {
 		tracing.Inject(ctx, req.Header)
 	}
 	return req, nil
 }
+
+// outgoing is what an upstream request is made of besides its body: the
+// path after base_url (escaped as it goes on the wire), the client's query
+// string, the bearer key (a hop's), and the Idempotency-Key forwarded.
+type outgoing struct{ suffix, query, key, idemKey string }
 
 // attemptSpan describes attempt n of c at u, for its span.
 func (u *Upstream) attemptSpan(c *Call, n int) tracing.AttemptStart {

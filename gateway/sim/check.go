@@ -11,7 +11,8 @@ import (
 const (
 	// PropAgree (P1): every response a client saw complete for a key is,
 	// byte for byte, every other complete response and replay of that key,
-	// and the answer the store keeps for it.
+	// and the answer the store keeps for it. (An answer over the record
+	// limits is served, not kept, and not held to it.)
 	PropAgree = "P1 complete-responses-agree"
 	// PropOneBody (P2): a key never has two different committed bodies over
 	// its life, and the store holds only bytes a commit wrote.
@@ -110,7 +111,11 @@ func (kh *keyHistory) big() bool {
 func checkAgree(k string, kh *keyHistory, _ map[string]int) []Violation {
 	var complete []*Op
 	for _, o := range kh.ops {
-		if o.Complete {
+		// An answer over the record limits is served, not kept: its
+		// client is told so (X-Llmgate-Committed: false), its marker's 410
+		// answers the retries, and if the marker could not be stored the
+		// retry runs again. P1 holds the answers that are kept.
+		if o.Complete && !o.Big {
 			complete = append(complete, o)
 		}
 	}
@@ -131,8 +136,6 @@ func checkAgree(k string, kh *keyHistory, _ map[string]int) []Violation {
 		if first.Hash != kh.final.Hash {
 			vs = append(vs, Violation{PropAgree, k, fmt.Sprintf("op %d saw run %d complete, the store keeps run %d", first.ID, first.Run, kh.final.Run)})
 		}
-	case kh.final.State == "committed" && kh.final.Status == 410 && kh.big():
-		// Served once, too large to keep: the retry is told so (410).
 	default:
 		vs = append(vs, Violation{PropAgree, k, fmt.Sprintf("op %d saw run %d complete, but the key ended %s (status %d): a retry does not replay it",
 			first.ID, first.Run, kh.final.State, kh.final.Status)})

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmgate/llmgate/gateway"
+	"github.com/llmgate/llmgate/gateway/request"
 	"github.com/llmgate/llmgate/gateway/sim"
 )
 
@@ -19,12 +19,12 @@ import (
 func TestSimulationCatchesDefects(t *testing.T) {
 	seed := simSeed(t)
 	for _, defect := range []struct{ name, property string }{
-		{gateway.DefectStreamEndBeforeCommit, sim.PropAgree},
-		{gateway.DefectCommitUnderClientContext, sim.PropOneRun},
+		{request.DefectStreamEndBeforeCommit, sim.PropAgree},
+		{request.DefectCommitUnderClientContext, sim.PropOneRun},
 	} {
 		t.Run(defect.name, func(t *testing.T) {
-			gateway.SetSimDefect(defect.name, true)
-			defer gateway.SetSimDefect(defect.name, false)
+			request.SetSimDefect(defect.name, true)
+			defer request.SetSimDefect(defect.name, false)
 			var took []string
 			for s := seed; s < seed+5; s++ {
 				n, res := catch(t, s)

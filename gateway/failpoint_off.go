@@ -1,7 +1,0 @@
-//go:build !failpoints
-
-package gateway
-
-// failpoint marks a crash-injection point. In normal builds it is nothing;
-// built with -tags failpoints it can kill the process (failpoint_on.go).
-func failpoint(string) {}

@@ -1,0 +1,158 @@
+package request
+
+import (
+	"github.com/llmgate/llmgate/classify/jsonscan"
+)
+
+// routing is what the gateway reads from a request body to route it. The
+// body itself is forwarded untouched: it is never re-encoded.
+type routing struct {
+	Model  string
+	Stream bool
+
+	// The fields below are read for what comes next (usage metering, the
+	// Responses API) but not policed yet: a value of an unexpected type is
+	// accepted, as it was before they were read, and leaves the typed
+	// field at its zero value; Raw shows what was there.
+
+	// IncludeUsage is stream_options.include_usage == true.
+	IncludeUsage bool
+	// PreviousResponseID is previous_response_id when it is a string.
+	PreviousResponseID string
+	// Background is background == true.
+	Background bool
+	// Store is store when it is a boolean, optUnset when absent or null.
+	Store optBool
+	// ConversationID is conversation when it is a string, or its "id" when
+	// it is an object with a string id.
+	ConversationID string
+	// Raw holds these fields as written, nil when absent.
+	Raw struct{ StreamOptions, PreviousResponseID, Background, Store, Conversation []byte }
+}
+
+// optBool is a boolean a body may leave out.
+type optBool uint8
+
+const (
+	optUnset optBool = iota
+	optFalse
+	optTrue
+)
+
+// routingKeys are the top-level fields parseRouting reads. Each may appear
+// once, in any case: the gateway and the upstream must not read different
+// values.
+var routingKeys = jsonscan.NewKeys("model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation")
+
+var (
+	streamOptionsKeys = jsonscan.NewKeys("include_usage")
+	conversationKeys  = jsonscan.NewKeys("id")
+)
+
+// errDepth reports a body nested deeper than the configured limit.
+var errDepth = jsonscan.ErrTooDeep
+
+// parseRouting validates body as one JSON object no deeper than maxDepth and
+// reads the top-level fields in routingKeys. It scans rather than calls
+// json.Unmarshal: it runs on every request, checks the nesting limit in the
+// same pass, and allocates only the strings it returns.
+//
+// Keys match after unescaping, case-insensitively under Unicode simple
+// folding, as a Go upstream's encoding/json reads them ("MODEL" and
+// "Mod\u0065l" are model); a field the gateway reads that appears twice,
+// in any case, is refused (most decoders keep the last, some the first,
+// some refuse, an exact-case one reads only "model": the gateway cannot
+// know which value the upstream would use).
+func parseRouting(body []byte, maxDepth int) (routing, error) {
+	var r routing
+	s := jsonscan.New(body, maxDepth)
+	if s.Peek() != '{' {
+		return r, &syntaxError{Msg: "the request body must be a JSON object", Offset: s.Pos()}
+	}
+	for key, dup := range s.Fields(routingKeys) {
+		if dup {
+			return r, &fieldError{Param: key, Code: "duplicate_field", Msg: key + " appears more than once in the request body"}
+		}
+		if err := r.read(s, key); err != nil {
+			return r, err
+		}
+	}
+	if err := s.Err(); err != nil {
+		return r, err
+	}
+	if !s.AtEnd() {
+		return r, &syntaxError{Msg: "unexpected data after the JSON object", Offset: s.Pos()}
+	}
+	return r, nil
+}
+
+// read reads the value of the top-level field key, s at it.
+func (r *routing) read(s *jsonscan.Scanner, key string) error {
+	v := s.Value()
+	if v == nil {
+		return nil // malformed: s.Err says why
+	}
+	switch key {
+	case "model":
+		if v[0] != '"' {
+			return &fieldError{Param: "model", Msg: "model must be a string"}
+		}
+		r.Model = jsonscan.Unquote(v)
+	case "stream":
+		switch string(v) {
+		case "true":
+			r.Stream = true
+		case "false", "null":
+			r.Stream = false
+		default:
+			return &fieldError{Param: "stream", Msg: "stream must be a boolean"}
+		}
+	case "stream_options":
+		r.Raw.StreamOptions = v
+		sub := jsonscan.New(v, 0)
+		for range sub.Fields(streamOptionsKeys) {
+			r.IncludeUsage = string(sub.Value()) == "true"
+		}
+	case "previous_response_id":
+		r.Raw.PreviousResponseID = v
+		if v[0] == '"' {
+			r.PreviousResponseID = jsonscan.Unquote(v)
+		}
+	case "background":
+		r.Raw.Background = v
+		r.Background = string(v) == "true"
+	case "store":
+		r.Raw.Store = v
+		switch string(v) {
+		case "true":
+			r.Store = optTrue
+		case "false":
+			r.Store = optFalse
+		}
+	case "conversation":
+		r.Raw.Conversation = v
+		switch v[0] {
+		case '"':
+			r.ConversationID = jsonscan.Unquote(v)
+		case '{':
+			sub := jsonscan.New(v, 0)
+			for range sub.Fields(conversationKeys) {
+				r.ConversationID = jsonscan.Unquote(sub.Value())
+			}
+		}
+	}
+	return nil
+}
+
+// fieldError is a well-formed body with a field llmgate cannot accept: of
+// the wrong type, or there twice.
+type fieldError struct {
+	Param string
+	Code  string // OpenAI error.code, "" for none
+	Msg   string
+}
+
+func (e *fieldError) Error() string { return e.Msg }
+
+// syntaxError is a malformed body, with the byte offset where it went wrong.
+type syntaxError = jsonscan.SyntaxError

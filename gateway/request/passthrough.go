@@ -1,0 +1,242 @@
+package request
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/admission"
+	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/idempotency"
+	"github.com/llmgate/llmgate/gateway/proxy"
+)
+
+// passthroughRoutes registers the rest of the OpenAI surface, relayed as a
+// passthrough: the request's bytes and allowed headers forwarded, the
+// answer's bytes relayed unchanged, through the one retry loop and breaker.
+// The methods are the ones the OpenAI API uses under each path; any other
+// is a 405, and a path under /v1 not listed stays a 404.
+func (g *Handler) passthroughRoutes(v1 *echo.Group) {
+	h := g.handlePassthrough
+	for _, p := range []string{"/moderations", "/images/*", "/audio/*"} {
+		passRoutes(v1, p, h, http.MethodPost)
+	}
+	for _, p := range []string{"/files", "/uploads", "/batches", "/vector_stores", "/conversations"} {
+		for _, q := range []string{p, p + "/*"} {
+			passRoutes(v1, q, h, http.MethodGet, http.MethodPost, http.MethodDelete)
+		}
+	}
+	// POST /v1/responses itself is the Responses API's own handler.
+	passRoutes(v1, "/responses/:id", h, http.MethodGet, http.MethodDelete)
+	passRoutes(v1, "/responses/:id/input_items", h, http.MethodGet)
+	passRoutes(v1, "/responses/:id/cancel", h, http.MethodPost)
+}
+
+// httpMethods are the methods a passthrough path answers: its own, and a
+// 405 for the rest. (Left to echo, a path with a static route would fall
+// through to /v1's 404 instead.)
+var httpMethods = []string{http.MethodConnect, http.MethodDelete, http.MethodGet, http.MethodHead,
+	http.MethodOptions, http.MethodPatch, http.MethodPost, http.MethodPut, http.MethodTrace}
+
+// passRoutes registers h for methods on p, and for every other method a
+// 405 method_not_allowed whose Allow header names them.
+func passRoutes(v1 *echo.Group, p string, h echo.HandlerFunc, methods ...string) {
+	v1.Match(methods, p, h)
+	var others []string
+	for _, m := range httpMethods {
+		if !slices.Contains(methods, m) {
+			others = append(others, m)
+		}
+	}
+	allow := strings.Join(methods, ", ")
+	v1.Match(others, p, func(c echo.Context) error {
+		c.Response().Header().Set(echo.HeaderAllow, allow)
+		return echo.ErrMethodNotAllowed
+	})
+}
+
+// passRoute is where a passthrough request goes when its body names no
+// model, and its limits.
+type passRoute struct {
+	label     string // metrics label: the path family ("files")
+	upstream  *proxy.Upstream
+	maxBody   int64
+	maxRecord int64
+}
+
+// routeFor is a passthrough path's route: the longest configured prefix
+// that matches it, else the defaults. A path that is not clean ("..",
+// "//"), or has a "/" escaped in a segment ("%2F", which no object id
+// holds), is a 404: it would reach another upstream path than it names,
+// or name another id upstream than the ownership check (right after it)
+// saw.
+func (g *Handler) routeFor(u *url.URL) (passRoute, error) {
+	var rt passRoute
+	p := u.Path
+	if strings.Count(u.EscapedPath(), "/") != strings.Count(p, "/") {
+		return rt, echo.ErrNotFound
+	}
+	for _, pre := range config.PassthroughPrefixes {
+		if under(p, pre) {
+			rt.label = strings.TrimPrefix(pre, "/v1/")
+		}
+	}
+	if rt.label == "" || path.Clean(p) != p {
+		return rt, echo.ErrNotFound
+	}
+	rt.upstream = g.router.Upstreams()[0]
+	rt.maxBody = g.cfg.Limits.MaxBodyBytes
+	if under(p, "/v1/files") || under(p, "/v1/uploads") {
+		rt.maxBody = config.DefaultUploadBodyBytes
+	}
+	rt.maxRecord = g.cfg.Idempotency.MaxRecordBytes
+	best := -1
+	for _, r := range g.cfg.Passthrough.Routes {
+		if !under(p, r.Prefix) || len(r.Prefix) <= best {
+			continue
+		}
+		best = len(r.Prefix)
+		if r.Upstream != "" {
+			rt.upstream = g.router.Upstream(r.Upstream)
+		}
+		if r.MaxBodyBytes > 0 {
+			rt.maxBody = r.MaxBodyBytes
+		}
+		if r.MaxRecordBytes > 0 {
+			rt.maxRecord = r.MaxRecordBytes
+		}
+	}
+	return rt, nil
+}
+
+// under reports whether p is prefix or a path below it.
+func under(p, prefix string) bool {
+	return p == prefix || strings.HasPrefix(p, prefix+"/")
+}
+
+// handlePassthrough serves one passthrough request: route it, read its
+// body (spooled to disk when large), pick the upstream (the body's model,
+// else the route's), then run it keyed (a POST with an Idempotency-Key) or
+// not. An unkeyed answer is relayed as it arrives, never buffered whole.
+func (g *Handler) handlePassthrough(c echo.Context) error {
+	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
+		rt, err := g.routeFor(r.URL)
+		if err != nil {
+			return err
+		}
+		s.endpoint = rt.label
+		slot, err := g.admitClient(r, s)
+		if err != nil {
+			return err
+		}
+		defer slot.Release()
+		start := g.now()
+		key, err := g.passKey(r)
+		if err != nil {
+			return err
+		}
+		// A JSON body's bytes count against limits.max_inflight_bytes
+		// until the request ends (or its detached keyed call does), as
+		// chat's do.
+		held := admission.Reservation{Client: ClientOf(r)}
+		defer held.Release()
+		body, err := g.readPassBody(r, rt, key != "", &held)
+		if err != nil {
+			return err
+		}
+		defer body.src.Close()
+		u, err := g.passUpstream(rt, body.model, s)
+		if err != nil {
+			return err
+		}
+		dl, err := g.deadlines(r, start)
+		if err != nil {
+			return err
+		}
+		cl := &proxy.Call{In: r, Suffix: strings.TrimPrefix(r.URL.EscapedPath(), "/v1"), Query: r.URL.RawQuery,
+			Source: body.src, Model: body.model, Passthrough: true, RecordLimit: rt.maxRecord,
+			Unbuffered: key == "", Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
+		cl.Tenant = g.forwardTenant(r)
+		if err := g.plan(r, cl, u, g.passView(r, body)); err != nil {
+			return err
+		}
+		s.upstream = cl.Hops[0].Upstream.Cfg.Name
+		cl.Unbuffered = cl.Unbuffered && !buffersObjects(r, cl.Hops)
+		if key == "" {
+			return g.serveUnkeyed(&exchange{w: flushWriter{w}, req: r, call: cl, dl: dl, sum: s})
+		}
+		cl.Body = body.json // a dead letter keeps a JSON body (and replays it)
+		kr := &idempotency.Request{
+			Key: cache.Key{Scope: ClientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
+			Raw: key, Fingerprint: idempotency.WithQuery(body.fingerprint, r.URL.RawQuery), TTL: g.cfg.Idempotency.TTL.D(),
+		}
+		return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}}, kr)
+	})(c)
+}
+
+// passUpstream is the upstream for a passthrough request: the one serving
+// the body's model, else the route's.
+func (g *Handler) passUpstream(rt passRoute, model string, s *summary) (*proxy.Upstream, error) {
+	s.model = model
+	u := rt.upstream
+	if model != "" {
+		if u = g.router.Route(model); u == nil {
+			return nil, apierror.NotFound("model_not_found", "model",
+				fmt.Sprintf("The model `%s` is not served by this gateway: no configured upstream lists it.", model))
+		}
+	}
+	s.routed, s.upstream = true, u.Cfg.Name
+	return u, nil
+}
+
+// passKey is a passthrough POST's Idempotency-Key, or "". On GET and
+// DELETE the header is ignored: they are idempotent by HTTP's definition,
+// and recording a GET would replay a stale object (a batch's status, a
+// file list) instead of reading it — the rule Stripe's API follows too.
+// idempotency.require_key applies to these POSTs as to chat's.
+func (g *Handler) passKey(r *http.Request) (string, error) {
+	if r.Method != http.MethodPost {
+		return "", nil
+	}
+	hv, ok := r.Header["Idempotency-Key"]
+	if !ok {
+		if g.cfg.Idempotency.RequireKey {
+			return "", apierror.InvalidCode("idempotency_key_required", "",
+				"This gateway requires an Idempotency-Key header on every POST. Name the business operation, e.g. order-4711/upload.", nil)
+		}
+		return "", nil
+	}
+	if len(hv) != 1 {
+		return "", apierror.Invalid("", "Send exactly one Idempotency-Key header.")
+	}
+	key, err := idempotency.ParseKey(hv[0])
+	if err != nil {
+		return "", apierror.InvalidCode("invalid_idempotency_key", "", err.Error()+".", err)
+	}
+	return key, nil
+}
+
+// flushWriter flushes every write: a passthrough answer relayed as it
+// arrives (speech audio, a file's content) reaches the client chunk by
+// chunk instead of waiting in the server's buffer.
+type flushWriter struct{ http.ResponseWriter }
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.ResponseWriter.Write(p)
+	if err == nil {
+		if fl, ok := f.ResponseWriter.(http.Flusher); ok {
+			fl.Flush()
+		}
+	}
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the writer below.
+func (f flushWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }

@@ -1,0 +1,168 @@
+// Package request runs the client requests under /v1, from their plan to
+// their end: it reads and routes a request, builds its plan (the hops,
+// each with its credential and the objects checked as owned for it),
+// runs it keyed — claim, one call that outlives its client, settle,
+// commit or release — or not, and writes its log line and metrics.
+//
+// The gateway package wires it (echo routes, authentication, shutdown);
+// the rooms below it (proxy, idempotency, outcome, ownership, limits,
+// admission, deadletter) do the work.
+package request
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/admission"
+	"github.com/llmgate/llmgate/gateway/deadletter"
+	"github.com/llmgate/llmgate/gateway/idempotency"
+	"github.com/llmgate/llmgate/gateway/limits"
+	"github.com/llmgate/llmgate/gateway/metrics"
+	"github.com/llmgate/llmgate/gateway/ownership"
+	"github.com/llmgate/llmgate/gateway/proxy"
+	"github.com/llmgate/llmgate/gateway/timeline"
+	"github.com/llmgate/llmgate/gateway/tracing"
+)
+
+// Options configure a Handler. Every field but Logger, Now, Tracer,
+// Space and ForwardSecret is required.
+type Options struct {
+	Config config.Config
+	// Logger: if nil, logs are discarded.
+	Logger *slog.Logger
+	// Now is the clock. If nil, time.Now.
+	Now      func() time.Time
+	Router   *proxy.Router
+	Proxy    *proxy.Proxy
+	Keeper   *idempotency.Keeper
+	Metrics  *metrics.Metrics
+	Timeline *timeline.Timeline
+	// Tracer makes a span per request. If nil, tracing is off.
+	Tracer      *tracing.Tracer
+	DeadLetters *deadletter.Queue
+	Limits      *limits.Limiter
+	Owners      *ownership.Owners
+	// Admit bounds request bytes in memory, Spooled request bytes
+	// spooled to disk, across requests.
+	Admit, Spooled *admission.Bound
+	// Space is the store's room, ok=false when it cannot tell. If nil,
+	// the store is never taken as full.
+	Space func() (sp cache.Space, ok bool)
+	// ForwardSecret keys the Idempotency-Key forwarded upstream.
+	ForwardSecret []byte
+}
+
+// Handler serves the /v1 routes. Create it with New.
+type Handler struct {
+	cfg      config.Config
+	log      *slog.Logger
+	now      func() time.Time
+	router   *proxy.Router
+	proxy    *proxy.Proxy
+	keeper   *idempotency.Keeper
+	metrics  *metrics.Metrics
+	timeline *timeline.Timeline
+	tracer   *tracing.Tracer
+	dlq      *deadletter.Queue
+	limits   *limits.Limiter
+	admit    *admission.Bound
+	spooled  *admission.Bound
+	work     *workSet
+	space    func() (cache.Space, bool)
+	// owners records and checks who created which provider object;
+	// apiKeys are the clients' own upstream keys (see owners.go); tenants:
+	// clients are configured, so keys shared between them are llmgate's to
+	// keep apart.
+	owners        *ownership.Owners
+	apiKeys       map[string]map[string]string
+	tenants       bool
+	forwardSecret []byte
+}
+
+// New returns a Handler.
+func New(o Options) *Handler {
+	g := &Handler{cfg: o.Config, log: o.Logger, now: o.Now, router: o.Router, proxy: o.Proxy, keeper: o.Keeper,
+		metrics: o.Metrics, timeline: o.Timeline, tracer: o.Tracer, dlq: o.DeadLetters, limits: o.Limits,
+		admit: o.Admit, spooled: o.Spooled, space: o.Space, owners: o.Owners, forwardSecret: o.ForwardSecret,
+		apiKeys: clientAPIKeys(o.Config.Clients), tenants: len(o.Config.Clients) > 0,
+		work: newWorkSet(o.Config.Idempotency.MaxDetached)}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	if g.space == nil {
+		g.space = func() (cache.Space, bool) { return cache.Space{}, false }
+	}
+	return g
+}
+
+// Routes registers the /v1 routes on v1: the completion endpoints, the
+// models, and the passthrough surface.
+func (g *Handler) Routes(v1 *echo.Group) {
+	for _, ep := range postEndpoints {
+		v1.POST(strings.TrimPrefix(ep.path, "/v1"), g.handlePost(ep))
+	}
+	v1.GET("/models", g.handleModels)
+	v1.GET("/models/*", g.handleModel)
+	g.passthroughRoutes(v1)
+}
+
+// Endpoints are the paths of the completion endpoints, for the admin view.
+func Endpoints() []string {
+	eps := make([]string, len(postEndpoints))
+	for i, ep := range postEndpoints {
+		eps[i] = ep.path
+	}
+	return eps
+}
+
+// endpoint is one POST route under /v1.
+type endpoint struct {
+	path   string // "/v1/chat/completions"
+	suffix string // "/chat/completions", appended to an upstream's base_url
+	label  string // metrics label
+	// api is the provider API it speaks, for classification and streams.
+	api *proxy.API
+}
+
+var postEndpoints = []endpoint{
+	{path: "/v1/chat/completions", suffix: "/chat/completions", label: "chat_completions", api: proxy.ChatCompletions},
+	{path: "/v1/completions", suffix: "/completions", label: "completions", api: proxy.Completions},
+	{path: "/v1/embeddings", suffix: "/embeddings", label: "embeddings", api: proxy.Plain},
+	{path: "/v1/responses", suffix: "/responses", label: "responses", api: proxy.Responses},
+}
+
+// Detached is how many keyed calls run on after their client stopped
+// waiting (the llmgate_detached_calls gauge).
+func (g *Handler) Detached() int64 { return g.work.detached.Load() }
+
+// Drain gives the keyed calls still running until ctx ends to finish and
+// commit; then it cancels the rest, which release their keys and record
+// their dead letters within wait.
+func (g *Handler) Drain(ctx context.Context, wait time.Duration) { g.work.Drain(ctx, wait) }
+
+// WaitCalls waits until no keyed call is running.
+func (g *Handler) WaitCalls() { g.work.wg.Wait() }
+
+type clientCtxKey struct{}
+
+// WithClient is r authenticated as client.
+func WithClient(r *http.Request, client string) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), clientCtxKey{}, client))
+}
+
+// ClientOf is the client name r was authenticated as ("" when no clients
+// are configured).
+func ClientOf(r *http.Request) string {
+	s, _ := r.Context().Value(clientCtxKey{}).(string)
+	return s
+}

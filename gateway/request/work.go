@@ -1,0 +1,345 @@
+package request
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmgate/llmgate/gateway/outcome"
+	"github.com/llmgate/llmgate/gateway/proxy"
+)
+
+// workSet tracks the keyed calls in flight, so that shutdown can give them
+// the grace period and then end them (their keys released, their dead
+// letters recorded) before the store closes, and counts the detached ones
+// — those whose client stopped waiting — against a cap, and each client's
+// against its share of it (see detach).
+type workSet struct {
+	mu       sync.Mutex
+	cancels  map[*workItem]struct{}
+	wg       sync.WaitGroup
+	detached atomic.Int64
+	max      int64
+	closed   bool
+	// byClient holds each client's detached calls, under mu.
+	byClient map[string]map[*workItem]struct{}
+	seq      int64 // orders detaches, under mu
+}
+
+// workItem is one keyed call. Its state moves once from running to
+// detached (its client stopped waiting) and once to finished, by
+// compare-and-swap, so a detach that loses the race with the call's end is
+// a no-op and the detached count is decremented exactly once; a detached
+// call cancelled to make room for another client's moves to evicted, and
+// is no longer counted.
+type workItem struct {
+	cancel context.CancelCauseFunc
+	state  atomic.Int32
+	client string
+	seq    int64 // when it detached, under workSet.mu
+}
+
+const (
+	workRunning int32 = iota
+	workDetached
+	workEvicted
+	workFinished
+)
+
+func newWorkSet(max int) *workSet {
+	return &workSet{cancels: map[*workItem]struct{}{}, max: int64(max), byClient: map[string]map[*workItem]struct{}{}}
+}
+
+// start registers a keyed call of the client parent's request was
+// authenticated as. Its context is detached from the client's (parent's
+// values are kept) and ends at operatorDeadline (when not zero), at
+// Drain's cancellation, or when done is called.
+func (s *workSet) start(parent context.Context, operatorDeadline time.Time) (ctx context.Context, it *workItem, done func()) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	var stopDL context.CancelFunc = func() {}
+	if !operatorDeadline.IsZero() {
+		ctx, stopDL = context.WithDeadlineCause(ctx, operatorDeadline, outcome.ErrOperatorDeadline)
+	}
+	client, _ := parent.Value(clientCtxKey{}).(string)
+	it = &workItem{cancel: cancel, client: client}
+	s.mu.Lock()
+	if s.closed {
+		cancel(outcome.ErrShutdown)
+	}
+	s.cancels[it] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	return ctx, it, func() {
+		stopDL()
+		cancel(context.Canceled)
+		s.mu.Lock()
+		if it.state.Swap(workFinished) == workDetached {
+			s.forget(it)
+		}
+		delete(s.cancels, it)
+		s.mu.Unlock()
+		s.wg.Done()
+	}
+}
+
+// share is the most detached calls one client may hold: half the cap (as
+// a client may hold half of limits.max_inflight_bytes), so that one client
+// whose calls hang cannot take every slot; at least one.
+func (s *workSet) share() int { return max(int(s.max/2), 1) }
+
+// detach counts it as running on without its client. A call already
+// finished (or already detached) is left as it is. Past its client's
+// share (see share), the call is cancelled instead: it reports false.
+// Within the share but past the cap (several clients each near their
+// share), room is made by cancelling the newest detached call of the
+// client holding the most — never of a client holding fewer than this
+// one; if this client holds the most, this call is cancelled.
+func (s *workSet) detach(it *workItem) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !it.state.CompareAndSwap(workRunning, workDetached) {
+		return true
+	}
+	own := s.byClient[it.client]
+	if len(own) >= s.share() {
+		it.state.Store(workEvicted)
+		it.cancel(errDetachedCap)
+		return false
+	}
+	if s.detached.Load() >= s.max {
+		victim := s.biggest()
+		if victim == nil || len(s.byClient[victim.client]) <= len(own) {
+			it.state.Store(workEvicted)
+			it.cancel(errDetachedCap)
+			return false
+		}
+		victim.state.Store(workEvicted)
+		s.forget(victim)
+		victim.cancel(errDetachedCap)
+	}
+	if own == nil {
+		own = map[*workItem]struct{}{}
+		s.byClient[it.client] = own
+	}
+	s.seq++
+	it.seq = s.seq
+	own[it] = struct{}{}
+	s.detached.Add(1)
+	return true
+}
+
+// biggest is the newest detached call of the client holding the most.
+// The caller holds mu.
+func (s *workSet) biggest() *workItem {
+	var most map[*workItem]struct{}
+	for _, own := range s.byClient {
+		if len(own) > len(most) {
+			most = own
+		}
+	}
+	var newest *workItem
+	for it := range most {
+		if newest == nil || it.seq > newest.seq {
+			newest = it
+		}
+	}
+	return newest
+}
+
+// forget uncounts a detached call. The caller holds mu.
+func (s *workSet) forget(it *workItem) {
+	own := s.byClient[it.client]
+	delete(own, it)
+	if len(own) == 0 {
+		delete(s.byClient, it.client)
+	}
+	s.detached.Add(-1)
+}
+
+var errDetachedCap = &capError{}
+
+type capError struct{}
+
+func (*capError) Error() string {
+	return "too many detached keyed calls (idempotency.max_detached, or this client's share of it)"
+}
+func (*capError) Is(target error) bool { return target == outcome.ErrShutdown }
+
+// Drain waits for the keyed calls in flight until ctx ends, then cancels
+// the rest and waits (bounded by wait) for them to release their keys and
+// record their dead letters.
+func (s *workSet) Drain(ctx context.Context, wait time.Duration) {
+	idle := make(chan struct{})
+	go func() { s.wg.Wait(); close(idle) }()
+	select {
+	case <-idle:
+		return
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	s.closed = true
+	for it := range s.cancels {
+		it.cancel(outcome.ErrShutdown)
+	}
+	s.mu.Unlock()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
+}
+
+// handoff is the ResponseWriter a keyed call's work writes through. The
+// handler may end it at the client's deadline: from then on the work's
+// writes go nowhere, so the work can outlive its handler (net/http forbids
+// touching a ResponseWriter after the handler returns). The work's headers
+// are its own until it writes the status line.
+type handoff struct {
+	mu sync.Mutex
+	w  http.ResponseWriter
+	// client is the client's request context: done once it has left.
+	client context.Context
+	header http.Header
+	wrote  bool
+	ended  bool
+	// failed: a write (or flush) of the work's did not reach the client
+	// (it left, or the handler had ended the handoff).
+	failed bool
+	// delivered: the work's whole answer went out before the handler
+	// ended the handoff (deliver); the handler then leaves it be.
+	delivered bool
+}
+
+func newHandoff(w http.ResponseWriter, client context.Context) *handoff {
+	return &handoff{w: w, client: client, header: http.Header{}}
+}
+
+func (h *handoff) Header() http.Header { return h.header }
+
+func (h *handoff) WriteHeader(code int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.writeHeader(code)
+}
+
+func (h *handoff) writeHeader(code int) {
+	if h.ended || h.wrote {
+		return
+	}
+	dst := h.w.Header()
+	for k, v := range h.header {
+		dst[k] = v
+	}
+	h.w.WriteHeader(code)
+	h.wrote = true
+}
+
+func (h *handoff) Write(b []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		h.failed = true
+		return 0, http.ErrHandlerTimeout
+	}
+	h.writeHeader(http.StatusOK)
+	n, err := h.w.Write(b)
+	if err != nil {
+		h.failed = true
+	}
+	return n, err
+}
+
+// deliver settles an answer whose last byte the work has written: if every
+// write reached the client, the client is still there, what net/http holds
+// of the answer flushes to the connection, and the handler has not ended
+// the handoff, the client received the answer whole, and settle (the
+// commit of a not-stored marker) runs. A write that returned no error says
+// only that the bytes reached net/http's buffer: the last of a JSON answer
+// may still sit there when the client leaves, so a client gone (its
+// context done) or a flush that fails counts as not delivered — its retry
+// runs again rather than getting 410 for an answer it never had. The
+// handoff stays held meanwhile, so the handler's deadline cannot end it in
+// between: whether the client got the answer and what is committed for it
+// are one decision. From then on the answer counts as delivered, whatever
+// settle returned. Otherwise settle does not run and deliver reports false.
+func (h *handoff) deliver(settle func() error) (delivered bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended || h.failed || h.client.Err() != nil {
+		return false, nil
+	}
+	// A stream's last events are flushed here, so a client gone since
+	// shows as a failed flush. A JSON answer is not: flushing it would
+	// change its framing (a short body loses its Content-Length for
+	// chunked encoding); its client's departure shows in its context.
+	if isStream(h.w.Header()) {
+		if err := proxy.FlushClient(h.w); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			h.failed = true
+			return false, nil
+		}
+	}
+	h.delivered = true
+	return true, settle()
+}
+
+// isStream reports whether h's answer is an SSE stream.
+func isStream(h http.Header) bool {
+	return strings.HasPrefix(h.Get("Content-Type"), "text/event-stream")
+}
+
+// Flush flushes the work's writes to the client (http.Flusher).
+func (h *handoff) Flush() { _ = h.FlushError() }
+
+// FlushError flushes the work's writes to the client; a flush that fails
+// (the client left) fails the delivery as a failed write does. It is what
+// http.ResponseController.Flush calls.
+func (h *handoff) FlushError() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		h.failed = true
+		return http.ErrHandlerTimeout
+	}
+	err := proxy.FlushClient(h.w)
+	if err != nil && !errors.Is(err, http.ErrNotSupported) {
+		h.failed = true
+	}
+	return err
+}
+
+// trailer sets a trailer's value, if the handler has not ended.
+func (h *handoff) trailer(k, v string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended {
+		h.w.Header().Set(k, v)
+	}
+}
+
+// end stops the work's writes; last, when non-nil, writes the handler's own
+// ending first (wrote says whether the status line is out). A write the
+// work is blocked in (a client that stopped reading) is ended first with a
+// write deadline, so the handler never waits on a stuck client. It reports
+// what last reported — or, when the work's answer was delivered whole
+// (deliver), it ends nothing and reports delivered: the handler waits for
+// the work, which has nothing left to write but its trailer.
+func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool)) (abort, delivered bool) {
+	rc := http.NewResponseController(h.w)
+	_ = rc.SetWriteDeadline(time.Now())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_ = rc.SetWriteDeadline(time.Time{})
+	if h.delivered {
+		return false, true
+	}
+	if !h.ended && last != nil {
+		abort = last(h.w, h.wrote)
+	}
+	h.ended = true
+	return abort, false
+}

@@ -1,0 +1,163 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"github.com/llmgate/llmgate/gateway/request"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
+)
+
+// commitHookStore calls its hook (when set) before each commit, so a test
+// can pass the client's deadline while a commit is under way.
+type commitHookStore struct {
+	Store
+	hook atomic.Pointer[func()]
+}
+
+func (s *commitHookStore) Commit(ctx context.Context, k cache.Key, owner string, rec *cache.Record, ttl time.Duration) error {
+	if f := s.hook.Load(); f != nil {
+		(*f)()
+	}
+	return s.Store.Commit(ctx, k, owner, rec, ttl)
+}
+
+// A fixed stream of five content chunks (about 3 KB) and a finish, so that
+// every run of it gives the same bytes.
+var fixedStream = func() string {
+	var b strings.Builder
+	b.WriteString(`data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}` + "\n\n")
+	for i := range 5 {
+		fmt.Fprintf(&b, `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"%d%s"},"finish_reason":null}]}`+"\n\n", i, strings.Repeat("x", 600))
+	}
+	b.WriteString("data: " + finishChunk + "\n\ndata: [DONE]\n\n")
+	return b.String()
+}()
+
+func fixedJSON(n int) string {
+	return `{"id":"x","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("a", n) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+}
+
+// The client's deadline may pass at any moment of a keyed call's
+// settlement: before anything is committed or sent, while the answer (or
+// the not-stored marker of one too large to record) is being committed,
+// after the commit, and after the whole answer went out. Whenever it
+// passes, the retry with the same key gets the whole answer (a replay or a
+// fresh run, byte-identical to an uncut run), or — for an answer too large
+// to record — a 410 only if the first response did carry the whole
+// answer. Never a 410 for an answer the client did not receive.
+func TestClientDeadlineAtEachPointOfSettlement(t *testing.T) {
+	scenarios := []struct {
+		name      string
+		body      string
+		upstream  string
+		maxRecord int64
+	}{
+		{"stream", streamBody, fixedStream, 0},
+		{"stream over the record limit", streamBody, fixedStream, 1024},
+		{"json", chatBody, fixedJSON(100), 0},
+		{"json over the record limit", chatBody, fixedJSON(40 << 10), 1024},
+	}
+	points := []string{string(request.PointSettled), "store commit", string(request.PointCommitted), string(request.PointSent)}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			var st *commitHookStore
+			h := newHarnessStore(t, func(c *config.Config) {
+				if sc.maxRecord > 0 {
+					c.Idempotency.MaxRecordBytes = sc.maxRecord
+				}
+			}, func(s Store) Store { st = &commitHookStore{Store: s}; return st }, fakeprovider.Options{})
+			step := fakeprovider.Step{Body: sc.upstream}
+			h.fake.Enqueue(step)
+			ref := h.chat(sc.body, key("reference"))
+			if ref.status != 200 || len(ref.body) < len(sc.upstream)/2 {
+				t.Fatalf("reference run: %d %.200s", ref.status, ref.body)
+			}
+			for _, p := range points {
+				t.Run(p, func(t *testing.T) {
+					h.fake.Enqueue(step, step)
+					k := "cut-at-" + strings.ReplaceAll(p, " ", "-")
+					whole := h.cutAt(st, p, sc.body, k, ref.body)
+					again := h.chat(sc.body, key(k))
+					switch {
+					case again.status == http.StatusGone && !whole:
+						t.Fatalf("the retry got 410 for an answer the client did not receive whole: %s", again.body)
+					case again.status == http.StatusGone && sc.maxRecord == 0:
+						t.Fatalf("410 for an answer under the record limit: %s", again.body)
+					case again.status != http.StatusGone && (again.status != 200 || !bytes.Equal(again.body, ref.body)):
+						t.Fatalf("retry: %d replayed=%q, not the whole answer: %.300q", again.status,
+							again.header.Get("Idempotent-Replayed"), again.body)
+					}
+				})
+			}
+		})
+	}
+}
+
+// cutAt sends a keyed request whose client deadline passes at point p of
+// its settlement ("store commit": while the store commits), and reports
+// whether its response carried the whole answer (want) and ended cleanly.
+func (h *harness) cutAt(st *commitHookStore, p, body, k string, want []byte) (whole bool) {
+	h.t.Helper()
+	deadline := make(chan time.Time, 1)
+	cutting, cut := make(chan struct{}), make(chan struct{})
+	var fired atomic.Bool
+	fire := func(wait <-chan struct{}) {
+		if !fired.CompareAndSwap(false, true) {
+			return
+		}
+		deadline <- time.Time{}
+		select {
+		case <-wait:
+		case <-time.After(requestLimit):
+			h.t.Error("the handler never acted on the client's deadline")
+		}
+	}
+	hk := &request.CallHooks{Deadline: deadline, Cutting: func() { close(cutting) }, Cut: func() { close(cut) }}
+	if p == "store commit" {
+		// The handler's wait for the handoff may be held up by the commit
+		// itself: wait only until it has begun to end it.
+		f := func() { fire(cutting) }
+		st.hook.Store(&f)
+		defer st.hook.Store(nil)
+	} else {
+		hk.At = func(at request.SettlePoint) {
+			if string(at) == p {
+				fire(cut)
+			}
+		}
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.gw.Handler().ServeHTTP(w, r.WithContext(request.WithCallHooks(r.Context(), hk)))
+	}))
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", k)
+	res, err := testClient.Do(req)
+	if err == nil {
+		// An aborted response (a JSON answer cut at the deadline) is no
+		// error here: the client did not get it whole, that is all.
+		b, rerr := io.ReadAll(res.Body)
+		res.Body.Close()
+		whole = rerr == nil && res.StatusCode == 200 && bytes.Equal(b, want)
+	}
+	if !fired.Load() {
+		h.t.Fatalf("the call never reached %q", p)
+	}
+	return whole
+}
