@@ -495,6 +495,24 @@ type Redis struct {
 	// WaitTimeout bounds that wait; it must be under store.op_timeout.
 	// Default 1s.
 	WaitTimeout Duration `yaml:"wait_timeout"`
+	// Sentinel, with Master set, finds the primary through Redis Sentinel
+	// and follows it to a promoted replica after a failover. URL then
+	// gives only the data nodes' credentials, database, TLS and timeouts
+	// (its host is ignored) and may be empty. Not with Cluster.
+	Sentinel Sentinel `yaml:"sentinel"`
+}
+
+// Sentinel is store.redis.sentinel.
+type Sentinel struct {
+	// Master is the name the Sentinels monitor the primary under
+	// (`sentinel monitor <name> ...`). Env GATEWAY_REDIS_SENTINEL_MASTER.
+	Master string `yaml:"master"`
+	// Addrs are the Sentinels' host:port. Env GATEWAY_REDIS_SENTINEL_ADDRS
+	// (comma-separated).
+	Addrs []string `yaml:"addrs"`
+	// Password is the Sentinels' own (their requirepass); the data nodes'
+	// is in URL. Env GATEWAY_REDIS_SENTINEL_PASSWORD.
+	Password string `yaml:"password"`
 }
 
 // Limits bound what a client may send.

@@ -241,6 +241,17 @@ var envOverrides = []struct {
 	{"GATEWAY_REDIS_URL", "store.redis.url", func(c *Config, v string) error { c.Store.Redis.URL = v; return nil }},
 	{"GATEWAY_REDIS_PREFIX", "store.redis.prefix", func(c *Config, v string) error { c.Store.Redis.Prefix = v; return nil }},
 	{"GATEWAY_REDIS_POOL_SIZE", "store.redis.pool_size", func(c *Config, v string) error { return envInt(&c.Store.Redis.PoolSize, v) }},
+	{"GATEWAY_REDIS_SENTINEL_MASTER", "store.redis.sentinel.master", func(c *Config, v string) error { c.Store.Redis.Sentinel.Master = v; return nil }},
+	{"GATEWAY_REDIS_SENTINEL_ADDRS", "store.redis.sentinel.addrs", func(c *Config, v string) error {
+		c.Store.Redis.Sentinel.Addrs = nil
+		for a := range strings.SplitSeq(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				c.Store.Redis.Sentinel.Addrs = append(c.Store.Redis.Sentinel.Addrs, a)
+			}
+		}
+		return nil
+	}},
+	{"GATEWAY_REDIS_SENTINEL_PASSWORD", "store.redis.sentinel.password", func(c *Config, v string) error { c.Store.Redis.Sentinel.Password = v; return nil }},
 	{"GATEWAY_LOG_FORMAT", "log.format", func(c *Config, v string) error { c.Log.Format = v; return nil }},
 	{"GATEWAY_LOG_LEVEL", "log.level", func(c *Config, v string) error { c.Log.Level = v; return nil }},
 	{"GATEWAY_REPLICAS", "replicas", func(c *Config, v string) error { return envInt(&c.Replicas, v) }},

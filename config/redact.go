@@ -43,6 +43,8 @@ func (c *Config) Redacted() Config {
 		}
 	}
 	r.Store.Redis.URL = redactURL(r.Store.Redis.URL, false)
+	r.Store.Redis.Sentinel.Password = redact(r.Store.Redis.Sentinel.Password)
+	r.Store.Redis.Sentinel.Addrs = slices.Clone(r.Store.Redis.Sentinel.Addrs)
 	r.DeadLetters.WebhookURL = redactURL(r.DeadLetters.WebhookURL, true)
 	r.Tracing.Endpoint = redactURL(r.Tracing.Endpoint, false)
 	return r

@@ -108,15 +108,18 @@ func (c *Config) validateStore(p *problems) {
 	if s.MinFreeBytes < 0 {
 		p.add("store.min_free_bytes", "%d must be >= 0 (0: derived from the store's options)", s.MinFreeBytes)
 	}
-	if s.Redis.URL == "" && s.Kind == StoreRedis {
-		p.add("store.redis.url", "required when store.kind is redis (e.g. redis://localhost:6379/0; env GATEWAY_REDIS_URL)")
+	sentinel := s.Redis.Sentinel.Master != ""
+	if s.Redis.URL == "" && s.Kind == StoreRedis && !sentinel {
+		p.add("store.redis.url", "required when store.kind is redis (e.g. redis://localhost:6379/0; env GATEWAY_REDIS_URL), unless store.redis.sentinel.master is set")
 	}
 	if s.Redis.URL != "" {
-		// The URL may hold a password: never echo it.
-		if u, err := url.Parse(s.Redis.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		// The URL may hold a password: never echo it. With Sentinel its
+		// host is ignored, so it may have none.
+		if u, err := url.Parse(s.Redis.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || (u.Host == "" && !sentinel) {
 			p.add("store.redis.url", "not a redis:// or rediss:// URL with a host")
 		}
 	}
+	validateSentinel(p, s.Redis)
 	if s.Redis.PoolSize < 0 {
 		p.add("store.redis.pool_size", "must be >= 0 (0 uses go-redis's default)")
 	}
@@ -125,6 +128,30 @@ func (c *Config) validateStore(p *problems) {
 	}
 	if s.Redis.WaitReplicas > 0 && s.Redis.WaitTimeout >= s.OpTimeout {
 		p.add("store.redis.wait_timeout", "%s must be under store.op_timeout (%s), which bounds the whole commit", s.Redis.WaitTimeout, s.OpTimeout)
+	}
+}
+
+// validateSentinel checks store.redis.sentinel: a master name and the
+// Sentinels' addresses go together, and not with a Cluster.
+func validateSentinel(p *problems, r Redis) {
+	st := r.Sentinel
+	if st.Master == "" && len(st.Addrs) == 0 {
+		return
+	}
+	if st.Master == "" {
+		p.add("store.redis.sentinel.master", "required with store.redis.sentinel.addrs: the name the Sentinels monitor the primary under (env GATEWAY_REDIS_SENTINEL_MASTER)")
+	}
+	if len(st.Addrs) == 0 {
+		p.add("store.redis.sentinel.addrs", "required with store.redis.sentinel.master: each Sentinel's host:port, e.g. [sentinel-1:26379, sentinel-2:26379] (env GATEWAY_REDIS_SENTINEL_ADDRS, comma-separated)")
+	}
+	for i, a := range st.Addrs {
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			p.add(fmt.Sprintf("store.redis.sentinel.addrs[%d]", i), "%q is not host:port", a)
+		}
+	}
+	if r.Cluster {
+		p.add("store.redis.cluster", "cannot be combined with store.redis.sentinel: a Redis Cluster fails over by itself")
 	}
 }
 

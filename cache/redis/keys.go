@@ -31,6 +31,7 @@ const (
 	redisRecordNS     = "r:"
 	redisDeadLetterNS = "d:"
 	redisWakeNS       = "wake:"
+	redisBarrierNS    = "barrier:"
 	redisSessionNS    = "admin:session:"
 	redisBreakers     = "breakers"
 )
@@ -71,6 +72,12 @@ func recordIdent(k cache.Key) string {
 
 func (r *Store) recordKey(ident string) string {
 	return r.prefix + redisRecordNS + "{" + ident + "}"
+}
+
+// barrierKey is the replay barrier of the record at recordKey (see
+// replicated): the same hash tag, so the same cluster slot.
+func (r *Store) barrierKey(recordKey string) string {
+	return r.prefix + redisBarrierNS + strings.TrimPrefix(recordKey, r.prefix+redisRecordNS)
 }
 
 func (r *Store) wakeChannel(ident string) string {

@@ -50,6 +50,7 @@ func (r *Store) ScanCommitted(ctx context.Context, scope string, fn func(cache.C
 	}
 	now := r.now()
 	var mu sync.Mutex
+	var stopped error // fn's error, once it has failed
 	err := r.scan(ctx, r.scopePattern(scope), func(ctx context.Context, c redis.Cmdable, keys []string) error {
 		cmds, err := pipelined(ctx, c, keys, func(p redis.Pipeliner, key string) *redis.SliceCmd {
 			return p.HMGet(ctx, key, "state", "exp", "size")
@@ -87,8 +88,13 @@ func (r *Store) ScanCommitted(ctx context.Context, scope string, fn func(cache.C
 				r.log.Warn("scan committed: skipping an unreadable record", slog.String("key", keys[i]), slog.Any("err", err))
 				continue
 			}
+			// In a cluster the masters are scanned at once: after fn's first
+			// error no scan calls it again, as its contract says.
 			mu.Lock()
-			err = fn(cache.CommittedRecord{Size: size, ExpiresAt: at})
+			if stopped == nil {
+				stopped = fn(cache.CommittedRecord{Size: size, ExpiresAt: at})
+			}
+			err = stopped
 			mu.Unlock()
 			if err != nil {
 				return err

@@ -44,6 +44,19 @@ type Options struct {
 	// keys of one hash tag, so no command crosses slots (see the key layout
 	// in keys.go).
 	Cluster bool
+	// SentinelMaster, when set, finds the primary through Redis Sentinel
+	// (go-redis's failover client): the Sentinels at SentinelAddrs name the
+	// primary they monitor under this name, and the store follows them to
+	// a promoted replica after a failover. URL then supplies only the data
+	// nodes' credentials, database, TLS and timeouts — its host is
+	// ignored — and may be "". Not with Cluster.
+	SentinelMaster string
+	// SentinelAddrs are the Sentinels' host:port. Required with
+	// SentinelMaster.
+	SentinelAddrs []string
+	// SentinelPassword is the Sentinels' own password (their
+	// requirepass), apart from the data nodes' in URL. "" for none.
+	SentinelPassword string
 	// Now is the clock for leases, CreatedAt and ExpiresAt. If nil,
 	// time.Now. Redis's own expiry (PX) runs on real time.
 	Now func() time.Time
@@ -76,6 +89,11 @@ type Options struct {
 	// nothing.
 	DeadLetters cache.DeadLetterBound
 }
+
+// clusterReload is how often a Cluster store re-reads the slot map, so a
+// failover (a replica promoted in a dead master's place) is followed within
+// about this long.
+const clusterReload = time.Second
 
 // ErrNotReplicated: Options.WaitReplicas replicas did not acknowledge a
 // commit within Options.WaitTimeout. The record is committed on the
@@ -171,7 +189,7 @@ const (
 // itself, and calls fail meanwhile (Ping reports it). ctx bounds the
 // initial ping and the wait for the pub/sub subscription.
 func Open(ctx context.Context, o Options) (*Store, error) {
-	if o.URL == "" {
+	if o.URL == "" && o.SentinelMaster == "" {
 		return nil, errors.New("open redis store: Options.URL is required")
 	}
 	r := &Store{
@@ -209,7 +227,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		r.waitTimeout = defaultWaitTimeout
 	}
 
-	opt, err := universalOptions(o.URL, o.Cluster)
+	opt, err := storeOptions(o)
 	if err != nil {
 		return nil, fmt.Errorf("open redis store: %w", err)
 	}
@@ -222,8 +240,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		opt.PoolSize = o.PoolSize
 	}
 	opt.ContextTimeoutEnabled = true
-	r.client = redis.NewUniversalClient(opt)
-	r.cluster, _ = r.client.(*redis.ClusterClient)
+	r.client, r.cluster = newClient(opt, o.Cluster)
 
 	r.wakePattern = globEscape(r.prefix) + redisWakeNS + "*"
 	r.ps = r.client.Subscribe(context.Background())
@@ -245,6 +262,47 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		r.log.Warn("redis store: pub/sub not subscribed yet; waiters poll until it is")
 	}
 	return r, nil
+}
+
+// newClient makes the client of opt: a Cluster client when cluster, else
+// what redis.NewUniversalClient makes (a failover client with a master
+// name, a plain one otherwise).
+func newClient(opt *redis.UniversalOptions, cluster bool) (redis.UniversalClient, *redis.ClusterClient) {
+	if !cluster {
+		return redis.NewUniversalClient(opt), nil
+	}
+	// go-redis re-reads the slot map only on a MOVED reply or once its copy
+	// is ClusterStateReloadInterval old (60s by default), and a dead master
+	// sends no MOVED: after a failover the keys of its slots would fail for
+	// up to a minute while its replica serves them. Re-read it every
+	// clusterReload instead (one CLUSTER SLOTS).
+	co := opt.Cluster()
+	co.ClusterStateReloadInterval = clusterReload
+	c := redis.NewClusterClient(co)
+	return c, c
+}
+
+// storeOptions are the client options of o: its URL's (universalOptions),
+// and with SentinelMaster the Sentinels in place of the URL's host, so
+// that redis.NewUniversalClient makes a failover client.
+func storeOptions(o Options) (*redis.UniversalOptions, error) {
+	if o.SentinelMaster == "" {
+		return universalOptions(o.URL, o.Cluster)
+	}
+	if o.Cluster || len(o.SentinelAddrs) == 0 {
+		return nil, errors.New("SentinelMaster needs SentinelAddrs, and no Cluster")
+	}
+	opt := &redis.UniversalOptions{}
+	if o.URL != "" {
+		var err error
+		if opt, err = universalOptions(o.URL, false); err != nil {
+			return nil, err
+		}
+	}
+	opt.Addrs = slices.Clone(o.SentinelAddrs)
+	opt.MasterName = o.SentinelMaster
+	opt.SentinelPassword = o.SentinelPassword
+	return opt, nil
 }
 
 // universalOptions parses url as go-redis does for the client that cluster
@@ -360,7 +418,21 @@ func (r *Store) Claim(ctx context.Context, k cache.Key, fingerprint string, leas
 		LeaseUntil:  now.Add(lease),
 		CreatedAt:   now,
 	}
-	res, err := claimScript.Run(ctx, r.client, []string{r.recordKey(recordIdent(k))},
+	key := r.recordKey(recordIdent(k))
+	// With WaitReplicas a replay waits for the replicas on the connection
+	// that read the record (replicated).
+	var run redis.Scripter = r.client
+	var conn *redis.Conn
+	if r.waitReplicas > 0 {
+		node, err := r.primaryFor(ctx, key)
+		if err != nil {
+			return cache.Claim{}, fmt.Errorf("claim %s: %w", k, r.mapErr(err))
+		}
+		conn = node.Conn()
+		defer conn.Close()
+		run = conn
+	}
+	res, err := claimScript.Run(ctx, run, []string{key},
 		fingerprint, luaTime(now), owner, luaTime(rec.LeaseUntil), codec.EncodeRecord(rec),
 		pxMillis(lease+inFlightGrace)).Slice()
 	if err != nil {
@@ -386,7 +458,35 @@ func (r *Store) Claim(ctx context.Context, k cache.Key, fingerprint string, leas
 	if c.Record, err = codec.DecodeRecord([]byte(data)); err != nil {
 		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
 	}
+	if c.Status == cache.Done && conn != nil {
+		if err := r.replicated(ctx, conn, key); err != nil {
+			return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
+		}
+	}
 	return c, nil
+}
+
+// replicated holds a replay back until WaitReplicas replicas have the
+// record the connection just read. A commit whose WAIT failed stays on
+// the primary, and a duplicate or retry that replayed it there would show
+// its client an answer a failover can still lose (and the retry after it
+// would get another). WAIT counts only the connection's own writes, so it
+// writes a barrier (a short-lived key in the record's slot) after the
+// read: replicas apply the primary's writes in order, so once they have
+// acknowledged the barrier they have the record too. Fewer within
+// WaitTimeout: ErrNotReplicated, and the client is told to retry.
+func (r *Store) replicated(ctx context.Context, conn *redis.Conn, key string) error {
+	if err := conn.Set(ctx, r.barrierKey(key), "1", time.Second).Err(); err != nil {
+		return r.mapErr(err)
+	}
+	n, err := conn.Wait(ctx, r.waitReplicas, r.waitTimeout).Result()
+	if err != nil {
+		return fmt.Errorf("%w: WAIT %d before a replay: %w", ErrNotReplicated, r.waitReplicas, r.mapErr(err))
+	}
+	if n < int64(r.waitReplicas) {
+		return fmt.Errorf("%w: a replay found %d of %d within %v", ErrNotReplicated, n, r.waitReplicas, r.waitTimeout)
+	}
+	return nil
 }
 
 // Renew extends the lease of the caller's in-flight record to now+lease.

@@ -55,8 +55,16 @@ func TestRedisWaitReplicas(t *testing.T) {
 	}
 	start := time.Now()
 	k, owner, err := commit(r, "not-replicated")
+	// While the replica lacks the record, no duplicate or retry may be
+	// shown it as an answer: a failover now would lose it, and the retry
+	// after would get another. Its claim fails as the commit did.
+	other := openTestRedis(t, Options{URL: url, Prefix: r.prefix, WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
+	c, claimErr := other.Claim(ctx, k, "fp", lease)
 	if err := replica.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
+	}
+	if !errors.Is(claimErr, ErrNotReplicated) {
+		t.Errorf("Claim of the unreplicated record with the replica paused: %v, %v; want ErrNotReplicated, no replay", c.Status, claimErr)
 	}
 	if !errors.Is(err, ErrNotReplicated) {
 		t.Fatalf("Commit with the replica paused: %v, want ErrNotReplicated", err)

@@ -425,6 +425,9 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 		failpoint("before-commit")
 		rec := &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
 			Body: resp.Body, Upstream: resp.Upstream.Cfg.Name}
+		if err := simCommitUnderClient(k); err != nil {
+			return err
+		}
 		if err := k.lease.Commit(k.work, rec); err != nil {
 			return err
 		}
@@ -534,7 +537,12 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 		failpoint("before-commit")
 		stored := &cache.Record{Status: resp.Status, Header: idempotency.RecordHeader(resp.Header, resp.Outcome),
 			Stream: true, Events: rec.Events(), Upstream: resp.Upstream.Cfg.Name}
-		err = k.lease.Commit(k.work, stored)
+		if simDefect(defectEndBeforeCommit) {
+			tail.Release()
+		}
+		if err = simCommitUnderClient(k); err == nil {
+			err = k.lease.Commit(k.work, stored)
+		}
 		if err == nil {
 			g.limits.Committed(k.kr.Key.Scope, stored.StoredSize(), k.kr.TTL)
 			committed = true
