@@ -43,6 +43,9 @@ func (s *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLet
 		meta letterMeta
 		drop []string
 		vlen int
+		// credited is what this letter's deletes took off the live
+		// figure; given back if the write fails.
+		credited int64
 	)
 	err = s.update(func(txn *badger.Txn) error {
 		prev, err := s.loadDeadLetter(txn, key)
@@ -72,9 +75,15 @@ func (s *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLet
 				return err
 			}
 		}
+		// Taken off before the commit, so that a scan never misses
+		// these letters and sees them taken off too (see live).
+		n := s.letters.liveSize(k.Scope, append([]string{d.ID}, drop...), uint64(time.Now().Unix()))
+		s.live.deleted(n - credited)
+		credited = n
 		return nil
 	})
 	if err != nil {
+		s.live.deleted(-credited)
 		return err
 	}
 	s.live.wrote(len(key), vlen)

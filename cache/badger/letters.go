@@ -64,6 +64,20 @@ func (l *letters) plan(client, id string, m letterMeta, b cache.DeadLetterBound)
 	return drop
 }
 
+// liveSize is what client's letters ids (and id, when replaced) take
+// that is still counted live: those not expired at now (Unix seconds).
+func (l *letters) liveSize(client string, ids []string, now uint64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for _, id := range ids {
+		if m, ok := l.by[client][id]; ok && (m.exp == 0 || m.exp > now) {
+			n += m.size
+		}
+	}
+	return n
+}
+
 // set records letter id of client.
 func (l *letters) set(client, id string, m letterMeta) {
 	l.mu.Lock()

@@ -25,21 +25,37 @@ import (
 // since the scan began: it may be over (an overwrite, a delete or an
 // expiry since counts until the next scan), never under, so a write
 // checked against it never takes the store past its cap.
+//
+// Deletes the store knows the size of — the letters a new dead letter
+// drops to keep its client within its bound, and the letter it replaces —
+// are taken off at once (freed): otherwise a client churning its letters
+// within its bound would raise the figure by its whole write rate until
+// the next scan, and take the cap from every other client's keyed
+// requests. A delete is taken off before its transaction commits, and
+// freed's mark is read when a scan ends, so a delete the scan did not see
+// is taken off at most once: still never under (a write that then fails
+// gives its deletes back).
 type live struct {
 	written atomic.Int64 // bytes written since Open
+	freed   atomic.Int64 // bytes of known live entries deleted since Open
 	checks  atomic.Int64 // space checks, for maybeRescanLive
 
-	mu   sync.Mutex
-	base int64 // the last scan's sum
-	mark int64 // written when it began
+	mu        sync.Mutex
+	base      int64 // the last scan's sum
+	mark      int64 // written when it began
+	freedMark int64 // freed when it ended
 }
 
 // bytes is the live figure now.
 func (l *live) bytes() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.base + l.written.Load() - l.mark
+	return l.base + l.written.Load() - l.mark - (l.freed.Load() - l.freedMark)
 }
+
+// deleted takes n bytes of live entries being deleted off the figure
+// (negative: gives them back).
+func (l *live) deleted(n int64) { l.freed.Add(n) }
 
 // wrote counts an entry of key and value bytes just written.
 func (l *live) wrote(key, value int) { l.written.Add(int64(key + value)) }
@@ -52,7 +68,7 @@ func (s *Store) rescanLive() error {
 		return err
 	}
 	s.live.mu.Lock()
-	s.live.base, s.live.mark = sum, mark
+	s.live.base, s.live.mark, s.live.freedMark = sum, mark, s.live.freed.Load()
 	s.live.mu.Unlock()
 	return nil
 }
