@@ -398,9 +398,13 @@ func injectFaults(t *testing.T, reps []*soakReplica, set *soakSentinel, bin stri
 		case "kill9":
 			f.replica = r.name
 			r.cur().kill()
+			r.procs = append(r.procs, start(t, bin, r.args, nil))
+			// Until its successor listens, every run of this replica the
+			// provider sees is the dead process's, however late the
+			// provider's handler records it (a request sent just before
+			// the kill).
 			f.to = h.Since()
 			faults = append(faults, f)
-			r.procs = append(r.procs, start(t, bin, r.args, nil))
 			counts["restart"]++
 		case "sigstop":
 			f.replica = r.name
@@ -445,9 +449,12 @@ type soakLogLine struct {
 //   - a failed commit, for every "commit failed" a replica logged, paired
 //     in order with that key's completed runs on that replica that the
 //     store does not keep (its error names the cause Check counts);
-//   - a commit lost to a fault, for a completed run not kept whose replica
-//     was killed or stopped between the run's start and soakCommitGrace
-//     after its end, with no log line (the process died before writing it).
+//   - a commit lost to a fault, for a completed run not kept, with no log
+//     line, whose replica was killed (or stopped) after the run started
+//     and before soakCommitGrace after its end — the process died before
+//     it could commit or log. A killed replica's window ends when its
+//     successor listens: a run the provider saw start before then was the
+//     dead process's, since the new one had taken no request.
 func addObservedCalls(h *sim.History, reps []*soakReplica, faults []soakFault) {
 	for _, o := range h.Ops() {
 		if o.Complete && o.Replayed {
