@@ -46,6 +46,7 @@ const (
 type soakReplica struct {
 	name  string
 	url   string
+	bin   string
 	args  []string
 	procs []*proc
 }
@@ -298,7 +299,7 @@ func TestReplicaSoak(t *testing.T) {
 	for i := range reps {
 		name := fmt.Sprintf("r%d", i)
 		listen := fmt.Sprintf("127.0.0.1:%d", freeLoopbackPort(t))
-		reps[i] = &soakReplica{name: name, url: "http://" + listen,
+		reps[i] = &soakReplica{name: name, url: "http://" + listen, bin: bin,
 			args: []string{"-config", soakConfig(t, listen, up.URL+"/"+name+"/v1", set.sentinel, prefix)}}
 		reps[i].procs = append(reps[i].procs, start(t, bin, reps[i].args, nil))
 		urls[i] = reps[i].url
@@ -318,7 +319,7 @@ func TestReplicaSoak(t *testing.T) {
 		defer close(done)
 		sent = dispatch(w, hc, urls, h, stop)
 	}()
-	faults, counts := injectFaults(t, reps, set, bin, h, end)
+	faults, counts := injectFaults(t, reps, set, h, end)
 	close(stop)
 	<-done
 	elapsed := time.Since(began)
@@ -392,7 +393,7 @@ send:
 // primary restarted on its append-only file, a Sentinel failover — each
 // followed by readiness of every replica and a synced Redis set, and a
 // pause for traffic. It returns the faults with their times, and counts.
-func injectFaults(t *testing.T, reps []*soakReplica, set *soakSentinel, bin string, h *sim.History, end time.Time) ([]soakFault, map[string]int) {
+func injectFaults(t *testing.T, reps []*soakReplica, set *soakSentinel, h *sim.History, end time.Time) ([]soakFault, map[string]int) {
 	var faults []soakFault
 	counts := map[string]int{}
 	kinds := []string{"kill9", "sigstop", "redis_restart", "failover"}
@@ -405,7 +406,7 @@ func injectFaults(t *testing.T, reps []*soakReplica, set *soakSentinel, bin stri
 		case "kill9":
 			f.replica = r.name
 			r.cur().kill()
-			r.procs = append(r.procs, start(t, bin, r.args, nil))
+			r.procs = append(r.procs, start(t, r.bin, r.args, nil))
 			// Until its successor listens, every run of this replica the
 			// provider sees is the dead process's, however late the
 			// provider's handler records it (a request sent just before
