@@ -66,6 +66,10 @@ type Run struct {
 	Completed bool
 	Hash      [32]byte // of the answer's bytes, when Completed
 	Start     time.Duration
+	End       time.Duration
+	// Via is the first segment of the request's path when it is not "v1":
+	// which of several gateways made the call, each given its own base URL.
+	Via string
 }
 
 // StoreCall is one call of the gateway to its store.
@@ -123,6 +127,7 @@ func (h *History) addRun(r *Run) {
 func (h *History) finishRun(r *Run, completed bool, answer []byte) {
 	h.mu.Lock()
 	r.Completed = completed
+	r.End = h.since()
 	if completed {
 		r.Hash = sha256.Sum256(answer)
 	}

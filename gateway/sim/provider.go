@@ -67,7 +67,7 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b := p.plan.choose("provider", key, n,
 		[]string{BehaveTransient, BehaveCut, BehaveHang, BehaveRefuse, BehaveAnswer},
 		[]float64{rt.Transient, rt.Cut, rt.Hang, rt.Refuse, 1 - rt.Transient - rt.Cut - rt.Hang - rt.Refuse})
-	run := &Run{Key: key, Attempt: n, Behavior: b, Start: p.hist.since()}
+	run := &Run{Key: key, Attempt: n, Behavior: b, Start: p.hist.since(), Via: via(r.URL.Path)}
 	p.hist.addRun(run)
 	p.mu.Lock()
 	p.counts[b]++
@@ -113,6 +113,15 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.hist.finishRun(run, true, out)
 	}
+}
+
+// via is the first segment of path unless it is the API's own ("v1").
+func via(path string) string {
+	seg, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if seg == "v1" {
+		return ""
+	}
+	return seg
 }
 
 // answer is one run's deterministic answer.
