@@ -193,7 +193,7 @@ func Simulate(o Options) (*Result, error) {
 	w := newWorkload(p, o.Ops)
 	res := &Result{Seed: o.Seed, Ops: o.Ops, History: h, Faults: map[string]int{}}
 	start := time.Now()
-	if err := serveWorkload(cfg, fs, o, w, clk, h); err != nil {
+	if err := serveWorkload(gateway.Options{Config: cfg, Store: fs, Logger: o.Logger}, o, w, clk, h); err != nil {
 		return nil, err
 	}
 	res.Elapsed = time.Since(start)
@@ -218,8 +218,8 @@ func Simulate(o Options) (*Result, error) {
 
 // serveWorkload serves the workload through one gateway and waits until
 // every keyed call it started has ended (Drain).
-func serveWorkload(cfg config.Config, st gateway.Store, o Options, w *workload, clk *Clock, h *History) error {
-	gw, err := gateway.New(gateway.Options{Config: cfg, Store: st, Logger: o.Logger})
+func serveWorkload(gopts gateway.Options, o Options, w *workload, clk *Clock, h *History) error {
+	gw, err := gateway.New(gopts)
 	if err != nil {
 		return err
 	}
