@@ -219,30 +219,42 @@ func Simulate(o Options) (*Result, error) {
 // serveWorkload serves the workload through one gateway and waits until
 // every keyed call it started has ended (Drain).
 func serveWorkload(gopts gateway.Options, o Options, w *workload, clk *Clock, h *History) error {
+	return through(gopts, o.Workers, func(jobs chan<- job) {
+		for i := range w.steps {
+			if i == len(w.steps)/2 && o.Disrupt != nil {
+				o.Disrupt()
+			}
+			jobs <- func(hc *http.Client, url string) { w.do(i, hc, url, clk, h) }
+		}
+	})
+}
+
+// job is one request a worker sends to the gateway at url.
+type job func(hc *http.Client, url string)
+
+// through builds a gateway from gopts, has workers goroutines send the
+// jobs feed gives them, then drains (every keyed call it started ends)
+// and closes it.
+func through(gopts gateway.Options, workers int, feed func(jobs chan<- job)) error {
 	gw, err := gateway.New(gopts)
 	if err != nil {
 		return err
 	}
 	srv := httptest.NewServer(gw.Handler())
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Workers * 2}, Timeout: time.Minute}
-	ops := make(chan int)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers * 2}, Timeout: time.Minute}
+	jobs := make(chan job)
 	var wg sync.WaitGroup
-	for range o.Workers {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range ops {
-				w.do(i, hc, srv.URL, clk, h)
+			for j := range jobs {
+				j(hc, srv.URL)
 			}
 		}()
 	}
-	for i := range w.steps {
-		if i == len(w.steps)/2 && o.Disrupt != nil {
-			o.Disrupt()
-		}
-		ops <- i
-	}
-	close(ops)
+	feed(jobs)
+	close(jobs)
 	wg.Wait()
 	srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

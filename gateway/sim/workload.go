@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"time"
 
@@ -146,38 +145,16 @@ func finalState(fs *FaultyStore, w *workload, clk *Clock) map[string]*Final {
 // on the same store — the client's retry at quiescence — with the body the
 // committed record holds, if there is one.
 func serveFinal(cfg config.Config, fs *FaultyStore, o Options, w *workload, h *History) error {
-	gw, err := gateway.New(gateway.Options{Config: cfg, Store: fs, Logger: o.Logger})
-	if err != nil {
-		return err
-	}
-	srv := httptest.NewServer(gw.Handler())
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Workers * 2}, Timeout: time.Minute}
-	keys := make(chan keySpec)
-	var wg sync.WaitGroup
-	for range o.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := range keys {
+	return through(gateway.Options{Config: cfg, Store: fs, Logger: o.Logger}, o.Workers, func(jobs chan<- job) {
+		for _, k := range w.keys {
+			jobs <- func(hc *http.Client, url string) {
 				rq := request{key: k, mode: ModeFinal}
 				rec, err := fs.Store.Get(context.Background(), storeKey(k.id))
 				if err == nil && rec.Fingerprint == idempotency.Fingerprint([]byte(k.body(1))) {
 					rq.variant = 1
 				}
-				send(hc, srv.URL, rq, h)
+				send(hc, url, rq, h)
 			}
-		}()
-	}
-	for _, k := range w.keys {
-		keys <- k
-	}
-	close(keys)
-	wg.Wait()
-	srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	gw.Drain(ctx)
-	gw.Close()
-	hc.CloseIdleConnections()
-	return nil
+		}
+	})
 }
