@@ -41,7 +41,9 @@ type Passthrough struct {
 	// waits limits.admission_wait, then gets 503 gateway_overloaded with
 	// Retry-After. The bytes are given back when the request (or its
 	// keyed call, which may outlive it) ends. A body larger than the bound
-	// is spooled alone. If 0, DefaultSpoolMaxTotalBytes.
+	// is spooled alone. One client may hold at most half of it (at least
+	// one body of the largest size a route takes); past that its next
+	// upload is refused at once. If 0, DefaultSpoolMaxTotalBytes.
 	SpoolMaxTotalBytes int64 `yaml:"spool_max_total_bytes"`
 }
 

@@ -438,3 +438,58 @@ func TestAdmissionSpooledBodyGivesBackItsReservation(t *testing.T) {
 		t.Errorf("upload: %d %s", r.status, r.body)
 	}
 }
+
+// TestSpoolClientShare: one client may hold at most half of
+// passthrough.spool_max_total_bytes on disk (but one whole body of the
+// largest a route takes): while two of mallory's slow uploads hold 30 KiB
+// of a 64 KiB bound, her third upload is refused at once with 503
+// gateway_overloaded naming the setting, while alice's upload of the same
+// size is accepted; when mallory's uploads end, her share is hers again.
+func TestSpoolClientShare(t *testing.T) {
+	rec := newRecorder(t, nil)
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = rec.srv.URL + "/v1"
+		c.Limits.MaxBodyBytes = 16 << 10
+		c.Passthrough.SpoolDir = t.TempDir()
+		c.Passthrough.MemoryBodyBytes = 1 << 10
+		c.Passthrough.SpoolMaxTotalBytes = 64 << 10
+		c.Passthrough.Routes = []config.Route{{Prefix: "/v1/files", MaxBodyBytes: 16 << 10}, {Prefix: "/v1/uploads", MaxBodyBytes: 16 << 10}}
+		// Their own upstream keys: a binary body under a shared key is refused (its objects cannot be checked).
+		own := func(k string) map[string]string { return map[string]string{c.Upstreams[0].Name: k} }
+		c.Clients = []config.Client{{Name: "mallory", Key: "key-mallory", UpstreamAPIKeys: own("sk-mallory")},
+			{Name: "alice", Key: "key-alice", UpstreamAPIKeys: own("sk-alice")}}
+	}, nil, fakeprovider.Options{}, func(o *Options) {
+		o.AdmissionAfter = func(time.Duration) <-chan time.Time { // a wait that does not fit ends at once
+			c := make(chan time.Time, 1)
+			c <- time.Time{}
+			return c
+		}
+	})
+	var slow []*io.PipeWriter
+	for i := range 2 {
+		w, _ := h.trickle("/v1/files", "application/octet-stream", "key-mallory", 16<<10)
+		if _, err := w.Write(make([]byte, 15<<10)); err != nil {
+			t.Fatal(err)
+		}
+		waitBound(t, h.gw.spooled, func(got int64) bool { return got >= int64(i+1)*(15<<10) })
+		slow = append(slow, w)
+	}
+	upload := func(key string) result {
+		return h.sendRaw(http.MethodPost, "/v1/files", "application/octet-stream", make([]byte, 8<<10), map[string]string{"Authorization": "Bearer " + key})
+	}
+	r := upload("key-mallory")
+	if e := wantOpenAIError(t, r, http.StatusServiceUnavailable); e["code"] != "gateway_overloaded" ||
+		!strings.Contains(fmt.Sprint(e["message"]), "passthrough.spool_max_total_bytes") {
+		t.Errorf("mallory's upload past her share of the spool: %d %s", r.status, r.body)
+	}
+	if r := upload("key-alice"); r.status != http.StatusOK {
+		t.Errorf("alice's upload while mallory holds her share: %d %s", r.status, r.body)
+	}
+	for _, w := range slow {
+		w.CloseWithError(errors.New("client gone"))
+	}
+	waitBound(t, h.gw.spooled, func(got int64) bool { return got == 0 })
+	if r := upload("key-mallory"); r.status != http.StatusOK {
+		t.Errorf("mallory's upload after her slow ones ended: %d %s", r.status, r.body)
+	}
+}

@@ -185,7 +185,7 @@ func New(o Options) (*Gateway, error) {
 	g.admit = admission.New(admission.Options{Limit: o.Config.Limits.MaxInflightBytes, Wait: o.Config.Limits.AdmissionWait.D(),
 		After: o.AdmissionAfter, Registerer: g.registry, Share: clientShare(o.Config.Limits)})
 	g.spooled = admission.New(admission.Options{Limit: cmp.Or(o.Config.Passthrough.SpoolMaxTotalBytes, config.DefaultSpoolMaxTotalBytes),
-		Wait: o.Config.Limits.AdmissionWait.D(), After: o.AdmissionAfter, Setting: "passthrough.spool_max_total_bytes"})
+		Wait: o.Config.Limits.AdmissionWait.D(), After: o.AdmissionAfter, Setting: "passthrough.spool_max_total_bytes", Share: spoolShare(&o.Config)})
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now,
 		OnRecord: g.timeline.DeadLetter})
 	g.requests = request.New(request.Options{Config: o.Config, Logger: g.log, Now: g.now, Router: r, Proxy: g.proxy, Keeper: g.keeper,
@@ -540,6 +540,26 @@ func clientShare(l config.Limits) int64 {
 		return 0
 	}
 	return max(l.MaxInflightBytes/2, l.MaxBodyBytes+1)
+}
+
+// spoolShare is the most request bytes one client may hold spooled to
+// disk: half of passthrough.spool_max_total_bytes, so that one tenant's
+// uploads leave the other half to the rest, but at least one body of the
+// largest size a route may spool (and the byte read past it), so that any
+// allowed upload can be spooled.
+func spoolShare(c *config.Config) int64 {
+	largest := c.Limits.MaxBodyBytes
+	uploads := map[string]int64{"/v1/files": config.DefaultUploadBodyBytes, "/v1/uploads": config.DefaultUploadBodyBytes}
+	for _, r := range c.Passthrough.Routes {
+		if _, ok := uploads[r.Prefix]; ok && r.MaxBodyBytes > 0 {
+			uploads[r.Prefix] = r.MaxBodyBytes
+		}
+		largest = max(largest, r.MaxBodyBytes)
+	}
+	for _, n := range uploads {
+		largest = max(largest, n)
+	}
+	return max(cmp.Or(c.Passthrough.SpoolMaxTotalBytes, config.DefaultSpoolMaxTotalBytes)/2, largest+1)
 }
 
 // DeadlineHeader lets a client shorten the configured total deadline for

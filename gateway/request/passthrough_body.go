@@ -57,7 +57,8 @@ func (g *Handler) readPassBody(r *http.Request, rt passRoute, keyed bool, held *
 	// What is held in memory counts against limits.max_inflight_bytes (a
 	// declared length is reserved before the body is read); what is
 	// written to the file, against passthrough.spool_max_total_bytes.
-	sp := &spool{dir: g.spoolDir(), mem: g.memoryBodyBytes(), ctx: r.Context(), memBound: g.admit, memHeld: held, disk: g.spooled}
+	sp := &spool{dir: g.spoolDir(), mem: g.memoryBodyBytes(), ctx: r.Context(), memBound: g.admit, memHeld: held, disk: g.spooled,
+		diskHeld: admission.Reservation{Client: ClientOf(r)}}
 	if err := sp.reserve(max(r.ContentLength, 0)); err != nil {
 		return passBody{}, refusal(err)
 	}
