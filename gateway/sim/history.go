@@ -179,8 +179,8 @@ func (h *History) Describe(keys []string) string {
 		}
 		for _, r := range h.runs {
 			if r.Key == k {
-				lines = append(lines, line{r.Start, fmt.Sprintf("provider run %d (attempt %d): %s, completed=%v hash=%x",
-					r.ID, r.Attempt, r.Behavior, r.Completed, r.Hash[:4])})
+				lines = append(lines, line{r.Start, fmt.Sprintf("provider run %d (attempt %d%s): %s, completed=%v hash=%x, ended %.3fms",
+					r.ID, r.Attempt, viaNote(r.Via), r.Behavior, r.Completed, r.Hash[:4], float64(r.End.Microseconds())/1000)})
 			}
 		}
 		for _, c := range h.calls {
@@ -242,4 +242,12 @@ func describeCall(c *StoreCall) string {
 		s += " err=" + c.Err
 	}
 	return s
+}
+
+// viaNote names the replica a run came through, when the provider knows.
+func viaNote(via string) string {
+	if via == "" {
+		return ""
+	}
+	return ", via " + via
 }
