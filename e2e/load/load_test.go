@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +219,26 @@ func checkMemory(t *testing.T, rep *report, out string) {
 	}
 	if n := svgElements(t, "rss.svg", readFile(t, out, "rss.svg"))["polyline"]; n != 4 {
 		t.Errorf("rss.svg has %d lines, want 4 (RSS, anonymous, file-mapped, heap goal)", n)
+	}
+}
+
+// TestAPIsFlag: -apis names the closed-loop legs' APIs, both by default;
+// anything else is refused.
+func TestAPIsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{apiChat, apiMessages}},
+		{[]string{"-apis", "messages"}, []string{apiMessages}},
+		{[]string{"-apis", "chat, chat"}, []string{apiChat}},
+	} {
+		s, err := parseFlags(tc.args, io.Discard)
+		if err != nil || !slices.Equal(s.APIs, tc.want) {
+			t.Errorf("%q: APIs %q, err %v; want %q", tc.args, s.APIs, err, tc.want)
+		}
+	}
+	if _, err := parseFlags([]string{"-apis", "chat,responses"}, io.Discard); err == nil || !strings.Contains(err.Error(), `-apis: "responses"`) {
+		t.Errorf("-apis chat,responses: err %v", err)
 	}
 }
