@@ -226,12 +226,9 @@ func anthropicRecipeSuite(t *testing.T, newRunner func(g *anthropicRecipeGateway
 			if len(calls) != 2 || len(calls[0].Answer) == 0 || !bytes.Equal(calls[0].Answer, calls[1].Answer) {
 				t.Fatalf("%d client calls; answers byte-identical: %v", len(calls), len(calls) == 2 && bytes.Equal(calls[0].Answer, calls[1].Answer))
 			}
-			if want := "application/json"; op == "stream" {
-				if ct := calls[1].Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-					t.Errorf("replayed stream's Content-Type %q", ct)
-				}
-			} else if ct := calls[1].Header.Get("Content-Type"); !strings.HasPrefix(ct, want) {
-				t.Errorf("replayed JSON's Content-Type %q", ct)
+			want := map[string]string{"create": "application/json", "stream": "text/event-stream"}[op]
+			if ct := calls[1].Header.Get("Content-Type"); !strings.HasPrefix(ct, want) {
+				t.Errorf("the replay's Content-Type is %q, want %s", ct, want)
 			}
 			if n := g.upstreamCalls(text); n != 1 {
 				t.Errorf("upstream calls = %d, want 1", n)
