@@ -4,7 +4,8 @@ package e2e
 // LangChain.js (@langchain/openai) — run as written
 // (e2e/recipes/node/recipe_*.mjs, through driver.mjs) by recipeSuite, and
 // what they warn against is measured: the SDK's idempotencyKey option, and
-// LangChain's own retries.
+// LangChain's own retries. The same driver runs the Anthropic TypeScript
+// SDK's recipe (recipe_anthropic.mjs) for recipes_anthropic_test.go.
 //
 // The npm project's versions are pinned (package.json and
 // package-lock.json); `npm ci` installs them once per lock file into the
@@ -161,8 +162,15 @@ type recipeNodeDriver struct {
 
 func startRecipeNodeDriver(t *testing.T, dir string, g *recipeGateway) *recipeNodeDriver {
 	t.Helper()
+	return startNodeDriver(t, dir, "LLMGATE_BASE_URL="+g.base, "LLMGATE_API_KEY="+recipeClientKey)
+}
+
+// startNodeDriver starts `node driver.mjs` in dir with env added to the
+// environment (the base URLs and the client key the driver reads).
+func startNodeDriver(t *testing.T, dir string, env ...string) *recipeNodeDriver {
+	t.Helper()
 	cmd := exec.Command("node", filepath.Join(dir, "driver.mjs"))
-	cmd.Env = append(os.Environ(), "LLMGATE_BASE_URL="+g.base, "LLMGATE_API_KEY="+recipeClientKey)
+	cmd.Env = append(os.Environ(), env...)
 	d := &recipeNodeDriver{stderr: &syncBuffer{}, waiting: map[int]chan recipeResult{}, gone: make(chan struct{})}
 	cmd.Stderr = d.stderr
 	stdin, err := cmd.StdinPipe()

@@ -240,6 +240,7 @@ type recipeResult struct {
 	Replayed string `json:"replayed"` // Idempotent-Replayed, where the client shows headers
 	Status   int    `json:"status"`   // an error's HTTP status, where the client reports it
 	Code     string `json:"code"`     // an error's error.code
+	Type     string `json:"type"`     // an error's error.type (the Anthropic SDKs')
 	Message  string `json:"message"`
 	Ms       int64  `json:"ms"`
 }

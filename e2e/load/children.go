@@ -353,7 +353,9 @@ type gatewaySetup struct {
 
 // gatewayConfig routes each model to its own fake: gpt-4o-mini to the
 // ordinary one, slow-gpt to the slow one, big-gpt to the one answering
-// -big-bytes.
+// -big-bytes; and claude-load, on /v1/messages, to the ordinary one
+// through an api: anthropic upstream (whose base_url has no /v1, as
+// Anthropic documents its own).
 func gatewayConfig(gs gatewaySetup) string {
 	dataDir, adminToken, st := gs.dataDir, gs.adminToken, gs.store
 	fake, slow, big := gs.fake, gs.slow, gs.big
@@ -382,6 +384,13 @@ log: {level: warn}
     timeout: %s
 `, u.name, u.url, u.model, u.timeout)
 	}
+	fmt.Fprintf(&b, `  - name: anthropic
+    base_url: %s
+    api: anthropic
+    api_key: sk-load
+    models: [%q]
+    timeout: 30s
+`, fake, modelMessages)
 	b.WriteString(`retry: {max_attempts: 1}
 idempotency: {wait_timeout: 60s}
 limits: {}

@@ -14,10 +14,20 @@ import (
 )
 
 // The models the gateway routes to each fake (see gatewayConfig).
+// modelMessages is served on /v1/messages by an api: anthropic upstream
+// on the ordinary fake, whose Messages answers carry the same content, in
+// the same chunks, as its chat answers.
 const (
-	modelFast = "gpt-4o-mini"
-	modelSlow = "slow-gpt"
-	modelBig  = "big-gpt"
+	modelFast     = "gpt-4o-mini"
+	modelSlow     = "slow-gpt"
+	modelBig      = "big-gpt"
+	modelMessages = "claude-load"
+)
+
+// The APIs a closed-loop leg may call (Leg.API).
+const (
+	apiChat     = "chat"     // POST /v1/chat/completions
+	apiMessages = "messages" // POST /v1/messages
 )
 
 func chatBody(model string, stream bool) []byte {
@@ -27,6 +37,24 @@ func chatBody(model string, stream bool) []byte {
 	}
 	return []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"Hello"}]` + s + `}`)
 }
+
+// messagesBody is chatBody's Messages twin: the same prompt, and the
+// max_tokens the API requires.
+func messagesBody(stream bool) []byte {
+	s := ""
+	if stream {
+		s = `,"stream":true`
+	}
+	return []byte(`{"model":"` + modelMessages + `","max_tokens":1024,"messages":[{"role":"user","content":"Hello"}]` + s + `}`)
+}
+
+// How a whole stream ends: a chat stream with data: [DONE], a Messages
+// stream with its message_stop event (the last bytes of
+// `data: {"type":"message_stop"}`).
+var (
+	chatStreamEnd     = []byte("data: [DONE]")
+	messagesStreamEnd = []byte(`message_stop"}`)
+)
 
 // keyMode says what Idempotency-Key a leg's requests carry.
 type keyMode string
@@ -39,11 +67,13 @@ const (
 
 // shot is one kind of request: where it goes and what it carries.
 type shot struct {
-	url    string // full URL of /v1/chat/completions
+	url    string // full URL of /v1/chat/completions or /v1/messages
 	body   []byte
 	stream bool
-	keys   keyMode
-	key    string // the replayed key, or the prefix of fresh ones
+	// streamEnd is what a whole stream ends with; if nil, chatStreamEnd.
+	streamEnd []byte
+	keys      keyMode
+	key       string // the replayed key, or the prefix of fresh ones
 }
 
 // sample is one request's outcome.
@@ -102,11 +132,15 @@ func (s *shot) do(ctx context.Context, c *http.Client, seq string, buf []byte) s
 	smp.lat = time.Since(start)
 	smp.n = total
 	end := bytes.TrimSpace(last)
+	streamEnd := s.streamEnd
+	if streamEnd == nil {
+		streamEnd = chatStreamEnd
+	}
 	switch {
 	case res.StatusCode != http.StatusOK:
 		smp.err = fmt.Errorf("status %d: %s", res.StatusCode, end)
-	case s.stream && !bytes.HasSuffix(end, []byte("data: [DONE]")):
-		smp.err = fmt.Errorf("stream did not end with [DONE] (%d bytes, ends %q)", total, end)
+	case s.stream && !bytes.HasSuffix(end, streamEnd):
+		smp.err = fmt.Errorf("stream did not end with %s (%d bytes, ends %q)", streamEnd, total, end)
 	case !s.stream && !bytes.HasSuffix(end, []byte("}")):
 		smp.err = fmt.Errorf("body is not a whole JSON object (%d bytes, ends %q)", total, end)
 	case s.keys == replay && res.Header.Get("Idempotent-Replayed") != "true":

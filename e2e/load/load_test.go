@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,8 +52,10 @@ func TestQuick(t *testing.T) {
 	}
 	want := []string{}
 	for _, c := range []string{"c=1", "c=16"} {
-		want = append(want, c+" direct", c+" floor", c+" llmgate", c+" llmgate keyed", c+" llmgate replay",
-			c+" stream direct", c+" stream floor", c+" stream llmgate", c+" stream llmgate keyed")
+		for _, api := range []string{c, c + " messages"} {
+			want = append(want, api+" direct", api+" floor", api+" llmgate", api+" llmgate keyed", api+" llmgate replay",
+				api+" stream direct", api+" stream floor", api+" stream llmgate", api+" stream llmgate keyed")
+		}
 	}
 	want = append(want, "sustained c=16 llmgate keyed", "sustained c=16 stream llmgate keyed",
 		"open 400/s direct", "open 400/s floor", "open 400/s llmgate")
@@ -62,6 +65,9 @@ func TestQuick(t *testing.T) {
 	md := string(readFile(t, out, "results.md"))
 	if md != stdout.String() {
 		t.Error("results.md differs from what was printed")
+	}
+	if _, cmp, ok := strings.Cut(md, "## /v1/messages against /v1/chat/completions"); !ok || !strings.Contains(cmp, "| c=16 stream llmgate keyed | ") {
+		t.Error("results.md does not compare the /v1/messages legs with the chat legs")
 	}
 	for _, name := range want {
 		l := rep.leg(name)
@@ -213,5 +219,26 @@ func checkMemory(t *testing.T, rep *report, out string) {
 	}
 	if n := svgElements(t, "rss.svg", readFile(t, out, "rss.svg"))["polyline"]; n != 4 {
 		t.Errorf("rss.svg has %d lines, want 4 (RSS, anonymous, file-mapped, heap goal)", n)
+	}
+}
+
+// TestAPIsFlag: -apis names the closed-loop legs' APIs, both by default;
+// anything else is refused.
+func TestAPIsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{apiChat, apiMessages}},
+		{[]string{"-apis", "messages"}, []string{apiMessages}},
+		{[]string{"-apis", "chat, chat"}, []string{apiChat}},
+	} {
+		s, err := parseFlags(tc.args, io.Discard)
+		if err != nil || !slices.Equal(s.APIs, tc.want) {
+			t.Errorf("%q: APIs %q, err %v; want %q", tc.args, s.APIs, err, tc.want)
+		}
+	}
+	if _, err := parseFlags([]string{"-apis", "chat,responses"}, io.Discard); err == nil || !strings.Contains(err.Error(), `-apis: "responses"`) {
+		t.Errorf("-apis chat,responses: err %v", err)
 	}
 }

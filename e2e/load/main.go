@@ -20,7 +20,12 @@
 // -warmup: direct to the fake, through the floor, through llmgate unkeyed,
 // with a fresh Idempotency-Key per request, replaying one committed key;
 // then streams (time to first byte and to last byte) direct, floor,
-// llmgate unkeyed and keyed. Then an open-loop leg per path (requests fired
+// llmgate unkeyed and keyed. Each of these runs on /v1/chat/completions
+// and then, next to it, on Anthropic's /v1/messages (an api: anthropic
+// upstream on the same fake, answering the same content in the same
+// chunks), and results.md sets each messages leg beside its chat twin
+// (-apis chat or -apis messages runs one API; -only '^c=' runs only the
+// closed-loop legs). Then an open-loop leg per path (requests fired
 // on schedule at -rate for -open-duration, whatever completes) against a
 // fake that waits -slow before answering, which holds rate×slow calls in
 // flight. Then, with -big, one ~50 MiB stream per path, for the gateway's

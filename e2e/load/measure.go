@@ -53,6 +53,7 @@ type Leg struct {
 	Name        string     `json:"name"`
 	Path        string     `json:"path"` // direct, floor or llmgate
 	Kind        string     `json:"kind"` // json, stream or big
+	API         string     `json:"api"`  // chat or messages (only closed-loop legs call messages)
 	Keys        keyMode    `json:"keys"`
 	Mode        string     `json:"mode"` // closed or open
 	Concurrency int        `json:"concurrency,omitempty"`
@@ -156,23 +157,27 @@ func (p *paths) pids() []int {
 	return pids
 }
 
-// base returns the URL of /v1/chat/completions on path for model's fake,
-// and the proxy process on that path (nil for direct).
+// base returns the URL of model's endpoint (/v1/messages for
+// modelMessages, /v1/chat/completions for the others) on path for model's
+// fake, and the proxy process on that path (nil for direct).
 func (p *paths) base(path, model string) (string, *child) {
 	fake, floor := p.fake, p.floor
+	endpoint := "/v1/chat/completions"
 	switch model {
 	case modelSlow:
 		fake, floor = p.slow, p.floorSlow
 	case modelBig:
 		fake, floor = p.big, p.floorB
+	case modelMessages:
+		endpoint = "/v1/messages"
 	}
 	switch path {
 	case "floor":
-		return floor.URL + "/v1/chat/completions", floor
+		return floor.URL + endpoint, floor
 	case "llmgate":
-		return p.gw.URL + "/v1/chat/completions", p.gw
+		return p.gw.URL + endpoint, p.gw
 	}
-	return fake.URL + "/v1/chat/completions", nil
+	return fake.URL + endpoint, nil
 }
 
 // measurement is one run of the tool: what the steps of measure share.
@@ -407,27 +412,39 @@ func (m *measurement) add(l Leg) error {
 }
 
 // closedLegs runs the closed-loop legs: at each concurrency, JSON then
-// streams, direct, through the floor and through the gateway (unkeyed,
-// fresh keys, replays of one key).
+// streams, for each API of -apis (chat, then /v1/messages, next to each
+// other so that both meet the machine in the same state), direct, through
+// the floor and through the gateway (unkeyed, fresh keys, replays of one
+// key).
 func (m *measurement) closedLegs() error {
 	for _, conc := range m.s.Concurrency {
 		for _, kind := range []string{"json", "stream"} {
-			for _, leg := range []struct {
-				path string
-				keys keyMode
-			}{{"direct", noKey}, {"floor", noKey}, {"llmgate", noKey}, {"llmgate", freshKey}, {"llmgate", replay}} {
-				if kind == "stream" && leg.keys == replay {
-					continue // a replayed stream is the replayed JSON's cousin; not asked for
-				}
-				l := Leg{Path: leg.path, Kind: kind, Keys: leg.keys, Mode: "closed", Concurrency: conc}
-				l.Name = legName(l)
-				if !m.s.runs(l.Name) {
-					continue
-				}
-				if err := m.closedLeg(l); err != nil {
+			for _, api := range m.s.APIs {
+				if err := m.closedLegsOf(api, kind, conc); err != nil {
 					return err
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// closedLegsOf runs the closed-loop legs of one API, kind and concurrency.
+func (m *measurement) closedLegsOf(api, kind string, conc int) error {
+	for _, leg := range []struct {
+		path string
+		keys keyMode
+	}{{"direct", noKey}, {"floor", noKey}, {"llmgate", noKey}, {"llmgate", freshKey}, {"llmgate", replay}} {
+		if kind == "stream" && leg.keys == replay {
+			continue // a replayed stream is the replayed JSON's cousin; not asked for
+		}
+		l := Leg{Path: leg.path, Kind: kind, API: api, Keys: leg.keys, Mode: "closed", Concurrency: conc}
+		l.Name = legName(l)
+		if !m.s.runs(l.Name) {
+			continue
+		}
+		if err := m.closedLeg(l); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -438,12 +455,16 @@ func (m *measurement) closedLegs() error {
 func (m *measurement) closedLeg(l Leg) error {
 	ctx, s, p := m.ctx, m.s, m.p
 	conc, kind := l.Concurrency, l.Kind
-	url, proxy := p.base(l.Path, modelFast)
-	sh := &shot{url: url, body: chatBody(modelFast, kind == "stream"), stream: kind == "stream", keys: l.Keys,
-		key: fmt.Sprintf("load-%s-c%d-%s-", m.runID, conc, kind)}
+	model, body, end := modelFast, chatBody(modelFast, kind == "stream"), chatStreamEnd
+	if l.API == apiMessages {
+		model, body, end = modelMessages, messagesBody(kind == "stream"), messagesStreamEnd
+	}
+	url, proxy := p.base(l.Path, model)
+	sh := &shot{url: url, body: body, stream: kind == "stream", streamEnd: end, keys: l.Keys,
+		key: fmt.Sprintf("load-%s-c%d-%s-%s-", m.runID, conc, l.API, kind)}
 	c := newClient(conc)
 	if l.Keys == replay {
-		sh.key = fmt.Sprintf("load-%s-c%d-%s-replayed", m.runID, conc, kind)
+		sh.key = fmt.Sprintf("load-%s-c%d-%s-%s-replayed", m.runID, conc, l.API, kind)
 		first := *sh
 		first.keys = freshKey
 		first.key = sh.key
@@ -476,7 +497,7 @@ func (m *measurement) closedLeg(l Leg) error {
 func (m *measurement) openLegs() error {
 	s, p := m.s, m.p
 	for _, path := range []string{"direct", "floor", "llmgate"} {
-		l := Leg{Path: path, Kind: "json", Keys: noKey, Mode: "open", Rate: s.Rate, UpstreamMs: ms(s.Slow)}
+		l := Leg{Path: path, Kind: "json", API: apiChat, Keys: noKey, Mode: "open", Rate: s.Rate, UpstreamMs: ms(s.Slow)}
 		l.Name = legName(l)
 		if !s.runs(l.Name) {
 			continue
@@ -509,7 +530,7 @@ func (m *measurement) bigLegs() error {
 		return nil
 	}
 	for _, path := range []string{"direct", "floor", "llmgate"} {
-		l := Leg{Path: path, Kind: "big", Keys: noKey, Mode: "closed", Concurrency: 1}
+		l := Leg{Path: path, Kind: "big", API: apiChat, Keys: noKey, Mode: "closed", Concurrency: 1}
 		l.Name = legName(l)
 		if !m.s.runs(l.Name) {
 			continue
@@ -607,6 +628,9 @@ func legName(l Leg) string {
 		name = fmt.Sprintf("sustained c=%d", l.Concurrency)
 	default:
 		name = fmt.Sprintf("c=%d", l.Concurrency)
+	}
+	if l.API == apiMessages {
+		name += " messages"
 	}
 	switch l.Kind {
 	case "stream":

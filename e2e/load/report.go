@@ -169,6 +169,7 @@ func (r *report) markdown() string {
 	var b strings.Builder
 	r.mdHeader(&b)
 	r.mdLegs(&b)
+	r.mdAPIs(&b)
 	r.mdOpenLoop(&b)
 	r.mdBigStream(&b)
 	r.mdGateway(&b)
@@ -225,6 +226,52 @@ func (r *report) mdLegs(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			name, l.Requests, l.Errors, l.RPS, p50, p99, p999, t50, t99, rss, cpu, other)
 	}
+}
+
+// mdAPIs compares each /v1/messages leg through a proxy with its chat
+// twin of the same run: latency, and the proxy's CPU per request (its CPU
+// seconds in the leg over the leg's requests). Without messages legs it
+// writes nothing.
+func (r *report) mdAPIs(b *strings.Builder) {
+	header := false
+	for _, m := range r.Legs {
+		if m.API != apiMessages || m.Proxy == nil {
+			continue
+		}
+		c := r.leg(strings.Replace(m.Name, " messages", "", 1))
+		if c == nil || c.Proxy == nil {
+			continue
+		}
+		if !header {
+			header = true
+			b.WriteString("\n## /v1/messages against /v1/chat/completions\n\n")
+			b.WriteString("Each /v1/messages leg beside its chat twin, same run, same fake (same content, same chunks). ")
+			b.WriteString("CPU per request is the proxy process's CPU time in the leg over the leg's requests.\n\n")
+			b.WriteString("| leg | p50 ms chat / messages | p99 ms chat / messages | proxy CPU µs per request chat / messages |\n")
+			b.WriteString("|---|--:|--:|--:|\n")
+		}
+		fmt.Fprintf(b, "| %s | %s / %s | %s / %s | %.0f / %.0f |\n", c.Name,
+			latQ(c, 0.5), latQ(&m, 0.5), latQ(c, 0.99), latQ(&m, 0.99), cpuPerRequest(c), cpuPerRequest(&m))
+	}
+}
+
+// latQ is a leg's p50 (q 0.5) or p99 (any other q) latency, or "—".
+func latQ(l *Leg, q float64) string {
+	if l.Latency == nil {
+		return "—"
+	}
+	if q == 0.5 {
+		return f3(l.Latency.P50)
+	}
+	return f3(l.Latency.P99)
+}
+
+// cpuPerRequest is the proxy's CPU microseconds per request in the leg.
+func cpuPerRequest(l *Leg) float64 {
+	if l.Proxy == nil || l.Requests == 0 {
+		return 0
+	}
+	return l.Proxy.CPUSeconds * 1e6 / float64(l.Requests)
 }
 
 // mdOpenLoop is the open-loop legs' table.

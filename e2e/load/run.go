@@ -23,6 +23,7 @@ type settings struct {
 	Duration      time.Duration `json:"duration_ns"`
 	Warmup        time.Duration `json:"warmup_ns"`
 	Concurrency   []int         `json:"concurrency"`
+	APIs          []string      `json:"apis"`
 	ContentBytes  int           `json:"content_bytes"`
 	Slow          time.Duration `json:"slow_ns"`
 	Rate          int           `json:"rate"`
@@ -117,6 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	dur := fs.Duration("duration", 5*time.Second, "measured time of each closed-loop leg")
 	warm := fs.Duration("warmup", time.Second, "unmeasured warm-up before each closed-loop leg")
 	conc := fs.String("c", "1,16", "closed-loop concurrencies, comma-separated")
+	apis := fs.String("apis", "chat,messages", "the APIs of the closed-loop legs, comma-separated: chat (/v1/chat/completions), messages (/v1/messages); with -only '^c=' just the closed-loop legs run")
 	content := fs.Int("content-bytes", 1024, "size of the fake's completion content")
 	slow := fs.Duration("slow", time.Second, "the slow fake's latency, for the open-loop legs")
 	rate := fs.Int("rate", 2000, "open-loop request rate per second (rate × slow calls in flight)")
@@ -161,7 +163,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		}
 		s.only = re
 	}
-	return s, s.complete(*redisURL, *cgLimit, *conc)
+	return s, errors.Join(s.complete(*redisURL, *cgLimit, *conc), s.parseAPIs(*apis))
 }
 
 // quickDefaults shrinks, for -quick, each default not in set (the flags
@@ -229,6 +231,21 @@ func (s *settings) complete(redisURL, cgLimit, conc string) error {
 		s.Concurrency = append(s.Concurrency, n)
 	}
 	return errors.Join(append(errs, s.rangeErrors()...)...)
+}
+
+// parseAPIs fills in s.APIs from -apis.
+func (s *settings) parseAPIs(apis string) error {
+	var errs []error
+	for f := range strings.SplitSeq(apis, ",") {
+		f = strings.TrimSpace(f)
+		switch {
+		case f != apiChat && f != apiMessages:
+			errs = append(errs, fmt.Errorf("-apis: %q is not chat or messages", f))
+		case !slices.Contains(s.APIs, f):
+			s.APIs = append(s.APIs, f)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // rangeErrors checks the legs' durations, rates and sizes.

@@ -58,7 +58,7 @@ func (m *measurement) sustainLegs() (*timeline, error) {
 	}
 	tl := startTimeline(p.gw, usage, start, 250*time.Millisecond)
 	for _, kind := range []string{"json", "stream"} {
-		l := Leg{Path: "llmgate", Kind: kind, Keys: freshKey, Mode: "sustained", Concurrency: s.SustainC}
+		l := Leg{Path: "llmgate", Kind: kind, API: apiChat, Keys: freshKey, Mode: "sustained", Concurrency: s.SustainC}
 		l.Name = legName(l)
 		if !s.runs(l.Name) {
 			continue

@@ -6,23 +6,29 @@
 // runs each as it arrives (concurrently, as an application would), and
 // writes one JSON line per request to stdout when it ends: {"seq": 1, ...}
 // with the fields every client's driver reports. It calls llmgate at
-// $LLMGATE_BASE_URL with the client key $LLMGATE_API_KEY.
+// $LLMGATE_BASE_URL (the OpenAI clients) and $LLMGATE_ANTHROPIC_BASE_URL
+// (the Anthropic SDK) with the client key $LLMGATE_API_KEY.
 //
-// variant is a recipe as written (openai, langchain) or what the recipes
-// warn against: openai-idempotencykey (the SDK's idempotencyKey option
-// instead of the header), langchain-retries-N (LangChain's retries left
-// at N, the key passed the same way).
+// variant is a recipe as written (openai, langchain, anthropic for
+// messages.create, anthropic-stream for messages.stream and its
+// finalMessage()) or what the recipes warn against: openai-idempotencykey
+// and anthropic-idempotencykey (the SDK's idempotencyKey option instead of
+// the header), langchain-retries-N (LangChain's retries left at N, the key
+// passed the same way).
 import { createInterface } from "node:readline";
 import OpenAI from "openai";
 import { ChatOpenAI } from "@langchain/openai";
 import * as openaiRecipe from "./recipe_openai.mjs";
 import * as langchainRecipe from "./recipe_langchain.mjs";
+import * as anthropicRecipe from "./recipe_anthropic.mjs";
 
 const baseURL = process.env.LLMGATE_BASE_URL;
 const apiKey = process.env.LLMGATE_API_KEY;
 
 const client = openaiRecipe.newClient(baseURL, apiKey);
 const model = langchainRecipe.newModel(baseURL, apiKey);
+const anthropicBaseURL = process.env.LLMGATE_ANTHROPIC_BASE_URL;
+const anthropic = anthropicBaseURL ? anthropicRecipe.newClient(anthropicBaseURL, apiKey) : null;
 
 function completion(data, response) {
   const content = data.choices[0]?.message?.content ?? "";
@@ -34,7 +40,37 @@ function message(msg) {
   return { ok: true, id: msg.id, content: msg.content, raw };
 }
 
+// anthropicMessage is what the Anthropic SDK returned: the message's text
+// blocks joined, and the message as the SDK holds it.
+function anthropicMessage(msg, response) {
+  const content = msg.content.filter((b) => b.type === "text").map((b) => b.text).join("");
+  return { ok: true, id: msg.id, content, raw: JSON.stringify(msg), replayed: response?.headers.get("idempotent-replayed") ?? "" };
+}
+
+async function runAnthropic({ variant, orderId, text }) {
+  if (variant === "anthropic") {
+    const { data, response } = await anthropicRecipe.summarize(anthropic, orderId, text).withResponse();
+    return anthropicMessage(data, response);
+  }
+  if (variant === "anthropic-stream") {
+    const stream = anthropicRecipe.summarizeStream(anthropic, orderId, text);
+    const msg = await stream.finalMessage();
+    return anthropicMessage(msg, stream.response);
+  }
+  if (variant === "anthropic-idempotencykey") {
+    const params = { model: "claude-sonnet-4-5", max_tokens: 256, messages: [{ role: "user", content: `Summarize: ${text}` }] };
+    const { data, response } = await anthropic.messages
+      .create(params, { idempotencyKey: anthropicRecipe.key(orderId) })
+      .withResponse();
+    return anthropicMessage(data, response);
+  }
+  throw new Error(`unknown variant ${variant}`);
+}
+
 async function run({ variant, orderId, text, deadline }) {
+  if (variant?.startsWith("anthropic")) {
+    return runAnthropic({ variant, orderId, text });
+  }
   const extra = deadline ? { "X-Llmgate-Deadline": deadline } : {};
   if (variant === "openai") {
     const { data, response } = await openaiRecipe.summarize(client, orderId, text, { headers: extra }).withResponse();
@@ -68,7 +104,8 @@ async function handle(line) {
   try {
     out = await run(req);
   } catch (err) {
-    out = { ok: false, status: err?.status ?? 0, code: err?.code ?? "", message: String(err?.message ?? err) };
+    // type is an Anthropic.APIError's error.type.
+    out = { ok: false, status: err?.status ?? 0, code: err?.code ?? "", type: err?.type ?? "", message: String(err?.message ?? err) };
   }
   process.stdout.write(JSON.stringify({ seq: req.seq, ...out, ms: Date.now() - start }) + "\n");
 }
