@@ -106,7 +106,7 @@ type Request struct {
 	ErrorBody func(*apierror.Error) []byte
 	// StreamUsage reads the usage of a committed stream of the route's API
 	// from its events, for the tokens a replay saves. If nil, a stream is
-	// read as an OpenAI one (recordUsage).
+	// read as an OpenAI one (RecordUsage).
 	StreamUsage func(events [][]byte) classify.Tokens
 }
 
@@ -114,6 +114,11 @@ type Request struct {
 // overriding the upstream's cache setting: "on" or "off". Responses carry
 // it too: "hit" or "miss".
 const CacheHeader = "X-Llmgate-Cache"
+
+// JoinedHeader is "true" on a duplicate of a keyed stream that joined the
+// call running it on this replica: it gets what that call sends, as the
+// first client does, and no upstream call of its own.
+const JoinedHeader = "X-Llmgate-Joined"
 
 // CommittedTrailer ends a keyed stream: "true" when it was committed and a
 // retry with its key will replay it, "false" when it was served but not
@@ -267,18 +272,18 @@ func (k *Keeper) replay(w http.ResponseWriter, kr *Request, rec *cache.Record) E
 	} else {
 		k.metrics.IdemEvent("replay")
 	}
-	k.metrics.UsageSaved(rec.Upstream, kr.Model, kr.Key.Scope, recordUsage(rec, kr.StreamUsage))
+	k.metrics.UsageSaved(rec.Upstream, kr.Model, kr.Key.Scope, RecordUsage(rec, kr.StreamUsage))
 	Replay(w, rec)
 	return Event{Replayed: true, Upstream: rec.Upstream, Class: "replayed"}
 }
 
-// recordUsage is the usage a committed answer reported: its body's, or a
+// RecordUsage is the usage a committed answer reported: its body's, or a
 // stream's as its API reads it (stream), or — stream nil, an OpenAI
 // stream — its last usage chunk. Such a stream is read backwards from its end and
 // only down to the chunk with a finish_reason — the usage comes with it
 // or after it (OpenAI sends it last, with "choices":[]) — so a stream sent
 // without include_usage costs a look at its tail, not a walk of it all.
-func recordUsage(rec *cache.Record, stream func(events [][]byte) classify.Tokens) classify.Tokens {
+func RecordUsage(rec *cache.Record, stream func(events [][]byte) classify.Tokens) classify.Tokens {
 	if rec.Status < 200 || rec.Status > 299 {
 		return classify.Tokens{} // a not-stored marker: no answer
 	}

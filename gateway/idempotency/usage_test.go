@@ -44,8 +44,8 @@ func TestRecordUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := recordUsage(&tt.rec, nil); got != tt.want {
-				t.Errorf("recordUsage = %+v, want %+v", got, tt.want)
+			if got := RecordUsage(&tt.rec, nil); got != tt.want {
+				t.Errorf("RecordUsage = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
@@ -73,7 +73,7 @@ func BenchmarkRecordUsage(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				recordUsage(c.rec, nil)
+				RecordUsage(c.rec, nil)
 			}
 		})
 	}

@@ -87,6 +87,13 @@ func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 	w, r, cl, dl, s := x.w, x.req, x.call, x.dl, x.sum
 	s.idemKey = idempotency.HashKey(kr.Key.ID)
 	kr.Model = cl.Model
+	// A duplicate of a stream running here joins it (live.go); it stores
+	// nothing, so the store's space and the client's quota do not apply.
+	if l := g.live.get(kr.Key); l != nil && l.joinable(kr.Fingerprint) {
+		if joined, err := g.join(x, kr, l); joined {
+			return err
+		}
+	}
 	if kr.Cache {
 		s.cache = "miss"
 		w.Header().Set(idempotency.CacheHeader, "miss")
@@ -167,16 +174,22 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 		cl.IdemKey = idempotency.ForwardKey(g.forwardSecret, kr.Key)
 	}
 	hk := hooksOf(r.Context())
-	k := &keyedCall{g: g, h: newHandoff(w, r.Context()), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk}
+	live, unlive := g.goLive(cl, kr)
+	k := &keyedCall{g: g, h: newHandoff(w, r.Context(), live), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk}
 	ended := make(chan workEnd, 1)
 	cl.Source.Hold() // a spooled body outlives the handler while the call runs on
 	go func() {
 		defer cl.Source.Close()
 		defer done()
+		defer unlive()
 		defer held()
 		stopRenew := lease.Renew(work)
 		defer stopRenew()
-		ended <- k.run()
+		e := k.run()
+		// Unregistered before the handler can answer: the client's next
+		// request with the key must not join a stream that has ended.
+		unlive()
+		ended <- e
 	}()
 	deadline, stop := g.clientDeadline(dl, hk)
 	defer stop()
@@ -528,6 +541,9 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 	committed := false
 	defer func() { k.h.trailer(idempotency.CommittedTrailer, strconv.FormatBool(committed)) }()
 	tail := g.proxy.RelayStream(k.h, resp, proxy.Relay{Recorder: rec, Start: k.start, Trailer: idempotency.CommittedTrailer, Hold: true})
+	if k.h.live != nil {
+		k.h.live.seal() // a duplicate from now on gets the settled answer from the store
+	}
 	res := resp.Result(k.cl.Tried)
 	res.Unrecordable = rec.Over()
 	v := k.settle(resp, res)

@@ -75,6 +75,7 @@ type Handler struct {
 	admit    *admission.Bound
 	spooled  *admission.Bound
 	work     *workSet
+	live     liveSet // keyed streams running here, for duplicates to join
 	space    func() (cache.Space, bool)
 	// owners records and checks who created which provider object;
 	// apiKeys are the clients' own upstream keys (see owners.go); tenants:

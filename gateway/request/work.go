@@ -213,10 +213,13 @@ type handoff struct {
 	// delivered: the work's whole answer went out before the handler
 	// ended the handoff (deliver); the handler then leaves it be.
 	delivered bool
+	// live, when not nil, records what the work writes for duplicates
+	// that join it (live.go), also after the handler has ended.
+	live *liveStream
 }
 
-func newHandoff(w http.ResponseWriter, client context.Context) *handoff {
-	return &handoff{w: w, client: client, header: http.Header{}}
+func newHandoff(w http.ResponseWriter, client context.Context, live *liveStream) *handoff {
+	return &handoff{w: w, client: client, header: http.Header{}, live: live}
 }
 
 func (h *handoff) Header() http.Header { return h.header }
@@ -228,6 +231,9 @@ func (h *handoff) WriteHeader(code int) {
 }
 
 func (h *handoff) writeHeader(code int) {
+	if h.live != nil {
+		h.live.start(code, h.header)
+	}
 	if h.ended || h.wrote {
 		return
 	}
@@ -242,14 +248,30 @@ func (h *handoff) writeHeader(code int) {
 func (h *handoff) Write(b []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.live != nil {
+		h.live.start(http.StatusOK, h.header)
+		h.live.write(b)
+	}
 	if h.ended {
 		h.failed = true
-		return 0, http.ErrHandlerTimeout
+		return h.written(len(b), http.ErrHandlerTimeout)
 	}
 	h.writeHeader(http.StatusOK)
 	n, err := h.w.Write(b)
 	if err != nil {
 		h.failed = true
+		return h.written(n, err)
+	}
+	return n, err
+}
+
+// written is what a write that did not reach the client reports to the
+// work: its error — unless duplicates may be following the work (live),
+// for whom the work must go on writing all it would have sent; the
+// delivery has failed all the same (failed), as deliver reports.
+func (h *handoff) written(n int, err error) (int, error) {
+	if h.live != nil {
+		return n, nil
 	}
 	return n, err
 }
@@ -303,11 +325,13 @@ func (h *handoff) FlushError() error {
 	defer h.mu.Unlock()
 	if h.ended {
 		h.failed = true
-		return http.ErrHandlerTimeout
+		_, err := h.written(0, http.ErrHandlerTimeout)
+		return err
 	}
 	err := proxy.FlushClient(h.w)
 	if err != nil && !errors.Is(err, http.ErrNotSupported) {
 		h.failed = true
+		_, err = h.written(0, err)
 	}
 	return err
 }
@@ -316,6 +340,9 @@ func (h *handoff) FlushError() error {
 func (h *handoff) trailer(k, v string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.live != nil {
+		h.live.setTrailer(k, v)
+	}
 	if !h.ended {
 		h.w.Header().Set(k, v)
 	}

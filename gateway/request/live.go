@@ -1,0 +1,276 @@
+package request
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/idempotency"
+	"github.com/llmgate/llmgate/gateway/proxy"
+	"github.com/llmgate/llmgate/gateway/sse"
+)
+
+// liveStream is what a keyed stream's work has written so far — its status
+// line, its headers, its body's bytes and, once it has ended, its trailers
+// — for duplicates of the key on this replica to join (join): they get
+// what was sent at once and the rest as it is sent, the same bytes the
+// first client gets, whether or not that client is still there. It keeps
+// at most max body bytes; past that it stops, and a joiner still reading
+// is cut (such a stream is too large to record, and its retry gets the
+// not-stored marker).
+type liveStream struct {
+	fp  string
+	max int
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced at each change
+	status  int
+	header  http.Header
+	body    []byte
+	trailer http.Header
+	done    bool
+	over    bool
+	// sealed: the upstream's stream has ended, and what the call sends
+	// from now on depends on its settlement; a duplicate arriving now
+	// waits for that in the store instead (joinable).
+	sealed bool
+}
+
+func newLiveStream(fp string, max int64) *liveStream {
+	return &liveStream{fp: fp, max: int(max), changed: make(chan struct{})}
+}
+
+// notify wakes the joiners. The caller holds mu.
+func (l *liveStream) notify() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// start records the status line and headers (the first time only).
+func (l *liveStream) start(code int, h http.Header) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.status != 0 || l.done {
+		return
+	}
+	l.status, l.header = code, h.Clone()
+	l.notify()
+}
+
+// write records body bytes.
+func (l *liveStream) write(b []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done || l.over || len(b) == 0 {
+		return
+	}
+	if len(l.body)+len(b) > l.max {
+		l.over, l.body = true, nil
+	} else {
+		l.body = append(l.body, b...)
+	}
+	l.notify()
+}
+
+// setTrailer records a trailer's value.
+func (l *liveStream) setTrailer(k, v string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.trailer == nil {
+		l.trailer = http.Header{}
+	}
+	l.trailer.Set(k, v)
+}
+
+// seal stops new joiners; those already following go on to the end.
+func (l *liveStream) seal() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sealed = true
+}
+
+// joinable reports whether a duplicate with fingerprint fp may join.
+func (l *liveStream) joinable(fp string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.sealed && !l.done && l.fp == fp
+}
+
+// finish marks the work's writes over.
+func (l *liveStream) finish() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.done {
+		l.done = true
+		l.notify()
+	}
+}
+
+// liveView is what a joiner reads of a liveStream at one moment.
+type liveView struct {
+	status int
+	header http.Header
+	more   []byte // the body's bytes past the joiner's offset
+	done   bool
+	over   bool
+	wait   <-chan struct{} // closed at the next change
+}
+
+func (l *liveStream) view(off int) liveView {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v := liveView{status: l.status, header: l.header, done: l.done, over: l.over, wait: l.changed}
+	if !l.over && off < len(l.body) {
+		v.more = l.body[off:len(l.body):len(l.body)] // appends never touch these bytes
+	}
+	return v
+}
+
+// liveSet is the keyed streams running on this replica, by key.
+type liveSet struct {
+	mu sync.Mutex
+	m  map[cache.Key]*liveStream
+}
+
+// add registers l under k; remove unregisters it (if it is still k's).
+func (s *liveSet) add(k cache.Key, l *liveStream) (remove func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[cache.Key]*liveStream{}
+	}
+	s.m[k] = l
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.m[k] == l {
+			delete(s.m, k)
+		}
+	}
+}
+
+func (s *liveSet) get(k cache.Key) *liveStream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[k]
+}
+
+// liveMax is the most body bytes a live stream keeps for joiners: the
+// record limit (a larger stream is not recorded either) and a margin.
+func (g *Handler) liveMax() int64 {
+	return g.cfg.Idempotency.MaxRecordBytes + 64<<10
+}
+
+// join serves a duplicate of a keyed stream running on this replica with
+// the same fingerprint: once that stream's status line is out, as a 200
+// SSE stream, the duplicate gets its headers, every byte sent so far and
+// then each as it is sent, and its trailers at its end — one upstream
+// call for both. It reports false, having written nothing, when the
+// running call's answer is not such a stream (the duplicate then waits
+// for the store as before), or when the client's deadline passes first.
+func (g *Handler) join(x *exchange, kr *idempotency.Request, l *liveStream) (bool, error) {
+	w, r, s := x.w, x.req, x.sum
+	deadline, stop := g.clientDeadline(x.dl, hooksOf(r.Context()))
+	defer stop()
+	v := l.view(0)
+	for v.status == 0 && !v.done {
+		select {
+		case <-v.wait:
+		case <-r.Context().Done():
+			return true, apierror.ClientGone
+		case <-deadline:
+			return false, nil
+		}
+		v = l.view(0)
+	}
+	if v.status != http.StatusOK || !strings.HasPrefix(v.header.Get("Content-Type"), "text/event-stream") {
+		return false, nil
+	}
+	g.metrics.IdemEvent("join")
+	s.idemEvent, s.class, s.replayed = "join", "replayed", true
+	s.upstream = v.header.Get("X-Llmgate-Upstream")
+	h := w.Header()
+	for k, vv := range v.header {
+		h[k] = vv
+	}
+	h.Set("Idempotent-Replayed", "true")
+	h.Set(idempotency.JoinedHeader, "true")
+	w.WriteHeader(v.status)
+	return true, g.follow(x, kr, l, deadline)
+}
+
+// follow copies a live stream to the joiner until it ends.
+func (g *Handler) follow(x *exchange, kr *idempotency.Request, l *liveStream, deadline <-chan time.Time) error {
+	w, r := x.w, x.req
+	off := 0
+	for {
+		v := l.view(off)
+		if v.over {
+			panic(http.ErrAbortHandler) // it outgrew what is kept: never end it as if whole
+		}
+		if len(v.more) > 0 {
+			if _, err := w.Write(v.more); err != nil {
+				return apierror.ClientGone
+			}
+			off += len(v.more)
+			_ = http.NewResponseController(w).Flush()
+			continue
+		}
+		if v.done {
+			l.mu.Lock()
+			for k, vv := range l.trailer {
+				w.Header()[k] = vv
+			}
+			body := l.body
+			l.mu.Unlock()
+			g.savedByJoin(kr, v.header.Get("X-Llmgate-Upstream"), body)
+			return nil
+		}
+		select {
+		case <-v.wait:
+		case <-r.Context().Done():
+			return apierror.ClientGone
+		case <-deadline:
+			if endAtClientDeadline(w, true, true, x.call) {
+				panic(http.ErrAbortHandler)
+			}
+			x.sum.class = "client_deadline"
+			return nil
+		}
+	}
+}
+
+// savedByJoin counts the tokens a joined stream saved, as a replay does.
+func (g *Handler) savedByJoin(kr *idempotency.Request, upstream string, body []byte) {
+	rd := sse.NewReader(bytes.NewReader(body), len(body)+1)
+	defer rd.Release()
+	var events [][]byte
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			break
+		}
+		events = append(events, append([]byte(nil), ev...))
+	}
+	rec := &cache.Record{Status: http.StatusOK, Stream: true, Events: events}
+	g.metrics.UsageSaved(upstream, kr.Model, kr.Key.Scope, idempotency.RecordUsage(rec, kr.StreamUsage))
+}
+
+// goLive registers a keyed stream's call for duplicates to join; the
+// function returned ends the registration and then the stream's record,
+// when the call's writes are over. A call that is not a stream gets nil.
+func (g *Handler) goLive(cl *proxy.Call, kr *idempotency.Request) (*liveStream, func()) {
+	if !cl.Stream {
+		return nil, func() {}
+	}
+	l := newLiveStream(kr.Fingerprint, g.liveMax())
+	remove := g.live.add(kr.Key, l)
+	return l, func() {
+		remove()
+		l.finish()
+	}
+}
