@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
@@ -36,11 +39,53 @@ func redisURL(t *testing.T) string {
 	return "redis://" + addr + "/0"
 }
 
+// redisConfig is the store section of a replica test's gateways: the
+// shared Redis under a key prefix of the test's own, whose keys are
+// deleted when the test ends (after its gateways stopped: call it before
+// starting them).
 func redisConfig(t *testing.T, lease string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("store:\n  kind: redis\n  redis:\n    url: %s\n    prefix: \"llmgate-e2e-%s:\"\nidempotency:\n  lease: %s\n  wait_timeout: 30s\n",
-		redisURL(t), hex.EncodeToString(b[:]), lease)
+	url, prefix := redisURL(t), "llmgate-e2e-"+hex.EncodeToString(b[:])+":"
+	leaveNoKeys(t, url, prefix)
+	return fmt.Sprintf("store:\n  kind: redis\n  redis:\n    url: %s\n    prefix: %q\nidempotency:\n  lease: %s\n  wait_timeout: 30s\n",
+		url, prefix, lease)
+}
+
+// leaveNoKeys makes sure that a test on the shared Redis at url leaves no
+// key under prefix behind: when the test ends (its gateways stopped), the
+// keys are deleted, and a SCAN for the prefix must then find none.
+func leaveNoKeys(t *testing.T, url, prefix string) {
+	t.Helper()
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c := redis.NewClient(opts)
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		scan := func() []string {
+			var keys []string
+			iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			for iter.Next(ctx) {
+				keys = append(keys, iter.Val())
+			}
+			if err := iter.Err(); err != nil {
+				t.Errorf("SCAN %s*: %v", prefix, err)
+			}
+			return keys
+		}
+		if keys := scan(); len(keys) > 0 {
+			if err := c.Del(ctx, keys...).Err(); err != nil {
+				t.Errorf("deleting the test's keys: %v", err)
+			}
+		}
+		if left := scan(); len(left) > 0 {
+			t.Errorf("the test left %d keys under %q in Redis, e.g. %q", len(left), prefix, left[0])
+		}
+	})
 }
 
 func TestReplicasShareKeys(t *testing.T) {

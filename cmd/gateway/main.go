@@ -2,7 +2,10 @@
 // what is worth retrying, stops calling a provider that is down, and
 // commits every keyed completion so a retry replays it.
 //
-//	gateway [-config FILE] [-check-config] [-demo]
+//	gateway [-config FILE] [-addr HOST:PORT] [-check-config] [-demo]
+//
+// The listen address is -addr if given, else GATEWAY_ADDR, else the
+// file's listen, else 127.0.0.1:8080.
 package main
 
 import (

@@ -32,6 +32,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	configPath := fs.String("config", "", "YAML configuration `file` (default: built-in defaults and the environment)")
 	checkOnly := fs.Bool("check-config", false, "validate the configuration, print it with secrets redacted, and exit")
 	demoFlag := fs.Bool("demo", false, "serve a built-in simulated upstream, with models that fail on purpose, and open the admin API and page: a tour of llmgate with no API key and no network")
+	addr := fs.String("addr", "", "listen `address` (host:port); overrides GATEWAY_ADDR, which overrides the file's listen (default 127.0.0.1:8080)")
 	demoOutage := fs.Duration("demo-outage", demo.DefaultDemoOutage, "with -demo, how long the model demo-down is down, from its first request")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -48,7 +49,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer d.stop()
 		demo, getenv = d, d.env(getenv)
 	}
+	if *addr != "" {
+		getenv = withAddr(getenv, *addr)
+	}
 	cfg, err := config.LoadFile(*configPath, getenv)
+	if err != nil && *addr != "" {
+		return fmt.Errorf("configuration (listen from -addr %s): %w", *addr, err)
+	}
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
@@ -67,6 +74,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	applyMemory(&cfg, getenv, "/", newLogger(cfg.Log, stderr))
 	return serve(ctx, cfg, demo, stdout, stderr)
+}
+
+// withAddr is getenv with GATEWAY_ADDR set to addr: the -addr flag goes
+// where GATEWAY_ADDR goes (over the file's listen), validated as it is.
+func withAddr(getenv func(string) string, addr string) func(string) string {
+	return func(k string) string {
+		if k == "GATEWAY_ADDR" {
+			return addr
+		}
+		return getenv(k)
+	}
 }
 
 // serve opens the store, builds the gateway and serves until ctx ends,

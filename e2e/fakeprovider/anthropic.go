@@ -121,10 +121,10 @@ func (a *Anthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	w.Header().Set("Request-Id", "req_fake") // unless the step's Header says otherwise
 	for k, v := range st.Header {
 		w.Header().Set(k, v)
 	}
-	w.Header().Set("Request-Id", "req_fake")
 	switch {
 	case st.Status != 0 && st.Status != http.StatusOK:
 		writeAnthropicError(w, st)

@@ -34,11 +34,46 @@ func TestRedisSessionsContract(t *testing.T) {
 	sessiontest.Run(t, sessiontest.Options{New: func(t *testing.T) admin.SessionStore {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
-		s, err := redisstore.Open(context.Background(), redisstore.Options{URL: "redis://" + addr, Prefix: "llmgate-test-" + hex.EncodeToString(b[:]) + ":"})
+		prefix := "llmgate-test-" + hex.EncodeToString(b[:]) + ":"
+		s, err := redisstore.Open(context.Background(), redisstore.Options{URL: "redis://" + addr, Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { s.Close() })
+		t.Cleanup(func() {
+			s.Close()
+			leaveNoKeys(t, addr, prefix)
+		})
 		return s
 	}})
+}
+
+// leaveNoKeys deletes the keys under prefix on the shared Redis at addr
+// (sessions live for hours), then fails if a SCAN still finds one.
+func leaveNoKeys(t *testing.T, addr, prefix string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	ctx := context.Background()
+	scan := func() []string {
+		keys, err := scanAll(ctx, c, prefix+"*")
+		if err != nil {
+			t.Errorf("SCAN %s*: %v", prefix, err)
+		}
+		return keys
+	}
+	if keys := scan(); len(keys) > 0 {
+		c.Del(ctx, keys...)
+	}
+	if left := scan(); len(left) > 0 {
+		t.Errorf("the test left %d keys under %q in Redis, e.g. %q", len(left), prefix, left[0])
+	}
+}
+
+func scanAll(ctx context.Context, c *redis.Client, match string) ([]string, error) {
+	var keys []string
+	iter := c.Scan(ctx, 0, match, 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	return keys, iter.Err()
 }

@@ -75,16 +75,21 @@ func anthropicJSON(status int, msg string) []byte {
 }
 
 // AnthropicBody renders e in Anthropic's error shape, its error.type
-// chosen by AnthropicType from e.Status.
-func AnthropicBody(e *Error) []byte { return anthropicJSON(e.Status, e.Message) }
+// chosen by AnthropicType from e.Status — or, when e.ProviderType, the
+// upstream's own.
+func AnthropicBody(e *Error) []byte {
+	if e.ProviderType {
+		b, _ := json.Marshal(anthropicError{Type: "error", Error: anthropicErrorBody{Type: e.Type, Message: e.Message}})
+		return b
+	}
+	return anthropicJSON(e.Status, e.Message)
+}
 
 // WriteAnthropic is Write in Anthropic's error shape: err mapped by Wire,
 // with the same status, Retry-After and x-should-retry.
 func WriteAnthropic(w http.ResponseWriter, err error) *Error {
 	e := Wire(err)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	SetRetry(h, e.ShouldRetry, e.RetryAfter)
+	SetHeader(w.Header(), e)
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(AnthropicBody(e))
 	return e

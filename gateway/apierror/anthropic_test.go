@@ -94,6 +94,12 @@ var gatewayErrors = []struct {
 	{"store full", &apierror.StoreFull{Reason: "disk", Err: errors.New("full")}, 503, "overloaded_error", "30", "false"},
 	{"upstream timeout", &apierror.Transport{Upstream: "anthropic", Reason: "timeout", Timeout: true}, 504, "timeout_error", "", "false"},
 	{"client deadline", &apierror.ClientDeadline{Keyed: true}, 504, "timeout_error", "", "true"},
+	{"retries exhausted on 529", &apierror.RetriesExhausted{Upstream: "anthropic", Status: 529, Class: "transient", Reason: "status 529", Attempts: 3,
+		RetryAfter: 9 * time.Second, Body: []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)}, 529, "overloaded_error", "9", "false"},
+	{"retries exhausted on a 503 api_error", &apierror.RetriesExhausted{Upstream: "anthropic", Status: 503, Class: "transient", Reason: "status 503", Attempts: 3,
+		Body: []byte(`{"type":"error","error":{"type":"api_error","message":"Internal"}}`)}, 503, "api_error", "", "false"},
+	{"retries exhausted on HTML", &apierror.RetriesExhausted{Upstream: "anthropic", Status: 502, Class: "transient", Reason: "status 502", Attempts: 3,
+		Body: []byte(`<html>`)}, 502, "api_error", "", "false"},
 }
 
 func TestWriteAnthropic(t *testing.T) {

@@ -34,7 +34,17 @@ type Error struct {
 	// so it is false everywhere except where a later retry can succeed
 	// without another upstream call.
 	ShouldRetry bool
-	Err         error
+	// ProviderType: Type is the upstream's own error.type, in the
+	// vocabulary of the route's API (an Anthropic route's upstream speaks
+	// Anthropic's), so every shape sends it as it is instead of choosing
+	// one by status.
+	ProviderType bool
+	// Header holds headers sent with the error besides the gateway's own:
+	// an upstream's relayed ones (its request id, rate-limit state).
+	// Content-Type, Retry-After and x-should-retry in it are not sent:
+	// the error's own are.
+	Header http.Header
+	Err    error
 }
 
 func (e *Error) Error() string {
@@ -156,6 +166,35 @@ func (e *UpstreamAuth) Error() string {
 	return fmt.Sprintf("upstream %s refused the gateway's credentials (status %d)", e.Upstream, e.Status)
 }
 
+// RetriesExhausted: an upstream answered every attempt with a transient
+// failure (a 503, a 529, a 429, a 500) until the retries ran out — their
+// attempts, the deadline or the retry budget. The client gets the
+// upstream's status and error.type, which the SDKs raise their error
+// types on, with a message that says what the gateway did.
+type RetriesExhausted struct {
+	Upstream string
+	// Status is the upstream's last answer's; Class and Reason its
+	// classification (classify's).
+	Status   int
+	Class    string
+	Reason   string
+	Attempts int
+	// RetryAfter is the wait the upstream asked for in its last answer
+	// (0: none).
+	RetryAfter time.Duration
+	// Body is the upstream's last error body: its error.type, error.code,
+	// error.param and error.message are kept (OpenAI's
+	// {"error":{...}}, Anthropic's {"type":"error","error":{...}}); any
+	// other body (HTML from a proxy) keeps none.
+	Body []byte
+	// Header is the upstream's relayed headers, sent on.
+	Header http.Header
+}
+
+func (e *RetriesExhausted) Error() string {
+	return fmt.Sprintf("upstream %s: %s after %d attempts", e.Upstream, e.Reason, e.Attempts)
+}
+
 // ClientDeadline: the client's own deadline (X-Llmgate-Deadline) passed
 // before its answer; a keyed call goes on and is committed, so a retry with
 // the same key gets it.
@@ -252,8 +291,11 @@ func upstreamWire(err error) *Error {
 		tr *Transport
 		ba *BadAnswer
 		ua *UpstreamAuth
+		re *RetriesExhausted
 	)
 	switch {
+	case errors.As(err, &re):
+		return retriesExhausted(re)
 	case errors.As(err, &bo):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "upstream_unavailable",
 			Message:    fmt.Sprintf("Upstream %s is unavailable: its circuit breaker is open. Retry after the Retry-After interval.", bo.Upstream),
@@ -429,9 +471,7 @@ func nullable(s string) *string {
 // an HTTP response.
 func Write(w http.ResponseWriter, err error) *Error {
 	e := Wire(err)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	SetRetry(h, e.ShouldRetry, e.RetryAfter)
+	SetHeader(w.Header(), e)
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(Body(e))
 	return e

@@ -12,6 +12,8 @@ package outcome
 import (
 	"context"
 	"errors"
+	"net/http"
+	"time"
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/classify"
@@ -45,6 +47,11 @@ type Result struct {
 	// Delivery is what the client has received of the answer (NotSent
 	// when it is settled before its end goes out).
 	Delivery Delivery
+	// Body and Header are the upstream's non-2xx answer (its relayed
+	// headers): what the client's error is made of when the retries ran
+	// out on it. Unset for a 2xx.
+	Body   []byte
+	Header http.Header
 }
 
 // Delivery is what the client received of an answer when it is settled.
@@ -137,6 +144,12 @@ func Settle(r Result) Verdict {
 		// problem. The tenant never sees the provider's message.
 		v.NoRetry = true
 		v.Replace = &apierror.UpstreamAuth{Upstream: r.Upstream, Status: r.Status}
+	case !ok2xx && r.Status != 0 && o.Class.Retryable() && r.End != EndGateway:
+		// The retries ran out on a transient failure: the client gets the
+		// upstream's status and error type, told that the gateway retried.
+		v.NoRetry = true
+		v.Replace = &apierror.RetriesExhausted{Upstream: r.Upstream, Status: r.Status, Class: string(o.Class), Reason: o.Reason,
+			Attempts: r.Attempts, RetryAfter: retryAfter(o), Body: r.Body, Header: r.Header}
 	case ok2xx && !r.Streamed:
 		// A 2xx that is no answer (malformed, an error object): the
 		// retries are spent, and a 200 would look like one.
@@ -163,6 +176,14 @@ func Settle(r Result) Verdict {
 		v.DeadLetter = &Failure{Class: class, Message: o.Reason, Status: r.Status, Attempts: r.Attempts, Tried: r.Tried}
 	}
 	return v
+}
+
+// retryAfter is the wait the upstream's answer asked for, 0 for none.
+func retryAfter(o classify.Outcome) time.Duration {
+	if !o.HasRetryAfter {
+		return 0
+	}
+	return o.RetryAfter
 }
 
 // Dropped is how a request ends whose answer the gateway itself dropped

@@ -155,8 +155,18 @@ type Response struct {
 
 // Result is the settle input for this response (after a stream's end).
 func (r *Response) Result(tried []string) outcome.Result {
-	return outcome.Result{Outcome: r.Outcome, Upstream: r.Upstream.Cfg.Name, Status: r.Status, Unrecordable: r.Rest != nil,
+	res := outcome.Result{Outcome: r.Outcome, Upstream: r.Upstream.Cfg.Name, Status: r.Status, Unrecordable: r.Rest != nil,
 		End: r.end, Streamed: r.Streamed(), Attempts: r.Attempts, Tried: tried}
+	if r.Status >= 300 {
+		// The client's error, if Settle replaces the answer, is made of
+		// it, with the headers a relayed one would carry.
+		res.Body, res.Header = r.Body, r.Header.Clone()
+		if res.Header == nil {
+			res.Header = http.Header{}
+		}
+		SetGatewayHeaders(res.Header, r.Upstream.Cfg.Name, r.Outcome)
+	}
+	return res
 }
 
 // api is c's API: Plain when the endpoint names none.

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAddrFlag: -addr sets the listen address over GATEWAY_ADDR, which
+// sets it over the file's listen; the address is validated as listen is
+// (a non-loopback one needs clients or allow_insecure_listen).
+func TestAddrFlag(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(file, []byte("listen: 127.0.0.1:5555\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  func(string) string
+		want string
+	}{
+		{"default", nil, env("OPENAI_API_KEY", "sk-test"), "listen: 127.0.0.1:8080"},
+		{"the file", []string{"-config", file}, env("OPENAI_API_KEY", "sk-test"), "listen: 127.0.0.1:5555"},
+		{"GATEWAY_ADDR over the file", []string{"-config", file}, env("OPENAI_API_KEY", "sk-test", "GATEWAY_ADDR", "127.0.0.1:7777"), "listen: 127.0.0.1:7777"},
+		{"-addr over GATEWAY_ADDR and the file", []string{"-config", file, "-addr", "127.0.0.1:9999"}, env("OPENAI_API_KEY", "sk-test", "GATEWAY_ADDR", "127.0.0.1:7777"), "listen: 127.0.0.1:9999"},
+		{"-addr alone", []string{"-addr", "localhost:8181"}, env("OPENAI_API_KEY", "sk-test"), "listen: localhost:8181"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if out := checkConfig(t, tc.args, tc.env); !strings.Contains(out, "\n"+tc.want+"\n") {
+				t.Errorf("want %q in\n%s", tc.want, out)
+			}
+		})
+	}
+	var out, errs bytes.Buffer
+	err := run(t.Context(), []string{"-addr", "0.0.0.0:8080", "-check-config"}, env("OPENAI_API_KEY", "sk-test"), &out, &errs)
+	if err == nil || !strings.Contains(err.Error(), "-addr") || !strings.Contains(err.Error(), "allow_insecure_listen") {
+		t.Errorf("-addr 0.0.0.0:8080 with no clients: %v, want the listen check naming -addr", err)
+	}
+}
