@@ -66,7 +66,7 @@ func passRoutes(v1 *echo.Group, p string, h echo.HandlerFunc, methods ...string)
 // model, and its limits.
 type passRoute struct {
 	label string // metrics label: the path family ("files")
-	// api is the provider API of the path: nil for OpenAI's (proxy.Plain),
+	// api is the provider API of the path: proxy.Plain for OpenAI's,
 	// proxy.MessageBatches for Anthropic's batches.
 	api       *proxy.API
 	upstream  *proxy.Upstream
@@ -98,7 +98,7 @@ func (g *Handler) routeFor(u *url.URL) (passRoute, error) {
 		return rt, echo.ErrNotFound
 	}
 	// The passthrough paths are OpenAI's: the first upstream speaking it.
-	rt.upstream = g.router.First(proxy.Plain)
+	rt.api, rt.upstream = proxy.Plain, g.router.First(proxy.Plain)
 	rt.maxBody = g.cfg.Limits.MaxBodyBytes
 	if under(p, "/v1/files") || under(p, "/v1/uploads") {
 		rt.maxBody = config.DefaultUploadBodyBytes
@@ -182,38 +182,22 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 		cl.Body = body.json // a dead letter keeps a JSON body (and replays it)
 		kr := &idempotency.Request{
 			Key: cache.Key{Scope: ClientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
-			Raw: key, Fingerprint: idempotency.WithQuery(idempotency.WithHeaders(body.fingerprint, r.Header, rt.fingerprinted()), r.URL.RawQuery),
-			TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: rt.errorBody(),
+			Raw: key, Fingerprint: idempotency.WithQuery(idempotency.WithHeaders(body.fingerprint, r.Header, rt.api.Fingerprinted()), r.URL.RawQuery),
+			TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: rt.api.ErrorBody,
 		}
 		return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}}, kr)
 	})(c)
 }
 
 // suffix is what goes after an upstream's base_url for u: the path after
-// /v1 (OpenAI's base_url ends in /v1), or the whole path (Anthropic's
-// base_url is its API root, as its docs give it), escaped as it came.
+// /v1 (OpenAI's base_url ends in /v1), or the whole path for Anthropic's
+// batches (Anthropic's base_url is its API root, as its docs give it),
+// escaped as it came.
 func (rt passRoute) suffix(u *url.URL) string {
-	if rt.api != nil {
+	if rt.api == proxy.MessageBatches {
 		return u.EscapedPath()
 	}
 	return strings.TrimPrefix(u.EscapedPath(), "/v1")
-}
-
-// fingerprinted are the headers a key's fingerprint covers on the route
-// besides the body and query (anthropic-version, anthropic-beta).
-func (rt passRoute) fingerprinted() []string {
-	if rt.api != nil {
-		return rt.api.Fingerprinted()
-	}
-	return nil
-}
-
-// errorBody renders the gateway's errors on the route in its API's shape.
-func (rt passRoute) errorBody() func(*apierror.Error) []byte {
-	if rt.api != nil {
-		return rt.api.ErrorBody
-	}
-	return proxy.Plain.ErrorBody
 }
 
 // passUpstream is the upstream for a passthrough request: the one of the
@@ -222,11 +206,7 @@ func (g *Handler) passUpstream(rt passRoute, model string, s *summary) (*proxy.U
 	s.model = model
 	u := rt.upstream
 	if model != "" {
-		api := rt.api
-		if api == nil {
-			api = proxy.Plain
-		}
-		if u = g.router.Route(api, model); u == nil {
+		if u = g.router.Route(rt.api, model); u == nil {
 			return nil, apierror.NotFound("model_not_found", "model",
 				fmt.Sprintf("The model `%s` is not served by this gateway: no configured upstream lists it.", model))
 		}
