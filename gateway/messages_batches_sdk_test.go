@@ -17,10 +17,11 @@ func (h *messagesHarness) batchSDK(gwKey string) anthropic.Client {
 		option.WithHTTPClient(&http.Client{Timeout: requestLimit}), option.WithMaxRetries(0))
 }
 
-// TestMessageBatchesSDK: the official Go SDK's Messages.Batches.New, Get
-// and ResultsStreaming work through the gateway: the batch's ResultsURL
-// is the gateway's, its results are the provider's; another tenant's Get
-// of it is the SDK's own 404 error, of type not_found_error.
+// TestMessageBatchesSDK: the official Go SDK's Messages.Batches.New, Get,
+// ResultsStreaming, Cancel and Delete work through the gateway: the
+// batch's ResultsURL is the gateway's, its results are the provider's;
+// another tenant's Get of it is the SDK's own 404 error, of type
+// not_found_error, and never reaches the provider.
 func TestMessageBatchesSDK(t *testing.T) {
 	h := newBatchesHarness(t)
 	ctx := context.Background()
@@ -61,5 +62,13 @@ func TestMessageBatchesSDK(t *testing.T) {
 	}
 	if n := h.ant.Calls(); n != calls {
 		t.Errorf("bob's Get reached the upstream")
+	}
+	canceled, err := c.Messages.Batches.Cancel(ctx, b.ID, anthropic.MessageBatchCancelParams{})
+	if err != nil || canceled.ProcessingStatus != "canceling" || canceled.ResultsURL != b.ResultsURL {
+		t.Fatalf("Batches.Cancel: %+v, %v", canceled, err)
+	}
+	deleted, err := c.Messages.Batches.Delete(ctx, b.ID, anthropic.MessageBatchDeleteParams{})
+	if err != nil || deleted.ID != b.ID {
+		t.Fatalf("Batches.Delete: %+v, %v", deleted, err)
 	}
 }
