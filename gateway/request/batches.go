@@ -93,15 +93,22 @@ func (g *Handler) pointResults(cl *proxy.Call, resp *proxy.Response) error {
 // resultsURL is the gateway's URL of a batch's results, as r's client
 // reached the gateway: its Host, and https when TLS ended here or a
 // trusted proxy (server.trusted_proxies) says so in X-Forwarded-Proto.
-// X-Forwarded-Host is not read: nothing else in the gateway trusts it.
+// X-Forwarded-Host is not read: nothing else in the gateway trusts it. A
+// request with no Host (an operator's in-process dead-letter replay,
+// whose answer the client's retry gets) gets the path alone, which the
+// SDKs resolve against their base URL, the gateway.
 func (g *Handler) resultsURL(r *http.Request) func(id string) string {
-	scheme := "http"
+	u := url.URL{Scheme: "http", Host: r.Host}
 	if g.proxies.HTTPS(r) {
-		scheme = "https"
+		u.Scheme = "https"
+	}
+	if r.Host == "" {
+		u.Scheme = ""
 	}
 	return func(id string) string {
-		return (&url.URL{Scheme: scheme, Host: r.Host, Path: batchesPath + "/" + id + "/results",
-			RawPath: batchesPath + "/" + url.PathEscape(id) + "/results"}).String()
+		v := u
+		v.Path, v.RawPath = batchesPath+"/"+id+"/results", batchesPath+"/"+url.PathEscape(id)+"/results"
+		return v.String()
 	}
 }
 

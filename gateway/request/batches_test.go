@@ -1,6 +1,10 @@
 package request
 
-import "testing"
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
 
 // TestRewriteResultsURLs: only the value of a results_url string — in the
 // answer's own object and in each object of its data array — changes, to
@@ -32,5 +36,19 @@ func TestRewriteResultsURLs(t *testing.T) {
 				t.Errorf("rewriteResultsURLs\n got %s\nwant %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestResultsURL: the gateway's results URL of a batch, its id escaped as
+// one path segment; with no Host (an in-process replay) the path alone.
+func TestResultsURL(t *testing.T) {
+	g := &Handler{}
+	r := httptest.NewRequest(http.MethodGet, "http://gw.example:8080/v1/messages/batches", nil)
+	if got, want := g.resultsURL(r)("msgbatch_a/b c"), "http://gw.example:8080/v1/messages/batches/msgbatch_a%2Fb%20c/results"; got != want {
+		t.Errorf("resultsURL = %q, want %q", got, want)
+	}
+	r.Host = ""
+	if got, want := g.resultsURL(r)("msgbatch_1"), "/v1/messages/batches/msgbatch_1/results"; got != want {
+		t.Errorf("resultsURL with no Host = %q, want %q", got, want)
 	}
 }
