@@ -12,8 +12,9 @@ import (
 	"time"
 )
 
-// Anthropic is a fake Anthropic Messages provider (POST /v1/messages and
-// /v1/messages/count_tokens), scripted step by step and recording what it
+// Anthropic is a fake Anthropic Messages provider (POST /v1/messages,
+// /v1/messages/count_tokens and the Message Batches API under
+// /v1/messages/batches), scripted step by step and recording what it
 // saw. A zero AnthropicStep is a normal answer: a JSON message, or — for
 // a body with "stream": true — the typed events of one. Safe for
 // concurrent use; create it with NewAnthropic.
@@ -26,6 +27,9 @@ type Anthropic struct {
 	queue []AnthropicStep
 	reqs  []AnthropicRequest
 	calls int
+	// batches are the message batches created, by id, and their order.
+	batches  map[string]*fakeBatch
+	batchIDs []string
 }
 
 // AnthropicStep scripts the answer to one request.
@@ -51,6 +55,12 @@ type AnthropicStep struct {
 	// the request ends), so a test can hold a call in flight.
 	Arrived chan struct{}
 	Release <-chan struct{}
+	// JSONL, when set, is a JSONL answer (a batch's results), each line
+	// written with its newline and flushed on its own.
+	JSONL []string
+	// Hold, when not nil, is waited on before JSONL's last line is
+	// written (or until the request ends).
+	Hold <-chan struct{}
 }
 
 // AnthropicRequest is what the Anthropic fake recorded of one request.
@@ -133,6 +143,10 @@ func (a *Anthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, st.Body)
 	case st.Events != nil:
 		writeEvents(w, st.Events, st.Cut)
+	case st.JSONL != nil:
+		writeJSONL(w, r, st.JSONL, st.Hold)
+	case strings.HasPrefix(r.URL.Path, "/v1/messages/batches"):
+		a.serveBatches(w, r, body)
 	case strings.HasSuffix(r.URL.Path, "/count_tokens"):
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"input_tokens":12}`)

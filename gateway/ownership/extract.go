@@ -22,10 +22,18 @@ var pathKinds = map[string]Kind{
 	"uploads":       Upload,
 }
 
+// messageBatches is the path of Anthropic's Message Batches API under
+// /v1: /v1/messages/batches/{id}[/results|/cancel] names a message batch.
+const messageBatches = "messages/batches"
+
 // FromPath returns the object a request path names, if any. path is the
 // URL path, with or without its /v1 prefix.
 func FromPath(path string) (Ref, bool) {
 	rest := strings.TrimPrefix(strings.TrimPrefix(path, "/v1"), "/")
+	if sub, ok := strings.CutPrefix(rest, messageBatches+"/"); ok {
+		id, _, _ := strings.Cut(sub, "/")
+		return Ref{Kind: MessageBatch, ID: id}, id != ""
+	}
 	first, rest, ok := strings.Cut(rest, "/")
 	kind, known := pathKinds[first]
 	if !ok || !known {
@@ -44,11 +52,14 @@ var tenantLists = map[string]bool{
 	"/files": true, "/batches": true, "/vector_stores": true, "/chat/completions": true,
 	// OpenAI lists neither today; a provider that does would list everyone's.
 	"/uploads": true, "/conversations": true,
+	// Anthropic's list of message batches.
+	"/" + messageBatches: true,
 }
 
 // TenantList reports whether method and path list objects across tenants:
 // GET /v1/files, /v1/batches, /v1/vector_stores, /v1/uploads,
-// /v1/conversations and /v1/chat/completions (stored chat completions). The gateway refuses them under a shared key.
+// /v1/conversations, /v1/chat/completions (stored chat completions) and
+// /v1/messages/batches. The gateway refuses them under a shared key.
 func TenantList(method, path string) bool {
 	return method == http.MethodGet && tenantLists[strings.TrimSuffix(strings.TrimPrefix(path, "/v1"), "/")]
 }
@@ -209,21 +220,27 @@ var nestedKeys = func() *jsonscan.Keys {
 func isString(v []byte) bool { return len(v) > 0 && v[0] == '"' }
 
 var (
-	answerKeys = jsonscan.NewKeys("id", "object", "deleted", "file", "output_file_id", "error_file_id", "output")
+	answerKeys = jsonscan.NewKeys("id", "object", "deleted", "file", "output_file_id", "error_file_id", "output", "type")
 	outputKeys = jsonscan.NewKeys("type", "container_id")
 )
 
-// objectKinds maps an answer's "object" to the kind recorded.
-var objectKinds = map[string]Kind{
-	"response": Response, "conversation": Conversation, "file": File,
-	"batch": Batch, "vector_store": VectorStore, "upload": Upload,
-}
+// objectKinds maps an answer's "object" to the kind recorded; typeKinds
+// an Anthropic answer's "type" (Anthropic's objects name their kind
+// there).
+var (
+	objectKinds = map[string]Kind{
+		"response": Response, "conversation": Conversation, "file": File,
+		"batch": Batch, "vector_store": VectorStore, "upload": Upload,
+	}
+	typeKinds = map[string]Kind{"message_batch": MessageBatch}
+)
 
 // FromAnswer returns the objects a JSON answer hands out, each from the
 // one documented place a provider puts an object it created, at the top
 // level of the answer's own object:
 //
-//   - the object itself: its "id" and "object", unless "deleted" is true;
+//   - the object itself: its "id" and "object" (an Anthropic object's
+//     "type": a message_batch), unless "deleted" is true;
 //   - an upload's "file", the file a completed upload became;
 //   - a batch's "output_file_id" and "error_file_id", the files it wrote;
 //   - a response's output items of type code_interpreter_call: their
@@ -235,9 +252,9 @@ var objectKinds = map[string]Kind{
 // planted there must not become the client's.
 func FromAnswer(body []byte) []Ref {
 	var (
-		refs, inner []Ref
-		id, object  string
-		deleted     bool
+		refs, inner     []Ref
+		id, object, typ string
+		deleted         bool
 	)
 	s := jsonscan.New(body, 0)
 	for key := range s.Fields(answerKeys) {
@@ -247,6 +264,8 @@ func FromAnswer(body []byte) []Ref {
 			id = unquoteString(v)
 		case "object":
 			object = unquoteString(v)
+		case "type":
+			typ = unquoteString(v)
 		case "deleted":
 			deleted = string(v) == "true"
 		default:
@@ -254,6 +273,9 @@ func FromAnswer(body []byte) []Ref {
 		}
 	}
 	kind, ok := objectKinds[object]
+	if !ok && object == "" {
+		kind, ok = typeKinds[typ]
+	}
 	if !ok || id == "" || deleted {
 		return nil
 	}
@@ -374,10 +396,14 @@ func UploadPath(path string) bool {
 
 // Creates reports whether answers on path may hand out objects whose owner
 // is recorded: paths under /v1/responses, /v1/conversations, /v1/files,
-// /v1/batches, /v1/vector_stores and /v1/uploads. Other answers (chat,
-// embeddings) are not scanned.
+// /v1/batches, /v1/vector_stores, /v1/uploads and /v1/messages/batches.
+// Other answers (chat, messages, embeddings) are not scanned.
 func Creates(path string) bool {
-	first, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(path, "/v1"), "/"), "/")
+	rest := strings.TrimPrefix(strings.TrimPrefix(path, "/v1"), "/")
+	if rest == messageBatches || strings.HasPrefix(rest, messageBatches+"/") {
+		return true
+	}
+	first, _, _ := strings.Cut(rest, "/")
 	_, ok := pathKinds[first]
 	return ok
 }

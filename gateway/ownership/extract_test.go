@@ -9,22 +9,26 @@ import (
 
 func TestFromPath(t *testing.T) {
 	for path, want := range map[string]Ref{
-		"/v1/responses/resp_1":                  {Kind: Response, ID: "resp_1"},
-		"/v1/responses/resp_1/input_items":      {Kind: Response, ID: "resp_1"},
-		"/v1/responses/resp_1/cancel":           {Kind: Response, ID: "resp_1"},
-		"/v1/conversations/conv_1/items/msg_2":  {Kind: Conversation, ID: "conv_1"},
-		"/v1/files/file-abc/content":            {Kind: File, ID: "file-abc"},
-		"/v1/batches/batch_1/cancel":            {Kind: Batch, ID: "batch_1"},
-		"/v1/vector_stores/vs_1/files/file-abc": {Kind: VectorStore, ID: "vs_1"},
-		"/v1/uploads/upload_1/complete":         {Kind: Upload, ID: "upload_1"},
-		"/responses/resp_2":                     {Kind: Response, ID: "resp_2"},
+		"/v1/responses/resp_1":                    {Kind: Response, ID: "resp_1"},
+		"/v1/responses/resp_1/input_items":        {Kind: Response, ID: "resp_1"},
+		"/v1/responses/resp_1/cancel":             {Kind: Response, ID: "resp_1"},
+		"/v1/conversations/conv_1/items/msg_2":    {Kind: Conversation, ID: "conv_1"},
+		"/v1/files/file-abc/content":              {Kind: File, ID: "file-abc"},
+		"/v1/batches/batch_1/cancel":              {Kind: Batch, ID: "batch_1"},
+		"/v1/vector_stores/vs_1/files/file-abc":   {Kind: VectorStore, ID: "vs_1"},
+		"/v1/uploads/upload_1/complete":           {Kind: Upload, ID: "upload_1"},
+		"/responses/resp_2":                       {Kind: Response, ID: "resp_2"},
+		"/v1/messages/batches/msgbatch_1":         {Kind: MessageBatch, ID: "msgbatch_1"},
+		"/v1/messages/batches/msgbatch_1/cancel":  {Kind: MessageBatch, ID: "msgbatch_1"},
+		"/v1/messages/batches/msgbatch_1/results": {Kind: MessageBatch, ID: "msgbatch_1"},
 	} {
 		got, ok := FromPath(path)
 		if !ok || got != want {
 			t.Errorf("FromPath(%q) = %+v, %v; want %+v", path, got, ok, want)
 		}
 	}
-	for _, path := range []string{"/v1/responses", "/v1/responses/", "/v1/files", "/v1/chat/completions", "/v1/models/gpt-4o", "/v1/embeddings"} {
+	for _, path := range []string{"/v1/responses", "/v1/responses/", "/v1/files", "/v1/chat/completions", "/v1/models/gpt-4o", "/v1/embeddings",
+		"/v1/messages", "/v1/messages/count_tokens", "/v1/messages/batches", "/v1/messages/batches/"} {
 		if got, ok := FromPath(path); ok {
 			t.Errorf("FromPath(%q) = %+v, want nothing", path, got)
 		}
@@ -38,7 +42,8 @@ func TestTenantList(t *testing.T) {
 	}{
 		{"GET", "/v1/files", true}, {"GET", "/v1/batches", true}, {"GET", "/v1/vector_stores", true},
 		{"GET", "/v1/chat/completions", true}, {"GET", "/v1/files/", true},
-		{"GET", "/v1/uploads", true}, {"GET", "/v1/conversations", true},
+		{"GET", "/v1/uploads", true}, {"GET", "/v1/conversations", true}, {"GET", "/v1/messages/batches", true},
+		{"POST", "/v1/messages/batches", false}, {"GET", "/v1/messages/batches/msgbatch_1", false},
 		{"POST", "/v1/files", false}, {"POST", "/v1/chat/completions", false},
 		{"GET", "/v1/files/file-1", false}, {"GET", "/v1/models", false}, {"GET", "/v1/responses/resp_1/input_items", false},
 	} {
@@ -133,6 +138,13 @@ func TestFromAnswer(t *testing.T) {
 			// the call's container_id is recorded.
 			[]Ref{{Kind: Response, ID: "resp_2"}, {Kind: Container, ID: "cntr_1"}}},
 		{"list", `{"object":"list","data":[{"id":"file-1","object":"file"}]}`, nil},
+		{"message batch", `{"id":"msgbatch_1","type":"message_batch","processing_status":"in_progress","results_url":null}`,
+			[]Ref{{Kind: MessageBatch, ID: "msgbatch_1"}}},
+		{"deleted message batch", `{"id":"msgbatch_1","type":"message_batch_deleted"}`, nil},
+		{"message batch list", `{"data":[{"id":"msgbatch_1","type":"message_batch"}],"has_more":false}`, nil},
+		// "object" decides where there is one: an OpenAI answer's "type"
+		// is not its kind.
+		{"object wins over type", `{"id":"chatcmpl-1","object":"chat.completion","type":"message_batch"}`, nil},
 		{"not json", `<html>`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,6 +199,8 @@ func TestCreates(t *testing.T) {
 		"/v1/responses": true, "/v1/responses/resp_1/cancel": true, "/v1/files": true, "/v1/uploads/u/complete": true,
 		"/v1/batches": true, "/v1/vector_stores": true, "/v1/conversations": true,
 		"/v1/chat/completions": false, "/v1/embeddings": false, "/v1/models": false, "/v1/responsesx": false,
+		"/v1/messages/batches": true, "/v1/messages/batches/msgbatch_1/cancel": true,
+		"/v1/messages": false, "/v1/messages/count_tokens": false, "/v1/messages/batchesx": false,
 	} {
 		if got := Creates(path); got != want {
 			t.Errorf("Creates(%q) = %v, want %v", path, got, want)

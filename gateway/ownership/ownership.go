@@ -1,5 +1,6 @@
 // Package ownership keeps tenants apart on the objects a provider stores
-// (responses, conversations, files, batches, vector stores, uploads) when
+// (responses, conversations, files, batches, vector stores, uploads, and
+// Anthropic's message batches) when
 // several clients share one upstream API key, so that one client cannot
 // read, delete, cancel or build on another's object by its id.
 //
@@ -48,6 +49,10 @@ const (
 	// the container_id a response's answer holds. It is remembered as
 	// long as responses are.
 	Container Kind = "container"
+	// MessageBatch is an Anthropic message batch (msgbatch_...), named
+	// by the paths under /v1/messages/batches. It is remembered as long
+	// as OpenAI's batches are (ownership.ttl.batches).
+	MessageBatch Kind = "message_batch"
 	// ItemReference is an item a Responses body names by id alone (an
 	// item_reference). Item ids are not recorded: under a shared key such
 	// a request is refused (ItemReferenceRefused).
@@ -102,6 +107,7 @@ func New(o Options) *Owners {
 		VectorStore:  pick(t.VectorStores, def.VectorStores),
 		Upload:       pick(t.Uploads, def.Uploads),
 		Container:    pick(t.Responses, def.Responses),
+		MessageBatch: pick(t.Batches, def.Batches),
 	}}
 }
 
@@ -200,6 +206,7 @@ func NotFound(r Ref) *apierror.Error {
 var kindNames = map[Kind]string{
 	Response: "response", Conversation: "conversation", File: "file",
 	Batch: "batch", VectorStore: "vector store", Upload: "upload", Container: "container",
+	MessageBatch: "message batch",
 }
 
 // ItemReferenceRefused is the 400 for an item reference under a shared

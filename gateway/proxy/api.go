@@ -113,6 +113,10 @@ var (
 	// CountTokens is Anthropic's /v1/messages/count_tokens: any 2xx is a
 	// success, and its input_tokens are a count, not tokens used.
 	CountTokens = &API{Name: "anthropic.count_tokens", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming}
+	// MessageBatches is Anthropic's Message Batches API under
+	// /v1/messages/batches, a passthrough: any 2xx is a success, and no
+	// answer carries token usage (a batch's results are its own).
+	MessageBatches = &API{Name: "anthropic.message_batches", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming}
 )
 
 // anthropicHeaders choose the answer's version and beta features.

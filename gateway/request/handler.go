@@ -119,7 +119,7 @@ func (g *Handler) serveUnkeyed(x *exchange) error {
 		return err
 	}
 	s.note(resp)
-	if err := g.recordOrDrop(ctx, ClientOf(r), cl, resp); err != nil {
+	if err := g.handOut(ctx, ClientOf(r), cl, resp); err != nil {
 		return err
 	}
 	if resp.Stream != nil {

@@ -414,7 +414,7 @@ func (k *keyedCall) run() (e workEnd) {
 	}
 	k.resp = resp
 	k.s.note(resp)
-	if err := k.g.recordOrDrop(k.work, k.kr.Key.Scope, k.cl, resp); err != nil {
+	if err := k.g.handOut(k.work, k.kr.Key.Scope, k.cl, resp); err != nil {
 		// Not committed: the ids it would hand out are not recorded.
 		k.release(outcome.Dropped())
 		return workEnd{err: err}

@@ -256,25 +256,29 @@ func (g *Handler) recordObjects(ctx context.Context, client string, cl *proxy.Ca
 	return g.owners.Record(ctx, client, resp.Upstream.Cfg.Name, refs)
 }
 
-// recordOrDrop is recordObjects for a call's answer: when the record
-// fails, the answer is dropped (its breaker learns nothing: the upstream
-// did its part) and the error is the client's answer instead.
-func (g *Handler) recordOrDrop(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
+// handOut readies a call's answer to be handed out: recordObjects, then
+// a batch answer's results_url pointed at the gateway (pointResults).
+// When either fails, the answer is dropped (its breaker learns nothing:
+// the upstream did its part) and the error is the client's answer
+// instead.
+func (g *Handler) handOut(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
 	err := g.recordObjects(ctx, client, cl, resp)
 	if err != nil {
 		resp.Report(outcome.Dropped())
 		resp.Discard()
+		return err
 	}
-	return err
+	return g.pointResults(cl, resp)
 }
 
 // buffersObjects reports whether a passthrough answer must be buffered
 // (up to its record limit) rather than relayed as it arrives, so that the
 // ids it hands out can be recorded before the client sees them: an
 // answer on a path that creates objects, when a hop of the plan is under
-// a shared key. File contents are not objects and stream as they come.
+// a shared key. File contents and a message batch's results are not
+// objects and stream as they come.
 func buffersObjects(r *http.Request, hops []proxy.Hop) bool {
-	return ownership.Creates(r.URL.Path) && !strings.HasSuffix(r.URL.Path, "/content") &&
+	return ownership.Creates(r.URL.Path) && !strings.HasSuffix(r.URL.Path, "/content") && !strings.HasSuffix(r.URL.Path, "/results") &&
 		slices.ContainsFunc(hops, proxy.Hop.Shared)
 }
 

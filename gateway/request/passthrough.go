@@ -65,7 +65,10 @@ func passRoutes(v1 *echo.Group, p string, h echo.HandlerFunc, methods ...string)
 // passRoute is where a passthrough request goes when its body names no
 // model, and its limits.
 type passRoute struct {
-	label     string // metrics label: the path family ("files")
+	label string // metrics label: the path family ("files")
+	// api is the provider API of the path: proxy.Plain for OpenAI's,
+	// proxy.MessageBatches for Anthropic's batches.
+	api       *proxy.API
 	upstream  *proxy.Upstream
 	maxBody   int64
 	maxRecord int64
@@ -83,6 +86,9 @@ func (g *Handler) routeFor(u *url.URL) (passRoute, error) {
 	if strings.Count(u.EscapedPath(), "/") != strings.Count(p, "/") {
 		return rt, echo.ErrNotFound
 	}
+	if under(p, batchesPath) {
+		return g.batchRoute(p)
+	}
 	for _, pre := range config.PassthroughPrefixes {
 		if under(p, pre) {
 			rt.label = strings.TrimPrefix(pre, "/v1/")
@@ -92,7 +98,7 @@ func (g *Handler) routeFor(u *url.URL) (passRoute, error) {
 		return rt, echo.ErrNotFound
 	}
 	// The passthrough paths are OpenAI's: the first upstream speaking it.
-	rt.upstream = g.router.First(proxy.Plain)
+	rt.api, rt.upstream = proxy.Plain, g.router.First(proxy.Plain)
 	rt.maxBody = g.cfg.Limits.MaxBodyBytes
 	if under(p, "/v1/files") || under(p, "/v1/uploads") {
 		rt.maxBody = config.DefaultUploadBodyBytes
@@ -161,9 +167,9 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		cl := &proxy.Call{In: r, Suffix: strings.TrimPrefix(r.URL.EscapedPath(), "/v1"), Query: r.URL.RawQuery,
+		cl := &proxy.Call{In: r, Suffix: rt.suffix(r.URL), API: rt.api, Query: r.URL.RawQuery,
 			Source: body.src, Model: body.model, Passthrough: true, RecordLimit: rt.maxRecord,
-			Unbuffered: key == "", Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
+			Unbuffered: key == "" && !isBatchObjects(r.URL.Path), Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		cl.Tenant = g.forwardTenant(r)
 		if err := g.plan(r, cl, u, g.passView(r, body)); err != nil {
 			return err
@@ -176,19 +182,31 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 		cl.Body = body.json // a dead letter keeps a JSON body (and replays it)
 		kr := &idempotency.Request{
 			Key: cache.Key{Scope: ClientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
-			Raw: key, Fingerprint: idempotency.WithQuery(body.fingerprint, r.URL.RawQuery), TTL: g.cfg.Idempotency.TTL.D(),
+			Raw: key, Fingerprint: idempotency.WithQuery(idempotency.WithHeaders(body.fingerprint, r.Header, rt.api.Fingerprinted()), r.URL.RawQuery),
+			TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: rt.api.ErrorBody,
 		}
 		return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}}, kr)
 	})(c)
 }
 
-// passUpstream is the upstream for a passthrough request: the one serving
-// the body's model, else the route's.
+// suffix is what goes after an upstream's base_url for u: the path after
+// /v1 (OpenAI's base_url ends in /v1), or the whole path for Anthropic's
+// batches (Anthropic's base_url is its API root, as its docs give it),
+// escaped as it came.
+func (rt passRoute) suffix(u *url.URL) string {
+	if rt.api == proxy.MessageBatches {
+		return u.EscapedPath()
+	}
+	return strings.TrimPrefix(u.EscapedPath(), "/v1")
+}
+
+// passUpstream is the upstream for a passthrough request: the one of the
+// route's API serving the body's model, else the route's.
 func (g *Handler) passUpstream(rt passRoute, model string, s *summary) (*proxy.Upstream, error) {
 	s.model = model
 	u := rt.upstream
 	if model != "" {
-		if u = g.router.Route(proxy.Plain, model); u == nil {
+		if u = g.router.Route(rt.api, model); u == nil {
 			return nil, apierror.NotFound("model_not_found", "model",
 				fmt.Sprintf("The model `%s` is not served by this gateway: no configured upstream lists it.", model))
 		}

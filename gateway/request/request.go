@@ -22,6 +22,7 @@ import (
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/deadletter"
+	"github.com/llmgate/llmgate/gateway/forwarded"
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/limits"
 	"github.com/llmgate/llmgate/gateway/metrics"
@@ -85,6 +86,9 @@ type Handler struct {
 	apiKeys       map[string]map[string]string
 	tenants       bool
 	forwardSecret []byte
+	// proxies are server.trusted_proxies: whether a client reached the
+	// gateway over TLS (a batch's results_url).
+	proxies forwarded.Proxies
 }
 
 // New returns a Handler.
@@ -93,7 +97,7 @@ func New(o Options) *Handler {
 		metrics: o.Metrics, timeline: o.Timeline, tracer: o.Tracer, dlq: o.DeadLetters, limits: o.Limits,
 		admit: o.Admit, spooled: o.Spooled, space: o.Space, owners: o.Owners, forwardSecret: o.ForwardSecret,
 		apiKeys: clientAPIKeys(o.Config.Clients), tenants: len(o.Config.Clients) > 0,
-		work: newWorkSet(o.Config.Idempotency.MaxDetached)}
+		work: newWorkSet(o.Config.Idempotency.MaxDetached), proxies: forwarded.New(o.Config.Server.TrustedProxyPrefixes())}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -107,7 +111,7 @@ func New(o Options) *Handler {
 }
 
 // Routes registers the /v1 routes on v1: the completion endpoints, the
-// models, and the passthrough surface.
+// models, the passthrough surface, and Anthropic's message batches.
 func (g *Handler) Routes(v1 *echo.Group) {
 	for _, ep := range postEndpoints {
 		v1.POST(strings.TrimPrefix(ep.path, "/v1"), g.handlePost(ep))
@@ -115,6 +119,7 @@ func (g *Handler) Routes(v1 *echo.Group) {
 	v1.GET("/models", g.handleModels)
 	v1.GET("/models/*", g.handleModel)
 	g.passthroughRoutes(v1)
+	g.batchRoutes(v1)
 }
 
 // Endpoints are the paths of the completion endpoints, for the admin view.
@@ -166,12 +171,17 @@ type apiCtxKey struct{}
 // withRouteAPI is r carrying the API of the route it matched (route, the
 // echo path pattern): the errors the gateway makes for it are in that
 // API's shape, whichever room makes them (authentication, limits, the
-// idempotency store, a breaker). A route of no endpoint is OpenAI's.
+// idempotency store, a breaker). Every other route under /v1/messages
+// (the message batches, and the 404 of a path none of them is) is
+// Anthropic's; a route of no endpoint is OpenAI's.
 func withRouteAPI(r *http.Request, route string) *http.Request {
 	for _, ep := range postEndpoints {
 		if ep.path == route {
 			return r.WithContext(context.WithValue(r.Context(), apiCtxKey{}, ep.api))
 		}
+	}
+	if strings.HasPrefix(route, "/v1/messages/") {
+		return r.WithContext(context.WithValue(r.Context(), apiCtxKey{}, proxy.MessageBatches))
 	}
 	return r
 }
