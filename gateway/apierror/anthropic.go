@@ -84,7 +84,7 @@ func WriteAnthropic(w http.ResponseWriter, err error) *Error {
 	e := Wire(err)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	SetRetry(h, e.ShouldRetry, e.RetryAfter)
+	SetHeaders(h, e)
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(AnthropicBody(e))
 	return e

@@ -30,6 +30,9 @@ type Error struct {
 	Message string
 	// RetryAfter, when > 0, is sent as Retry-After (whole seconds, rounded up).
 	RetryAfter time.Duration
+	// Header holds headers of its own (a budget's reset time), set as
+	// they are.
+	Header http.Header
 	// ShouldRetry sets x-should-retry: true. The gateway is the retry layer,
 	// so it is false everywhere except where a later retry can succeed
 	// without another upstream call.
@@ -194,6 +197,32 @@ func (e *ClientLimited) Error() string {
 	return fmt.Sprintf("client %q over its %s limit", e.Client, e.Limit)
 }
 
+// BudgetExceeded: the request's client has spent one of its budgets
+// (clients[].budgets, tokens_per_minute) until Reset, when its window
+// starts again; the request never reached an upstream.
+type BudgetExceeded struct {
+	Client string
+	// Budget is its id (window.unit.count[.model]); What says it in words.
+	Budget, What string
+	Reset        time.Time
+	RetryAfter   time.Duration
+}
+
+func (e *BudgetExceeded) Error() string {
+	return fmt.Sprintf("client %q: budget %s spent until %s", e.Client, e.Budget, e.Reset.UTC().Format(time.RFC3339))
+}
+
+// BudgetUnavailable: the budget store could not be reached, and a
+// budgeted client's request is refused (budgets.on_store_error: refuse).
+type BudgetUnavailable struct{ Err error }
+
+func (e *BudgetUnavailable) Error() string { return "budget store unavailable: " + errString(e.Err) }
+func (e *BudgetUnavailable) Unwrap() error { return e.Err }
+
+// BudgetResetHeader carries a budget_exceeded refusal's reset time
+// (RFC 3339, UTC).
+const BudgetResetHeader = "X-Llmgate-Budget-Reset"
+
 // ClientGone: the client left before the gateway answered (nginx's 499).
 var ClientGone = &clientGone{}
 
@@ -330,6 +359,8 @@ func clientWire(err error) *Error {
 			Message: msg, ShouldRetry: true, Err: err}
 	case errors.As(err, &cl):
 		return clientLimited(cl)
+	case errors.As(err, new(*BudgetExceeded)) || errors.As(err, new(*BudgetUnavailable)):
+		return budgetRefused(err)
 	case errors.Is(err, ClientGone):
 		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request",
 			Message: "The client closed the request.", Err: context.Canceled}
@@ -399,6 +430,23 @@ func clientLimited(cl *ClientLimited) *Error {
 	return e
 }
 
+// budgetRefused is a spent budget's 429, or the 503 of a budget store
+// that cannot be reached. A spent budget frees itself only when its
+// window resets (Retry-After, often hours): x-should-retry is false, so
+// no SDK retries it, and the gateway never does.
+func budgetRefused(err error) *Error {
+	var be *BudgetExceeded
+	if errors.As(err, &be) {
+		reset := be.Reset.UTC().Format(time.RFC3339)
+		return &Error{Status: http.StatusTooManyRequests, Type: "budget", Code: "budget_exceeded", RetryAfter: be.RetryAfter, Err: err,
+			Header: http.Header{BudgetResetHeader: {reset}},
+			Message: fmt.Sprintf("This API key's budget at the gateway (%s) is spent until %s, when its window resets. "+
+				"The request was not sent to any provider; retrying before then will not help.", be.What, reset)}
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "budget_store_unavailable", RetryAfter: time.Second, Err: err,
+		Message: "The gateway's budget store is unavailable, so this API key's spend cannot be checked against its budget and the request was not run. Retry later."}
+}
+
 // Body renders e in OpenAI's error shape.
 func Body(e *Error) []byte {
 	b, _ := json.Marshal(wireError{Error: wireBody{
@@ -431,10 +479,19 @@ func Write(w http.ResponseWriter, err error) *Error {
 	e := Wire(err)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	SetRetry(h, e.ShouldRetry, e.RetryAfter)
+	SetHeaders(h, e)
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(Body(e))
 	return e
+}
+
+// SetHeaders writes e's headers: its retry advice (SetRetry) and its own
+// (Error.Header).
+func SetHeaders(h http.Header, e *Error) {
+	SetRetry(h, e.ShouldRetry, e.RetryAfter)
+	for k, v := range e.Header {
+		h[k] = v
+	}
 }
 
 // SetRetry writes what a client's SDK reads to decide on a retry of its

@@ -167,7 +167,7 @@ func (a *API) WriteError(w http.ResponseWriter, err error) *apierror.Error {
 	e := apierror.Wire(err)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	apierror.SetRetry(h, e.ShouldRetry, e.RetryAfter)
+	apierror.SetHeaders(h, e)
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(a.errorBody(e))
 	return e
