@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -439,5 +440,116 @@ func TestBudgetSurvivesBadgerRestart(t *testing.T) {
 	}
 	if r := h.chat(budgetChat, alice); r.status != 429 {
 		t.Fatalf("fifth, after the restart: %d %s (the restart forgot what was spent)", r.status, r.body)
+	}
+}
+
+// brokenBudgets is a store whose budget counters cannot be reached.
+type brokenBudgets struct{ Store }
+
+func (brokenBudgets) ReserveBudget(context.Context, string, cache.BudgetHold) (int, error) {
+	return 0, errors.New("dial tcp: connection refused")
+}
+
+// With the budget store unreachable a budgeted client's request is
+// refused (503 budget_store_unavailable, before any upstream call) by
+// default; under on_store_error: allow it runs. A client without a
+// budget is not affected either way.
+func TestBudgetStoreUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		status int
+		calls  int64
+	}{
+		{config.OnStoreErrorRefuse, 503, 1},
+		{config.OnStoreErrorAllow, 200, 2},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			up := &metered{In: 1, Out: 1}
+			srv := httptest.NewServer(up)
+			t.Cleanup(srv.Close)
+			mutate := func(c *config.Config) {
+				budgeted(srv.URL, config.Budget{Window: config.WindowDay, Tokens: 1000})(c)
+				c.Budgets.OnStoreError = tc.policy
+			}
+			h := newHarnessStore(t, mutate, func(s Store) Store { return brokenBudgets{s} }, fakeprovider.Options{})
+			r := h.chat(budgetChat, alice)
+			if r.status != tc.status {
+				t.Fatalf("alice: %d %s, want %d", r.status, r.body, tc.status)
+			}
+			if tc.status == 503 {
+				if e := wantOpenAIError(t, r, 503); e["code"] != "budget_store_unavailable" {
+					t.Fatalf("code = %v", e["code"])
+				}
+			}
+			if r := h.chat(budgetChat, map[string]string{"Authorization": "Bearer key-bob"}); r.status != 200 {
+				t.Fatalf("bob, with no budget: %d %s", r.status, r.body)
+			}
+			if n := up.calls.Load(); n != tc.calls {
+				t.Fatalf("provider calls = %d, want %d", n, tc.calls)
+			}
+		})
+	}
+}
+
+// A cost budget charges what the provider's usage costs at the
+// upstream's prices, in micro-units: input not cached, cached input and
+// output each at its price, rounded up.
+func TestBudgetCostFromPrices(t *testing.T) {
+	up := &metered{}
+	up.Script = func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920}}}`)
+		return true
+	}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	month := config.Budget{Window: config.WindowMonth, Cost: 20_000} // 0.02 units
+	h := newHarness(t, func(c *config.Config) {
+		budgeted(srv.URL, month)(c)
+		c.Upstreams[0].Prices = map[string]config.Price{"gpt-4o*": {Input: 2_500_000, CachedInput: 1_250_000, Output: 10_000_000}}
+	})
+	body := strings.Replace(budgetChat, "gpt-4o-mini", "gpt-4o", 1)
+	for i := range 3 {
+		if r := h.chat(body, alice); r.status != 200 {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+	}
+	// 86 × 2.50 + 1920 × 1.25 + 300 × 10 per million = 5615 micro-units a run.
+	start, _ := budget.Window(config.WindowMonth, time.Now())
+	got, err := h.store.ReadBudgets(context.Background(), "alice", []string{month.ID() + "@" + start.Format("2006-01")})
+	if err != nil || got[0] != (cache.BudgetCount{Spent: 3 * 5615}) {
+		t.Fatalf("counter = %+v, %v; want 16845 spent", got, err)
+	}
+	// 20000 − 16845 = 3155 left, under a run's reservation (30 + 10
+	// tokens at $10: 400): the fourth still fits; its run takes it over.
+	if r := h.chat(body, alice); r.status != 200 {
+		t.Fatalf("fourth: %d %s", r.status, r.body)
+	}
+	if r := h.chat(body, alice); r.status != 429 {
+		t.Fatalf("fifth: %d %s", r.status, r.body)
+	}
+}
+
+// tokens_per_minute is a budget of total tokens per UTC minute, from
+// client_limits for every client without its own.
+func TestTokensPerMinute(t *testing.T) {
+	up := &metered{In: 100, Out: 150}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	h := newHarness(t, func(c *config.Config) {
+		budgeted(srv.URL)(c)
+		c.ClientLimits.TokensPerMinute = 500
+	})
+	var statuses []int
+	before := time.Now().UTC().Truncate(time.Minute)
+	for range 3 {
+		statuses = append(statuses, h.chat(budgetChat, alice).status)
+	}
+	if after := time.Now().UTC().Truncate(time.Minute); after.Equal(before) && fmt.Sprint(statuses) != "[200 200 429]" {
+		t.Fatalf("statuses = %v within one minute, want the third refused (500 spent + 40 > 500)", statuses)
+	}
+	if r := h.chat(budgetChat, map[string]string{"Authorization": "Bearer key-bob"}); r.status != 200 {
+		t.Fatalf("bob has his own minute: %d %s", r.status, r.body)
 	}
 }
