@@ -553,3 +553,52 @@ func TestTokensPerMinute(t *testing.T) {
 		t.Fatalf("bob has his own minute: %d %s", r.status, r.body)
 	}
 }
+
+// A keyed request its budget refuses is refused before its call, its key
+// released and no dead letter recorded: its retry gets the same refusal,
+// not a 409 for a key left in flight.
+func TestBudgetRefusedKeyIsReleased(t *testing.T) {
+	up := &metered{In: 100, Out: 150}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	h := newHarness(t, budgeted(srv.URL, config.Budget{Window: config.WindowDay, Tokens: 250}))
+	if r := h.chat(budgetChat, alice); r.status != 200 {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	key := with(alice, "Idempotency-Key", "order-9/summary")
+	if r := h.chat(budgetChat, key); r.status != 429 {
+		t.Fatalf("keyed over the budget: %d %s", r.status, r.body)
+	}
+	if r := h.admin(http.MethodGet, "/admin/deadletters"); r.status != 200 || strings.Contains(string(r.body), "order-9") {
+		t.Fatalf("dead letters: %d %s, want none for a budget refusal", r.status, r.body)
+	}
+	if r := h.chat(budgetChat, key); r.status != 429 || !strings.Contains(string(r.body), "budget_exceeded") {
+		t.Fatalf("its retry: %d %s, want the same refusal (the key was released, not left in flight)", r.status, r.body)
+	}
+	if n := up.calls.Load(); n != 1 {
+		t.Fatalf("provider calls = %d, want 1", n)
+	}
+}
+
+// Anthropic's prompt-cache tokens are input: a token budget counts
+// cache writes and reads beside input_tokens.
+func TestBudgetCountsAnthropicCacheTokens(t *testing.T) {
+	up := &metered{}
+	up.Script = func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn",`+
+			`"usage":{"input_tokens":12,"cache_creation_input_tokens":1024,"cache_read_input_tokens":2048,"output_tokens":6}}`)
+		return true
+	}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	in := config.Budget{Window: config.WindowDay, Tokens: 100000, Count: config.CountInput}
+	h := newHarness(t, budgeted(srv.URL, in))
+	body := `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"Hi"}]}`
+	if r := h.do(http.MethodPost, "/v1/messages", body, with(alice, "anthropic-version", "2023-06-01")); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if got := spent(t, h.store, in); got.Spent != 12+1024+2048 {
+		t.Fatalf("input spent %d, want 3084 (input, cache writes and reads)", got.Spent)
+	}
+}
