@@ -156,6 +156,19 @@ func TestBudgetReachedAtTheExpectedRequest(t *testing.T) {
 	if r := h.chat(budgetChat, map[string]string{"Authorization": "Bearer key-bob"}); r.status != 200 {
 		t.Fatalf("bob: %d %s", r.status, r.body)
 	}
+	var clients struct {
+		Clients []struct {
+			Client  string
+			Budgets []budget.Status
+		}
+	}
+	if r := h.admin(http.MethodGet, "/admin/clients"); json.Unmarshal(r.body, &clients) != nil || len(clients.Clients) != 2 ||
+		len(clients.Clients[0].Budgets) != 1 || clients.Clients[1].Budgets != nil {
+		t.Fatalf("GET /admin/clients = %d %s", r.status, r.body)
+	}
+	if st := clients.Clients[0].Budgets[0]; st.Budget != "day.tokens.total" || st.Limit != 1000 || st.Spent != 1000 || st.Remaining != 0 || !st.Reset.Equal(reset) {
+		t.Fatalf("alice's budget in /admin/clients = %+v", st)
+	}
 	m := h.admin(http.MethodGet, "/metrics")
 	if !strings.Contains(string(m.body), `llmgate_budget_refused_total{budget="day.tokens.total",client="alice"} 2`) {
 		t.Fatalf("metrics lack the two refusals:\n%s", grepLines(string(m.body), "llmgate_budget"))

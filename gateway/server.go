@@ -190,11 +190,13 @@ func New(o Options) (*Gateway, error) {
 		Wait: o.Config.Limits.AdmissionWait.D(), After: o.AdmissionAfter, Setting: "passthrough.spool_max_total_bytes"})
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now,
 		OnRecord: g.timeline.DeadLetter})
+	ledger := g.newLedger(o)
 	g.requests = request.New(request.Options{Config: o.Config, Logger: g.log, Now: g.now, Router: r, Proxy: g.proxy, Keeper: g.keeper,
 		Metrics: g.metrics, Timeline: g.timeline, Tracer: o.Tracer, DeadLetters: g.dlq, Limits: g.limits, Owners: g.owners,
-		Admit: g.admit, Spooled: g.spooled, Space: g.space, ForwardSecret: g.forwardSecret, Budgets: g.newLedger(o)})
+		Admit: g.admit, Spooled: g.spooled, Space: g.space, ForwardSecret: g.forwardSecret, Budgets: ledger})
 	g.admin = admin.New(admin.Options{Config: o.Config, Store: o.Store, Breakers: g.breakers, Metrics: g.metrics,
-		DeadLetters: g.dlq, Endpoints: request.Endpoints(), Logger: g.log, Now: g.now, SignInCode: o.AdminSignInCode, Timeline: g.timeline})
+		DeadLetters: g.dlq, Endpoints: request.Endpoints(), Logger: g.log, Now: g.now, SignInCode: o.AdminSignInCode, Timeline: g.timeline,
+		Budgets: ledger})
 	g.echo = g.routes()
 	g.dlq.SetHandler(g.echo)
 	g.ready.Store(true)

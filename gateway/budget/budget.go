@@ -379,3 +379,51 @@ func describe(b config.Budget) string {
 	}
 	return what
 }
+
+// Status is one budget of a client in its current window, for operators
+// (GET /admin/clients). Limit, Spent, Held and Remaining are tokens, or
+// micro-units of money for a cost budget.
+type Status struct {
+	Budget string `json:"budget"`
+	Window string `json:"window"`
+	// Unit is tokens or cost; Count which tokens count; Model the scope.
+	Unit  string `json:"unit"`
+	Count string `json:"count"`
+	Model string `json:"model,omitempty"`
+	Limit int64  `json:"limit"`
+	Spent int64  `json:"spent"`
+	// Held is what the runs in flight reserve.
+	Held int64 `json:"held"`
+	// Remaining is Limit − Spent, at least 0.
+	Remaining int64     `json:"remaining"`
+	Reset     time.Time `json:"reset"`
+}
+
+// Status reads client's budgets in their current windows (none: nil).
+func (l *Ledger) Status(ctx context.Context, client string) ([]Status, error) {
+	if !l.Budgeted(client) {
+		return nil, nil
+	}
+	now := l.o.Now().UTC()
+	bs := l.o.Budgets[client]
+	out := make([]Status, len(bs))
+	counters := make([]string, len(bs))
+	for i, b := range bs {
+		start, reset := Window(b.Window, now)
+		counters[i] = b.ID() + "@" + windowLabel(b.Window, start)
+		unit := "tokens"
+		if b.Cost > 0 {
+			unit = "cost"
+		}
+		out[i] = Status{Budget: b.ID(), Window: b.Window, Unit: unit, Count: b.CountOrTotal(), Model: b.Model, Limit: limitOf(b), Reset: reset}
+	}
+	counts, err := l.o.Store.ReadBudgets(ctx, client, counters)
+	if err != nil {
+		return nil, fmt.Errorf("read budgets of %q: %w", client, err)
+	}
+	for i, c := range counts {
+		out[i].Spent, out[i].Held = c.Spent, c.Held
+		out[i].Remaining = max(out[i].Limit-c.Spent, 0)
+	}
+	return out, nil
+}
