@@ -22,6 +22,8 @@ func TestChainedQuotaStaysQuota(t *testing.T) {
 		{"provider quota relayed", 429, chained, `{"error":{"message":"q","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`, Quota},
 		{"inner storage quota", 429, http.Header{"X-Should-Retry": {"false"}},
 			`{"error":{"message":"stored answers at quota","type":"storage","param":null,"code":"client_storage_quota_exceeded"}}`, Quota},
+		{"inner budget spent", 429, http.Header{"X-Should-Retry": {"false"}},
+			`{"error":{"message":"budget spent","type":"budget","param":null,"code":"budget_exceeded"}}`, Quota},
 		{"inner verdict, body rewritten", 429, chained, `{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}`, Quota},
 		{"inner verdict, no body", 503, chained, ``, Quota},
 		{"plain rate limit", 429, http.Header{}, `{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}`, RateLimited},

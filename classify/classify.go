@@ -342,6 +342,8 @@ var (
 		// A chained llmgate's own: the client's stored answers at that
 		// gateway are at its quota, which frees only as they expire.
 		"client_storage_quota_exceeded",
+		// A chained llmgate's client budget, spent until its window resets.
+		"budget_exceeded",
 	)
 	// chainedOutcome is the header in which a chained llmgate says how it
 	// classified its upstream's answer.

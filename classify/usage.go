@@ -29,6 +29,10 @@ type Tokens struct {
 	// does not report them (OpenAI's cached_tokens, which prompt_tokens
 	// includes, is not read).
 	CacheCreation, CacheRead int64
+	// Cached is OpenAI's usage.prompt_tokens_details.cached_tokens (the
+	// Responses API's input_tokens_details.cached_tokens): input read
+	// from the prompt cache, which In includes. 0 where not reported.
+	Cached int64
 }
 
 // Usage reads the top-level "usage" object of a JSON answer. A count is a
@@ -57,7 +61,8 @@ func Usage(body []byte) Tokens {
 var (
 	answerKeys = jsonscan.NewExactKeys("usage")
 	usageKeys  = jsonscan.NewExactKeys("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens",
-		"cache_creation_input_tokens", "cache_read_input_tokens")
+		"cache_creation_input_tokens", "cache_read_input_tokens", "prompt_tokens_details", "input_tokens_details")
+	detailKeys = jsonscan.NewExactKeys("cached_tokens")
 )
 
 // readUsage reads the usage value the scanner is at, consuming it. What it
@@ -115,6 +120,10 @@ func readUsageFields(s *jsonscan.Scanner) (u usageRead, ok bool) {
 		return u, false // null, or not an object; the caller's loop skips it
 	}
 	for key := range s.Fields(usageKeys) {
+		if key == "prompt_tokens_details" || key == "input_tokens_details" {
+			u.t.Cached = readCached(s)
+			continue
+		}
 		i, dst := usageField(&u.t, key)
 		v := s.Value()
 		n, isCount := count(v)
@@ -128,6 +137,22 @@ func readUsageFields(s *jsonscan.Scanner) (u usageRead, ok bool) {
 		}
 	}
 	return u, true
+}
+
+// readCached reads a details object's cached_tokens, consuming the value
+// the scanner is at: 0 when it is no object or holds no count there. It
+// is informative (a price for cached input), so a value that is not a
+// count does not make the usage unreported.
+func readCached(s *jsonscan.Scanner) int64 {
+	if s.Peek() != '{' {
+		s.Value()
+		return 0
+	}
+	var n int64
+	for range s.Fields(detailKeys) {
+		n, _ = count(s.Value())
+	}
+	return n
 }
 
 // usageField is the index and the count in t that a usage key fills.

@@ -15,6 +15,10 @@ var usageCases = []struct {
 	want       Tokens
 }{
 	{"chat completion", `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}`, Tokens{In: 19, Out: 10, Reported: true}},
+	{"chat completion, prompt cache hit", `{"object":"chat.completion","choices":[],"usage":{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0}}}`, Tokens{In: 2006, Out: 300, Reported: true, Cached: 1920}},
+	{"responses, prompt cache hit", `{"object":"response","status":"completed","usage":{"input_tokens":1500,"input_tokens_details":{"cached_tokens":1024},"output_tokens":20,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1520}}`, Tokens{In: 1500, Out: 20, Reported: true, Cached: 1024}},
+	{"cached_tokens malformed is ignored", `{"usage":{"prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":"x"}}}`, Tokens{In: 5, Reported: true}},
+	{"details not an object is ignored", `{"usage":{"prompt_tokens":5,"prompt_tokens_details":null}}`, Tokens{In: 5, Reported: true}},
 	{"legacy completion", `{"object":"text_completion","choices":[{"text":"Once","index":0,"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`, Tokens{In: 5, Out: 7, Reported: true}},
 	{"embeddings", `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.0023064255,-0.009327292,1e-7]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":8,"total_tokens":8}}`, Tokens{In: 8, Out: 0, Reported: true}},
 	{"usage chunk", `{"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`, Tokens{In: 3, Out: 4, Reported: true}},
@@ -155,6 +159,14 @@ func referenceUsage(body []byte) Tokens {
 			raw[&t.CacheCreation] = v
 		case "cache_read_input_tokens":
 			raw[&t.CacheRead] = v
+		case "prompt_tokens_details", "input_tokens_details":
+			var d struct {
+				Cached json.RawMessage `json:"cached_tokens"`
+			}
+			t.Cached = 0
+			if json.Unmarshal(v, &d) == nil {
+				t.Cached, _ = referenceCount(d.Cached)
+			}
 		}
 	}
 	if in, present := raw[&t.In]; !present || string(in) == "null" {

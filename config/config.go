@@ -92,6 +92,7 @@ func Default() Config {
 		},
 		Tracing:   Tracing{SampleRatio: 1, TrustClientContext: true},
 		Ownership: DefaultOwnership(),
+		Budgets:   Budgets{DefaultMaxTokens: 4096, BytesPerToken: 4, OnStoreError: OnStoreErrorRefuse},
 	}
 }
 
@@ -147,6 +148,7 @@ type Config struct {
 	Tracing     Tracing     `yaml:"tracing"`
 	Ownership   Ownership   `yaml:"ownership"`
 	Passthrough Passthrough `yaml:"passthrough"`
+	Budgets     Budgets     `yaml:"budgets"`
 }
 
 // Upstream is one OpenAI-compatible provider.
@@ -209,6 +211,13 @@ type Upstream struct {
 	// state (previous_response_id then fails upstream). The one exception
 	// to byte fidelity: only that member's value changes. Default false.
 	ForceStoreFalse bool `yaml:"force_store_false"`
+	// Prices price this upstream's models for cost budgets: a model name,
+	// or a glob (gpt-4o*), to what a million tokens of each kind cost.
+	Prices map[string]Price `yaml:"prices"`
+	// DefaultPrice prices a model Prices does not name. If nil, such a
+	// model's runs count no cost (llmgate_budget_unpriced_total counts
+	// them); their tokens still count.
+	DefaultPrice *Price `yaml:"default_price"`
 }
 
 // The provider APIs an upstream may speak (Upstream.API).
@@ -255,6 +264,20 @@ type Client struct {
 	// upstream's api_key: the provider itself then keeps this client's
 	// stored objects apart. A secret: redacted, never logged.
 	UpstreamAPIKeys map[string]string `yaml:"upstream_api_keys"`
+	// Budgets cap what this client spends per window, in tokens or money
+	// (see Budget); none by default.
+	Budgets []Budget `yaml:"budgets"`
+}
+
+// AllBudgets are the budgets that apply to c when def is the default
+// block (Config.ClientLimits): its own, and its tokens per minute as a
+// budget of total tokens over a minute window.
+func (c Client) AllBudgets(def ClientLimits) []Budget {
+	out := c.Budgets
+	if tpm := c.EffectiveLimits(def).TokensPerMinute; tpm > 0 {
+		out = append(out[:len(out):len(out)], Budget{Window: WindowMinute, Tokens: tpm, Count: CountTotal, Model: ""})
+	}
+	return out
 }
 
 // Digest is the SHA-256 of the client's key, from Key or KeySHA256: what
@@ -309,6 +332,10 @@ type ClientLimits struct {
 	// still served), and a content-cached request is served without being
 	// stored.
 	MaxStoredBytes int64 `yaml:"max_stored_bytes"`
+	// TokensPerMinute caps the tokens (input and output) the client's
+	// runs use per UTC minute, across all replicas: a budget of window
+	// minute (see Budget), reserved and settled as budgets are.
+	TokensPerMinute int64 `yaml:"tokens_per_minute"`
 }
 
 // EffectiveLimits are the limits that apply to c when def is the default
@@ -327,6 +354,7 @@ func (l ClientLimits) Over(def ClientLimits) ClientLimits {
 		Burst:             pickLimit(l.Burst, def.Burst),
 		MaxConcurrent:     pickLimit(l.MaxConcurrent, def.MaxConcurrent),
 		MaxStoredBytes:    pickLimit(l.MaxStoredBytes, def.MaxStoredBytes),
+		TokensPerMinute:   pickLimit(l.TokensPerMinute, def.TokensPerMinute),
 	}
 	if out.RequestsPerSecond == 0 {
 		out.Burst = 0

@@ -56,6 +56,18 @@ var expectedErrors = map[string][]string{
 
 	"client_limits_negative.bad.yml":  {"client_limits.max_concurrent: -1 is not >= 0 (0 is no limit)"},
 	"client_own_limits_range.bad.yml": {"clients[0].limits.requests_per_second: -2 is not -1 (no limit), 0 (as client_limits) or more"},
+	"budget_window.bad.yml":           {"clients[0].budgets[0].window: \"week\" is not minute, day or month"},
+	"budget_both_caps.bad.yml":        {"clients[0].budgets[0]: both tokens and cost are set (one budget caps one of them: write two budgets)"},
+	"budget_no_cap.bad.yml":           {"clients[0].budgets[0]: neither tokens nor cost is set (set the cap, e.g. tokens: 1000000 or cost: \"25.00\")"},
+	"budget_count.bad.yml":            {"clients[0].budgets[0].count: \"prompt\" is not input, output or total"},
+	"budget_duplicate.bad.yml":        {"clients[0].budgets[1]: same window, unit, count and model as clients[0].budgets[0] (keep one)"},
+	"budget_cost_unpriced.bad.yml":    {"clients[0].budgets[0].cost: no upstream has prices or default_price, so no cost is ever counted (set upstreams[].prices)"},
+	"budget_money_decimals.bad.yml":   {"line 5: upstreams[0].prices.gpt-4o.input: \"2.5000001\" has more than six decimals (amounts are kept in micro-units)"},
+	"budget_money_text.bad.yml":       {"line 5: upstreams[0].prices.gpt-4o.output: \"ten\" is not an amount (write units with up to six decimals, e.g. \"2.50\")"},
+	"budget_price_negative.bad.yml":   {"upstreams[0].default_price.input: -1.000000 is negative"},
+	"budget_tpm_negative.bad.yml":     {"client_limits.tokens_per_minute: -1 is not >= 0 (0 is no limit)"},
+	"budget_reservation_ttl.bad.yml":  {"budgets.reservation_ttl: 5m0s must be longer than retry.deadline (10m0s): a reservation must outlast the call it holds budget for"},
+	"budget_on_store_error.bad.yml":   {"budgets.on_store_error: \"maybe\" is not refuse or allow"},
 	"client_own_burst.bad.yml":        {"clients[0].limits.burst: must be >= 0 (0: as many as one second's rate)"},
 	"replicas_badger.bad.yml":         {"replicas: 2 replicas need store.kind: redis (a Badger data dir belongs to one process)"},
 	"replicas_zero.bad.yml":           {"replicas: must be >= 1 (the number of gateway processes sharing the traffic)"},
@@ -299,6 +311,7 @@ func TestGoodConfig(t *testing.T) {
 			SampleRatio: 0.25,
 		},
 		Ownership: DefaultOwnership(),
+		Budgets:   Budgets{DefaultMaxTokens: 4096, BytesPerToken: 4, OnStoreError: OnStoreErrorRefuse},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("LoadFile(good.yml) =\n%+v\nwant\n%+v", c, want)

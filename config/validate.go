@@ -65,6 +65,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateDeadLetters(&p)
 	c.validatePassthrough(&p)
+	c.validateBudgets(&p)
 	if c.Tracing.Endpoint != "" && !isHTTPURL(c.Tracing.Endpoint) {
 		// It may carry credentials: never echo it.
 		p.add("tracing.endpoint", "not an http(s) URL with a host (e.g. http://otel-collector:4318/v1/traces)")

@@ -39,6 +39,7 @@ import (
 	"github.com/llmgate/llmgate/gateway/admin"
 	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/budget"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/forwarded"
 	"github.com/llmgate/llmgate/gateway/idempotency"
@@ -61,6 +62,7 @@ type Store interface {
 	admin.Store
 	limits.Store
 	ownership.Store
+	budget.Store
 	// PurgeScope deletes every record and dead letter of a client (see
 	// package cache).
 	PurgeScope(ctx context.Context, scope string) (cache.Purged, error)
@@ -188,11 +190,13 @@ func New(o Options) (*Gateway, error) {
 		Wait: o.Config.Limits.AdmissionWait.D(), After: o.AdmissionAfter, Setting: "passthrough.spool_max_total_bytes", Share: spoolShare(&o.Config)})
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now,
 		OnRecord: g.timeline.DeadLetter})
+	ledger := g.newLedger(o)
 	g.requests = request.New(request.Options{Config: o.Config, Logger: g.log, Now: g.now, Router: r, Proxy: g.proxy, Keeper: g.keeper,
 		Metrics: g.metrics, Timeline: g.timeline, Tracer: o.Tracer, DeadLetters: g.dlq, Limits: g.limits, Owners: g.owners,
-		Admit: g.admit, Spooled: g.spooled, Space: g.space, ForwardSecret: g.forwardSecret})
+		Admit: g.admit, Spooled: g.spooled, Space: g.space, ForwardSecret: g.forwardSecret, Budgets: ledger})
 	g.admin = admin.New(admin.Options{Config: o.Config, Store: o.Store, Breakers: g.breakers, Metrics: g.metrics,
-		DeadLetters: g.dlq, Endpoints: request.Endpoints(), Logger: g.log, Now: g.now, SignInCode: o.AdminSignInCode, Timeline: g.timeline})
+		DeadLetters: g.dlq, Endpoints: request.Endpoints(), Logger: g.log, Now: g.now, SignInCode: o.AdminSignInCode, Timeline: g.timeline,
+		Budgets: ledger})
 	g.echo = g.routes()
 	g.dlq.SetHandler(g.echo)
 	g.ready.Store(true)
@@ -565,3 +569,26 @@ func spoolShare(c *config.Config) int64 {
 // DeadlineHeader lets a client shorten the configured total deadline for
 // one request: a Go duration ("30s") or a number of seconds ("30").
 const DeadlineHeader = request.DeadlineHeader
+
+// newLedger is the clients' budgets (their own and tokens_per_minute;
+// with no clients, the shared scope's tokens_per_minute), priced by the
+// upstreams' prices, kept in the store.
+func (g *Gateway) newLedger(o Options) *budget.Ledger {
+	budgets := map[string][]config.Budget{}
+	for _, c := range o.Config.Clients {
+		if b := c.AllBudgets(o.Config.ClientLimits); len(b) > 0 {
+			budgets[c.Name] = b
+		}
+	}
+	if len(o.Config.Clients) == 0 {
+		if b := (config.Client{}).AllBudgets(o.Config.ClientLimits); len(b) > 0 {
+			budgets[""] = b
+		}
+	}
+	ups := make(map[string]config.Upstream, len(o.Config.Upstreams))
+	for _, u := range o.Config.Upstreams {
+		ups[u.Name] = u
+	}
+	return budget.New(budget.Options{Budgets: budgets, Upstreams: ups, Settings: o.Config.Budgets, Deadline: o.Config.Retry.Deadline.D(),
+		Store: o.Store, Metrics: g.metrics, Now: g.now, Logger: g.log})
+}

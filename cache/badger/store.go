@@ -113,6 +113,9 @@ type Store struct {
 
 	waiters waiters.Broadcast
 
+	// budgetMu serialises the budget counters' read-modify-writes.
+	budgetMu sync.Mutex
+
 	// mu is held shared by every operation on db and exclusively by Close, so
 	// Close waits for operations in progress and none starts after it.
 	mu        sync.RWMutex

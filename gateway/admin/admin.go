@@ -66,6 +66,8 @@ type Options struct {
 	DeadLetters *deadletter.Queue
 	// Timeline holds the page's charts; if nil, the page has none.
 	Timeline *timeline.Timeline
+	// Budgets, if set, show each client's budgets in GET /admin/clients.
+	Budgets Budgets
 	// Endpoints are the keyed POST paths, for looking a key up on each.
 	Endpoints []string
 	// Logger: if nil, logs are discarded.
@@ -94,6 +96,7 @@ type Admin struct {
 	metrics   *metrics.Metrics
 	dlq       *deadletter.Queue
 	timeline  *timeline.Timeline
+	budgets   Budgets
 	endpoints []string
 	log       *slog.Logger
 	now       func() time.Time
@@ -119,7 +122,7 @@ type Admin struct {
 // following them.
 func New(o Options) *Admin {
 	a := &Admin{cfg: o.Config, store: o.Store, breakers: o.Breakers, metrics: o.Metrics, dlq: o.DeadLetters,
-		endpoints: o.Endpoints, log: o.Logger, now: o.Now, timeline: o.Timeline}
+		endpoints: o.Endpoints, log: o.Logger, now: o.Now, timeline: o.Timeline, budgets: o.Budgets}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}

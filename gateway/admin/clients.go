@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/budget"
 )
 
 // ClientData is what the gateway keeps about one client that can be
@@ -75,6 +76,14 @@ type clientView struct {
 	MaxDeadLetters     int   `json:"max_dead_letters"`
 	MaxDeadLetterBytes int64 `json:"max_dead_letter_bytes"`
 	DeadLettersDropped int64 `json:"dead_letters_dropped"`
+	// Budgets are its budgets in their current windows: limit, spent,
+	// held by runs in flight, remaining, and when each resets.
+	Budgets []budget.Status `json:"budgets,omitempty"`
+}
+
+// Budgets reads a client's budgets (package budget's Ledger).
+type Budgets interface {
+	Status(ctx context.Context, client string) ([]budget.Status, error)
 }
 
 // Clients is the handler of GET /admin/clients: every configured client,
@@ -106,6 +115,15 @@ func (a *Admin) Clients(c echo.Context) error {
 	}
 	for name, n := range a.dlq.Dropped() {
 		view(name).DeadLettersDropped = n
+	}
+	if a.budgets != nil {
+		for _, cl := range a.cfg.Clients {
+			st, err := a.budgets.Status(c.Request().Context(), cl.Name)
+			if err != nil {
+				return storeErr(err)
+			}
+			view(cl.Name).Budgets = st
+		}
 	}
 	out := make([]clientView, 0, len(views))
 	for _, v := range views {

@@ -40,7 +40,8 @@ type Error struct {
 	// one by status.
 	ProviderType bool
 	// Header holds headers sent with the error besides the gateway's own:
-	// an upstream's relayed ones (its request id, rate-limit state).
+	// an upstream's relayed ones (its request id, rate-limit state), a
+	// budget's reset time.
 	// Content-Type, Retry-After and x-should-retry in it are not sent:
 	// the error's own are.
 	Header http.Header
@@ -233,6 +234,32 @@ func (e *ClientLimited) Error() string {
 	return fmt.Sprintf("client %q over its %s limit", e.Client, e.Limit)
 }
 
+// BudgetExceeded: the request's client has spent one of its budgets
+// (clients[].budgets, tokens_per_minute) until Reset, when its window
+// starts again; the request never reached an upstream.
+type BudgetExceeded struct {
+	Client string
+	// Budget is its id (window.unit.count[.model]); What says it in words.
+	Budget, What string
+	Reset        time.Time
+	RetryAfter   time.Duration
+}
+
+func (e *BudgetExceeded) Error() string {
+	return fmt.Sprintf("client %q: budget %s spent until %s", e.Client, e.Budget, e.Reset.UTC().Format(time.RFC3339))
+}
+
+// BudgetUnavailable: the budget store could not be reached, and a
+// budgeted client's request is refused (budgets.on_store_error: refuse).
+type BudgetUnavailable struct{ Err error }
+
+func (e *BudgetUnavailable) Error() string { return "budget store unavailable: " + errString(e.Err) }
+func (e *BudgetUnavailable) Unwrap() error { return e.Err }
+
+// BudgetResetHeader carries a budget_exceeded refusal's reset time
+// (RFC 3339, UTC).
+const BudgetResetHeader = "X-Llmgate-Budget-Reset"
+
 // ClientGone: the client left before the gateway answered (nginx's 499).
 var ClientGone = &clientGone{}
 
@@ -372,6 +399,8 @@ func clientWire(err error) *Error {
 			Message: msg, ShouldRetry: true, Err: err}
 	case errors.As(err, &cl):
 		return clientLimited(cl)
+	case errors.As(err, new(*BudgetExceeded)) || errors.As(err, new(*BudgetUnavailable)):
+		return budgetRefused(err)
 	case errors.Is(err, ClientGone):
 		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request",
 			Message: "The client closed the request.", Err: context.Canceled}
@@ -439,6 +468,23 @@ func clientLimited(cl *ClientLimited) *Error {
 			"until older answers expire (Retry-After) or the operator raises the quota. Replays of committed keys, and requests without an Idempotency-Key, still work."
 	}
 	return e
+}
+
+// budgetRefused is a spent budget's 429, or the 503 of a budget store
+// that cannot be reached. A spent budget frees itself only when its
+// window resets (Retry-After, often hours): x-should-retry is false, so
+// no SDK retries it, and the gateway never does.
+func budgetRefused(err error) *Error {
+	var be *BudgetExceeded
+	if errors.As(err, &be) {
+		reset := be.Reset.UTC().Format(time.RFC3339)
+		return &Error{Status: http.StatusTooManyRequests, Type: "budget", Code: "budget_exceeded", RetryAfter: be.RetryAfter, Err: err,
+			Header: http.Header{BudgetResetHeader: {reset}},
+			Message: fmt.Sprintf("This API key's budget at the gateway (%s) is spent until %s, when its window resets. "+
+				"The request was not sent to any provider; retrying before then will not help.", be.What, reset)}
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "budget_store_unavailable", RetryAfter: time.Second, Err: err,
+		Message: "The gateway's budget store is unavailable, so this API key's spend cannot be checked against its budget and the request was not run. Retry later."}
 }
 
 // Body renders e in OpenAI's error shape.

@@ -35,6 +35,7 @@ type Metrics struct {
 	authFailures  *prometheus.CounterVec
 	Inflight      prometheus.Gauge
 
+	budgetMetrics
 	clientLimited  *prometheus.CounterVec
 	clientFailOpen *prometheus.CounterVec
 	clientStored   *prometheus.GaugeVec
@@ -78,6 +79,7 @@ func New(reg prometheus.Registerer, exactModels []string) *Metrics {
 	reg.MustRegister(m.requestSeries()...)
 	reg.MustRegister(m.clientSeries()...)
 	reg.MustRegister(m.tokenSeries()...)
+	reg.MustRegister(m.budgetSeries()...)
 	return m
 }
 

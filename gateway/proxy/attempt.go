@@ -45,6 +45,7 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 		return a.fail(err)
 	}
 	resp.Status = res.StatusCode
+	resp.billed = res.StatusCode >= 200 && res.StatusCode <= 299
 	resp.Header = headers.Response(res.Header)
 	if res.StatusCode < 200 || res.StatusCode > 299 {
 		body, err := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))

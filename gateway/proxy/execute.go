@@ -122,6 +122,11 @@ type Call struct {
 	// Tried lists the upstreams the call reached or was refused by, in
 	// order, for its dead letter.
 	Tried []string
+	// Runs are the attempts a provider billed (it answered 2xx) that a
+	// retry or a fallback then replaced: a 2xx with no usable answer, a
+	// stream cut before its first event. The response Execute returns is
+	// not among them (see Response.Billed).
+	Runs []Run
 	// backoff is the wait before the attempt about to start, for its span.
 	backoff time.Duration
 }
@@ -151,6 +156,32 @@ type Response struct {
 	end    outcome.End
 	// done reports the outcome to the upstream's breaker; Report calls it.
 	done func(breaker.Result, string)
+	// billed: the upstream answered 2xx, so the provider billed the run,
+	// even if what followed was no answer (the attempt failed after).
+	billed bool
+}
+
+// Run is one billed provider run: its upstream and the usage it
+// reported (Reported false: none).
+type Run struct {
+	Upstream string
+	Usage    classify.Tokens
+}
+
+// Billed reports whether the provider billed the run that produced r: it
+// answered 2xx, whatever came after.
+func (r *Response) Billed() bool { return r != nil && r.billed }
+
+// noteRun adds r to c.Runs if it was billed, before r is replaced.
+func (c *Call) noteRun(r *Response) {
+	if !r.Billed() {
+		return
+	}
+	u := r.Outcome.Usage
+	if r.Status >= 200 && r.Status <= 299 && r.Stream == nil && r.Rest == nil {
+		u = c.api().Usage(r.Body, r.Outcome)
+	}
+	c.Runs = append(c.Runs, Run{Upstream: r.Upstream.Cfg.Name, Usage: u})
 }
 
 // Result is the settle input for this response (after a stream's end).
@@ -284,11 +315,13 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 			// upstream's breaker learns now, by the same rule Settle uses.
 			resp.done(outcome.Breaker(resp.Outcome, outcome.EndNone, false), string(resp.Outcome.Class))
 			resp.done = nil
+			c.noteRun(last)
 			last.Discard()
 			last = resp
 			lastErr = nil
 			continue
 		}
+		c.noteRun(last)
 		last.Discard()
 		return resp, nil
 	}
@@ -338,6 +371,9 @@ func (p *Proxy) runUpstream(ctx context.Context, c *Call, hop Hop) (*Response, r
 	c.backoff = 0
 	loop := p.retryLoop(u.Cfg.Name, c)
 	_, stats := loop.Run(ctx, c.Deadline, func(actx context.Context, n int) classify.Outcome {
+		if resp != nil {
+			c.noteRun(resp)
+		}
 		resp.Discard()
 		actx, span := p.tracer.StartAttempt(actx, u.attemptSpan(c, n))
 		resp = p.attempt(actx, c, hop)

@@ -63,24 +63,26 @@ func (g *Handler) handlePost(ep endpoint) echo.HandlerFunc {
 			return err
 		}
 		if kr != nil {
-			return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}}, kr)
+			return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}, maxTokens: rt.MaxTokens}, kr)
 		}
-		return g.serveUnkeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s})
+		return g.serveUnkeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, maxTokens: rt.MaxTokens})
 	})
 }
 
 // exchange is one client request on its way through the handler: its
 // response writer and request, the call its plan made (the hops are on
-// it), its deadlines, its log line's summary, and what it holds (its
+// it), its deadlines, its log line's summary, what it holds (its
 // client's concurrency slot and its body's reservation, which a keyed call
-// takes along when it outlives its handler).
+// takes along when it outlives its handler), and the output it allows
+// (its budget reservation's).
 type exchange struct {
-	w    http.ResponseWriter
-	req  *http.Request
-	call *proxy.Call
-	dl   deadlines
-	sum  *summary
-	held hold
+	w         http.ResponseWriter
+	req       *http.Request
+	call      *proxy.Call
+	dl        deadlines
+	sum       *summary
+	held      hold
+	maxTokens int64
 }
 
 // admitClient applies the client's concurrency and rate limits, before anything
@@ -113,8 +115,15 @@ func (g *Handler) serveUnkeyed(x *exchange) error {
 		ctx, cancel = context.WithDeadlineCause(ctx, dl.client, outcome.ErrClientDeadline)
 		defer cancel()
 	}
+	hold, err := g.reserve(ctx, cl, x.maxTokens)
+	if err != nil {
+		s.class = budgetClass
+		return err
+	}
+	var resp *proxy.Response
+	defer func() { g.settleBudget(ctx, hold, cl, resp) }()
 	start := g.now()
-	resp, err := g.proxy.Execute(ctx, cl)
+	resp, err = g.proxy.Execute(ctx, cl)
 	if err != nil {
 		return err
 	}

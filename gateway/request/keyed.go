@@ -175,7 +175,8 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 	}
 	hk := hooksOf(r.Context())
 	live, unlive := g.goLive(cl, kr)
-	k := &keyedCall{g: g, h: newHandoff(w, r.Context(), live), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk}
+	k := &keyedCall{g: g, h: newHandoff(w, r.Context(), live), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk,
+		maxTokens: x.maxTokens}
 	ended := make(chan workEnd, 1)
 	cl.Source.Hold() // a spooled body outlives the handler while the call runs on
 	go func() {
@@ -384,6 +385,8 @@ type keyedCall struct {
 	resp *proxy.Response
 	// hooks are a test's (CallHooks); none otherwise.
 	hooks *CallHooks
+	// maxTokens sizes the call's budget reservation.
+	maxTokens int64
 }
 
 func (k *keyedCall) run() (e workEnd) {
@@ -406,6 +409,15 @@ func (k *keyedCall) run() (e workEnd) {
 		}
 	}()
 	failpoint("before-upstream")
+	hold, err := k.g.reserve(k.work, k.cl, k.maxTokens)
+	if err != nil {
+		// Refused before any upstream call: the key is released, with no
+		// dead letter (a replay would be refused the same way).
+		k.s.class, k.s.idemEvent = budgetClass, "release"
+		k.lease.Release(k.work)
+		return workEnd{err: err}
+	}
+	defer func() { k.g.settleBudget(k.work, hold, k.cl, k.resp) }()
 	resp, err := k.g.proxy.Execute(k.work, k.cl)
 	if err != nil {
 		// It never reached an upstream (or none answered): released at once.

@@ -1,6 +1,8 @@
 package request
 
 import (
+	"strconv"
+
 	"github.com/llmgate/llmgate/classify/jsonscan"
 )
 
@@ -15,6 +17,10 @@ type routing struct {
 	// accepted, as it was before they were read, and leaves the typed
 	// field at its zero value; Raw shows what was there.
 
+	// MaxTokens is the output the request allows: max_tokens,
+	// max_completion_tokens or max_output_tokens (the largest set, as a
+	// count); 0 when none is. Its budget reservation is sized by it.
+	MaxTokens int64
 	// IncludeUsage is stream_options.include_usage == true.
 	IncludeUsage bool
 	// PreviousResponseID is previous_response_id when it is a string.
@@ -42,7 +48,8 @@ const (
 // routingKeys are the top-level fields parseRouting reads. Each may appear
 // once, in any case: the gateway and the upstream must not read different
 // values.
-var routingKeys = jsonscan.NewKeys("model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation")
+var routingKeys = jsonscan.NewKeys("model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation",
+	"max_tokens", "max_completion_tokens", "max_output_tokens")
 
 var (
 	streamOptionsKeys = jsonscan.NewKeys("include_usage")
@@ -112,6 +119,10 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 		sub := jsonscan.New(v, 0)
 		for range sub.Fields(streamOptionsKeys) {
 			r.IncludeUsage = string(sub.Value()) == "true"
+		}
+	case "max_tokens", "max_completion_tokens", "max_output_tokens":
+		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && n > r.MaxTokens {
+			r.MaxTokens = n
 		}
 	case "previous_response_id":
 		r.Raw.PreviousResponseID = v

@@ -73,6 +73,12 @@ func TestParseRoutingFields(t *testing.T) {
 		{`{"Model":"m","\u017ftream":true,"Stream_Options":{"INCLUDE_USAGE":true}}`, `model=m stream usage`},
 		{`{"model":"m","PREVIOUS_RESPONSE_ID":"r","BAC\u212aGROUND":true,"ſtore":false,"Conversation":{"ID":"c"}}`, `model=m prev=r background store=false conv=c`},
 		{`{"model":"m","messages":[{"model":"x","stream":"no"}]}`, `model=m`},
+		// The output a request allows sizes its budget reservation: the
+		// largest count set, others ignored.
+		{`{"model":"m","max_tokens":256}`, `model=m max=256`},
+		{`{"model":"m","max_completion_tokens":100,"max_tokens":50}`, `model=m max=100`},
+		{`{"model":"m","max_output_tokens":64}`, `model=m max=64`},
+		{`{"model":"m","max_tokens":null,"max_completion_tokens":"9","max_output_tokens":-3}`, `model=m`},
 	}
 	for _, c := range cases {
 		r, err := parseRouting([]byte(c.body), 64)
@@ -94,6 +100,7 @@ func TestParseRoutingFields(t *testing.T) {
 		add(r.Store == optTrue, "store=true")
 		add(r.Store == optFalse, "store=false")
 		add(r.ConversationID != "", "conv="+r.ConversationID)
+		add(r.MaxTokens != 0, fmt.Sprintf("max=%d", r.MaxTokens))
 		if g := strings.Join(got, " "); g != c.want {
 			t.Errorf("%s: %s, want %s", c.body, g, c.want)
 		}
@@ -127,6 +134,9 @@ func TestParseRoutingDuplicates(t *testing.T) {
 		{`{"model":"a","store":null,"store":true}`, "store"},
 		{`{"model":"a","conversation":"c1","conversation":{"id":"c2"}}`, "conversation"},
 		{`{"model":"a","messages":[],"messages":[],"temperature":0,"temperature":1}`, ""},
+		// A budget's reservation must not read a smaller value than the
+		// provider uses.
+		{`{"model":"a","max_tokens":10,"max_tokens":100000}`, "max_tokens"},
 		// Keys that fold alike, as a Go upstream's decoder reads them.
 		{`{"model":"a","Model":"b","MODEL":"c"}`, "model"},
 		{`{"model":"gpt-4o-mini","MODEL":"gpt-4o"}`, "model"},

@@ -21,6 +21,7 @@ import (
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/admission"
+	"github.com/llmgate/llmgate/gateway/budget"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/forwarded"
 	"github.com/llmgate/llmgate/gateway/idempotency"
@@ -33,7 +34,7 @@ import (
 )
 
 // Options configure a Handler. Every field but Logger, Now, Tracer,
-// Space and ForwardSecret is required.
+// Space, ForwardSecret and Budgets is required.
 type Options struct {
 	Config config.Config
 	// Logger: if nil, logs are discarded.
@@ -58,6 +59,9 @@ type Options struct {
 	Space func() (sp cache.Space, ok bool)
 	// ForwardSecret keys the Idempotency-Key forwarded upstream.
 	ForwardSecret []byte
+	// Budgets charge the clients' runs to their budgets. If nil, no
+	// client has one.
+	Budgets *budget.Ledger
 }
 
 // Handler serves the /v1 routes. Create it with New.
@@ -89,13 +93,14 @@ type Handler struct {
 	// proxies are server.trusted_proxies: whether a client reached the
 	// gateway over TLS (a batch's results_url).
 	proxies forwarded.Proxies
+	budgets *budget.Ledger
 }
 
 // New returns a Handler.
 func New(o Options) *Handler {
 	g := &Handler{cfg: o.Config, log: o.Logger, now: o.Now, router: o.Router, proxy: o.Proxy, keeper: o.Keeper,
 		metrics: o.Metrics, timeline: o.Timeline, tracer: o.Tracer, dlq: o.DeadLetters, limits: o.Limits,
-		admit: o.Admit, spooled: o.Spooled, space: o.Space, owners: o.Owners, forwardSecret: o.ForwardSecret,
+		admit: o.Admit, spooled: o.Spooled, space: o.Space, owners: o.Owners, forwardSecret: o.ForwardSecret, budgets: o.Budgets,
 		apiKeys: clientAPIKeys(o.Config.Clients), tenants: len(o.Config.Clients) > 0,
 		work: newWorkSet(o.Config.Idempotency.MaxDetached), proxies: forwarded.New(o.Config.Server.TrustedProxyPrefixes())}
 	if g.log == nil {

@@ -1,0 +1,179 @@
+package storetest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+)
+
+// BudgetStore is what RunBudgets exercises: the budget counters (see
+// cache.BudgetLine).
+type BudgetStore interface {
+	ReserveBudget(ctx context.Context, scope string, h cache.BudgetHold) (refused int, err error)
+	SettleBudget(ctx context.Context, scope, id string, lines []cache.BudgetLine) error
+	ReadBudgets(ctx context.Context, scope string, counters []string) ([]cache.BudgetCount, error)
+}
+
+// RunBudgets runs the budget behaviour every store must share, each case
+// on a fresh, empty store that open returns on the given clock.
+func RunBudgets(t *testing.T, open func(t *testing.T, now func() time.Time) BudgetStore) {
+	t.Run("reserve up to the limit, then refuse", func(t *testing.T) { budgetUpToLimit(t, open) })
+	t.Run("all or nothing", func(t *testing.T) { budgetAllOrNothing(t, open) })
+	t.Run("settle replaces the reservation", func(t *testing.T) { budgetSettle(t, open) })
+	t.Run("a leaked reservation expires", func(t *testing.T) { budgetLeakExpires(t, open) })
+	t.Run("resent reserve and settle count once", func(t *testing.T) { budgetResent(t, open) })
+	t.Run("scopes are apart", func(t *testing.T) { budgetScopes(t, open) })
+	t.Run("concurrent reservations never pass the limit", func(t *testing.T) { budgetConcurrent(t, open) })
+}
+
+type budgetOpener = func(t *testing.T, now func() time.Time) BudgetStore
+
+func budgetHold(id string, amount, limit int64, clock *Clock, counters ...string) cache.BudgetHold {
+	h := cache.BudgetHold{ID: id, TTL: time.Minute}
+	for _, c := range counters {
+		h.Lines = append(h.Lines, cache.BudgetLine{Counter: c, Limit: limit, Amount: amount, Until: clock.Now().Add(time.Hour)})
+	}
+	return h
+}
+
+func readBudget(t *testing.T, s BudgetStore, scope string, counters ...string) []cache.BudgetCount {
+	t.Helper()
+	got, err := s.ReadBudgets(ctx, scope, counters)
+	if err != nil {
+		t.Fatalf("ReadBudgets: %v", err)
+	}
+	return got
+}
+
+func reserve(t *testing.T, s BudgetStore, scope string, h cache.BudgetHold) int {
+	t.Helper()
+	n, err := s.ReserveBudget(ctx, scope, h)
+	if err != nil {
+		t.Fatalf("ReserveBudget: %v", err)
+	}
+	return n
+}
+
+func budgetUpToLimit(t *testing.T, open budgetOpener) {
+	clock := NewClock()
+	s := open(t, clock.Now)
+	for i, id := range []string{"a", "b", "c"} {
+		if n := reserve(t, s, "acme", budgetHold(id, 30, 90, clock, "day")); n != 0 {
+			t.Fatalf("reservation %d refused (%d), want it to fit", i, n)
+		}
+	}
+	if n := reserve(t, s, "acme", budgetHold("d", 1, 90, clock, "day")); n != 1 {
+		t.Fatalf("reservation over the limit = %d, want 1 (refused on line 1)", n)
+	}
+	if got := readBudget(t, s, "acme", "day"); got[0] != (cache.BudgetCount{Held: 90}) {
+		t.Fatalf("counter = %+v, want held 90", got[0])
+	}
+}
+
+func budgetAllOrNothing(t *testing.T, open budgetOpener) {
+	clock := NewClock()
+	s := open(t, clock.Now)
+	reserve(t, s, "acme", budgetHold("a", 50, 100, clock, "minute"))
+	h := budgetHold("b", 60, 1000, clock, "day", "minute")
+	h.Lines[1].Limit = 100
+	if n := reserve(t, s, "acme", h); n != 2 {
+		t.Fatalf("refused = %d, want 2 (the minute counter)", n)
+	}
+	if got := readBudget(t, s, "acme", "day", "minute"); got[0].Held != 0 || got[1].Held != 50 {
+		t.Fatalf("counters = %+v: a refused reservation held budget", got)
+	}
+}
+
+func budgetSettle(t *testing.T, open budgetOpener) {
+	clock := NewClock()
+	s := open(t, clock.Now)
+	reserve(t, s, "acme", budgetHold("a", 40, 100, clock, "day"))
+	lines := []cache.BudgetLine{{Counter: "day", Amount: 25, Until: clock.Now().Add(time.Hour)}}
+	if err := s.SettleBudget(ctx, "acme", "a", lines); err != nil {
+		t.Fatal(err)
+	}
+	if got := readBudget(t, s, "acme", "day"); got[0] != (cache.BudgetCount{Spent: 25}) {
+		t.Fatalf("after settle = %+v, want spent 25, held 0", got[0])
+	}
+	// 75 left: 75 fits, 76 does not.
+	if n := reserve(t, s, "acme", budgetHold("b", 76, 100, clock, "day")); n != 1 {
+		t.Fatalf("76 over 25 spent of 100 = %d, want refused", n)
+	}
+	if n := reserve(t, s, "acme", budgetHold("c", 75, 100, clock, "day")); n != 0 {
+		t.Fatalf("75 over 25 spent of 100 = %d, want reserved", n)
+	}
+}
+
+func budgetLeakExpires(t *testing.T, open budgetOpener) {
+	clock := NewClock()
+	s := open(t, clock.Now)
+	reserve(t, s, "acme", budgetHold("leaked", 100, 100, clock, "day"))
+	if n := reserve(t, s, "acme", budgetHold("b", 10, 100, clock, "day")); n != 1 {
+		t.Fatal("a second reservation fit beside a full one")
+	}
+	clock.Advance(time.Minute) // the leaked one's ttl
+	if n := reserve(t, s, "acme", budgetHold("c", 100, 100, clock, "day")); n != 0 {
+		t.Fatalf("after the leaked reservation's ttl: refused (%d)", n)
+	}
+	// Its run settles late after all: it is charged, once.
+	lines := []cache.BudgetLine{{Counter: "day", Amount: 7, Until: clock.Now().Add(time.Hour)}}
+	for range 2 {
+		if err := s.SettleBudget(ctx, "acme", "leaked", lines); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := readBudget(t, s, "acme", "day"); got[0].Spent != 7 || got[0].Held != 100 {
+		t.Fatalf("counter = %+v, want spent 7 (the late settlement, once), held 100", got[0])
+	}
+}
+
+func budgetResent(t *testing.T, open budgetOpener) {
+	clock := NewClock()
+	s := open(t, clock.Now)
+	for range 2 {
+		reserve(t, s, "acme", budgetHold("a", 40, 100, clock, "day"))
+	}
+	lines := []cache.BudgetLine{{Counter: "day", Amount: 30, Until: clock.Now().Add(time.Hour)}}
+	for range 2 {
+		if err := s.SettleBudget(ctx, "acme", "a", lines); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := readBudget(t, s, "acme", "day"); got[0] != (cache.BudgetCount{Spent: 30}) {
+		t.Fatalf("counter = %+v, want spent 30 held 0", got[0])
+	}
+}
+
+func budgetScopes(t *testing.T, open budgetOpener) {
+	clock := NewClock()
+	s := open(t, clock.Now)
+	reserve(t, s, "acme", budgetHold("a", 100, 100, clock, "day"))
+	if n := reserve(t, s, "globex", budgetHold("a", 100, 100, clock, "day")); n != 0 {
+		t.Fatal("one client's reservation took another's budget")
+	}
+}
+
+func budgetConcurrent(t *testing.T, open budgetOpener) {
+	clock := NewClock()
+	s := open(t, clock.Now)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	taken := 0
+	for i := range 50 {
+		wg.Go(func() {
+			n, err := s.ReserveBudget(ctx, "acme", budgetHold(string(rune('A'+i)), 7, 100, clock, "day", "minute"))
+			if err == nil && n == 0 {
+				mu.Lock()
+				taken++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if taken != 14 { // 14 × 7 = 98 ≤ 100 < 105
+		t.Fatalf("%d of 50 concurrent reservations of 7 taken under 100, want 14", taken)
+	}
+}

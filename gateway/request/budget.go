@@ -1,0 +1,69 @@
+package request
+
+import (
+	"context"
+
+	"github.com/llmgate/llmgate/gateway/budget"
+	"github.com/llmgate/llmgate/gateway/proxy"
+)
+
+// Budgets (package budget) are charged by provider run, where the
+// request path runs the call: serveUnkeyed, and a claimed key's call
+// (keyedCall.run). What answers without a run — a replay of a committed
+// key, a duplicate coalesced onto the call in flight (it waits for its
+// commit), a client's retry answered from the store — never reaches
+// either, and is never charged (its tokens count as saved). A call that
+// takes over a key whose lease expired runs, and is charged: the
+// provider bills it too.
+//
+// A run is charged by the usage its provider reported, or by its
+// reservation when it reported none (a stream without
+// stream_options.include_usage, a 2xx cut before its usage): the gateway
+// does not rewrite the request to ask for usage, so such a charge is an
+// estimate, counted as one (llmgate_budget_charged_total{estimated="true"}).
+// Each billed run counts — the runs a gateway retry replaced too
+// (proxy.Call.Runs). A stream running when its budget runs out completes;
+// the next request is refused.
+
+// budgetClass is the log line's class of a request its budget refused.
+const budgetClass = "budget_exceeded"
+
+// reserve reserves a call's budget before it runs: nil when its client
+// has no budget that applies. The refusal (apierror.BudgetExceeded, or
+// BudgetUnavailable) is the client's answer, and nothing was sent.
+func (g *Handler) reserve(ctx context.Context, cl *proxy.Call, maxTokens int64) (*budget.Hold, error) {
+	client := ClientOf(cl.In)
+	if cl.Passthrough || !g.budgets.Budgeted(client) {
+		return nil, nil
+	}
+	ups := make([]string, len(cl.Hops))
+	for i, h := range cl.Hops {
+		ups[i] = h.Upstream.Cfg.Name
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Store.OpTimeout.D())
+	defer cancel()
+	return g.budgets.Reserve(ctx, budget.Request{Client: client, Model: cl.Model, Upstreams: ups,
+		Estimate: budget.Estimate(g.cfg.Budgets, len(cl.Body), maxTokens)})
+}
+
+// settleBudget charges a call's billed runs to its hold: the ones a
+// retry replaced, and resp's (nil when no upstream answered) with the
+// usage it reported. Called once the answer has been relayed, so a
+// stream's usage is in.
+func (g *Handler) settleBudget(ctx context.Context, h *budget.Hold, cl *proxy.Call, resp *proxy.Response) {
+	if h == nil {
+		return
+	}
+	runs := make([]budget.Run, 0, len(cl.Runs)+1)
+	for _, r := range cl.Runs {
+		runs = append(runs, budget.Run{Upstream: r.Upstream, Usage: r.Usage})
+	}
+	if resp.Billed() {
+		u := resp.Outcome.Usage
+		if resp.Status >= 200 && resp.Status <= 299 {
+			u = cl.Usage(resp)
+		}
+		runs = append(runs, budget.Run{Upstream: resp.Upstream.Cfg.Name, Usage: u})
+	}
+	h.Settle(ctx, g.cfg.Store.OpTimeout.D(), runs)
+}
