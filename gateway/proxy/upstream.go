@@ -177,7 +177,7 @@ func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, o o
 	// connection breaks, even after the request was written: a hidden
 	// second retry layer. Without GetBody it re-sends only what never left.
 	req.GetBody = nil
-	headers.CopyRequest(req.Header, in.Header, u.Cfg.ForwardAccountHeaders)
+	headers.CopyRequest(req.Header, in.Header, headers.Allow{Account: u.Cfg.ForwardAccountHeaders, Anthropic: u.Cfg.API == config.APIAnthropic})
 	u.setCredential(req.Header, o.key)
 	if u.Cfg.AnthropicVersion != "" && req.Header.Get("Anthropic-Version") == "" {
 		// The client's own version, whatever it is, went as it was; one
