@@ -220,3 +220,30 @@ func TestStored(t *testing.T) {
 		}
 	}
 }
+
+// A Messages body names a container at its top level (a string, or an
+// object's id) and files wherever a file_id is: a document or image
+// source, inside a tool_result, a container_upload block.
+func TestFromMessagesBody(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want []Ref
+	}{
+		{`{"container":"container_1"}`, []Ref{{Kind: Container, ID: "container_1", Param: "container"}}},
+		{`{"container":{"id":"container_1","skills":[{"type":"anthropic","skill_id":"pptx"}]}}`, []Ref{{Kind: Container, ID: "container_1", Param: "container"}}},
+		{`{"Container":"container_1"}`, []Ref{{Kind: Container, ID: "container_1", Param: "container"}}},
+		{`{"container":{"skills":[]}}`, nil},
+		{`{"container":null}`, nil},
+		{`{"messages":[{"role":"user","content":[{"type":"document","source":{"type":"file","file_id":"file_1"}}]}]}`,
+			[]Ref{{Kind: File, ID: "file_1", Param: "file_id"}}},
+		{`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"file","file_id":"file_2"}}]}]}]}`,
+			[]Ref{{Kind: File, ID: "file_2", Param: "file_id"}}},
+		{`{"messages":[{"role":"user","content":[{"type":"container_upload","file_id":"file_3"}]}]}`,
+			[]Ref{{Kind: File, ID: "file_3", Param: "file_id"}}},
+		{`{"messages":[{"role":"user","content":[{"type":"text","text":"{\"container\":\"container_x\"}"}]}]}`, nil},
+	} {
+		if got := FromMessagesBody([]byte(tc.body)); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("FromMessagesBody(%s) = %+v, want %+v", tc.body, got, tc.want)
+		}
+	}
+}

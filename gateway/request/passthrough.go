@@ -3,7 +3,6 @@ package request
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -65,7 +64,10 @@ func passRoutes(v1 *echo.Group, p string, h echo.HandlerFunc, methods ...string)
 // passRoute is where a passthrough request goes when its body names no
 // model, and its limits.
 type passRoute struct {
-	label     string // metrics label: the path family ("files")
+	label string // metrics label: the path family ("files")
+	// api is the API the request speaks: OpenAI's (Plain), or on
+	// /v1/files with anthropic-version Anthropic's (AnthropicPlain).
+	api       *proxy.API
 	upstream  *proxy.Upstream
 	maxBody   int64
 	maxRecord int64
@@ -76,9 +78,12 @@ type passRoute struct {
 // "//"), or has a "/" escaped in a segment ("%2F", which no object id
 // holds), is a 404: it would reach another upstream path than it names,
 // or name another id upstream than the ownership check (right after it)
-// saw.
-func (g *Handler) routeFor(u *url.URL) (passRoute, error) {
-	var rt passRoute
+// saw. Its upstream speaks the request's API: a configured route naming
+// an upstream of the other API keeps its limits but not that upstream,
+// and with no upstream of the request's API at all the path is a 404.
+func (g *Handler) routeFor(r *http.Request) (passRoute, error) {
+	rt := passRoute{api: APIOf(r)}
+	u := r.URL
 	p := u.Path
 	if strings.Count(u.EscapedPath(), "/") != strings.Count(p, "/") {
 		return rt, echo.ErrNotFound
@@ -91,27 +96,31 @@ func (g *Handler) routeFor(u *url.URL) (passRoute, error) {
 	if rt.label == "" || path.Clean(p) != p {
 		return rt, echo.ErrNotFound
 	}
-	// The passthrough paths are OpenAI's: the first upstream speaking it.
-	rt.upstream = g.router.First(proxy.Plain)
+	// The first upstream speaking the request's API: OpenAI's, or on
+	// /v1/files with anthropic-version Anthropic's.
+	rt.upstream = g.router.First(rt.api)
+	if rt.api == proxy.AnthropicPlain && !rt.upstream.Speaks(rt.api) {
+		return rt, apierror.NotFound("unknown_url", "", "No upstream of this gateway speaks Anthropic's API, so its Files API is not served here.")
+	}
 	rt.maxBody = g.cfg.Limits.MaxBodyBytes
 	if under(p, "/v1/files") || under(p, "/v1/uploads") {
 		rt.maxBody = config.DefaultUploadBodyBytes
 	}
 	rt.maxRecord = g.cfg.Idempotency.MaxRecordBytes
 	best := -1
-	for _, r := range g.cfg.Passthrough.Routes {
-		if !under(p, r.Prefix) || len(r.Prefix) <= best {
+	for _, pr := range g.cfg.Passthrough.Routes {
+		if !under(p, pr.Prefix) || len(pr.Prefix) <= best {
 			continue
 		}
-		best = len(r.Prefix)
-		if r.Upstream != "" {
-			rt.upstream = g.router.Upstream(r.Upstream)
+		best = len(pr.Prefix)
+		if ru := g.router.Upstream(pr.Upstream); ru != nil && ru.Speaks(rt.api) {
+			rt.upstream = ru
 		}
-		if r.MaxBodyBytes > 0 {
-			rt.maxBody = r.MaxBodyBytes
+		if pr.MaxBodyBytes > 0 {
+			rt.maxBody = pr.MaxBodyBytes
 		}
-		if r.MaxRecordBytes > 0 {
-			rt.maxRecord = r.MaxRecordBytes
+		if pr.MaxRecordBytes > 0 {
+			rt.maxRecord = pr.MaxRecordBytes
 		}
 	}
 	return rt, nil
@@ -128,7 +137,7 @@ func under(p, prefix string) bool {
 // not. An unkeyed answer is relayed as it arrives, never buffered whole.
 func (g *Handler) handlePassthrough(c echo.Context) error {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
-		rt, err := g.routeFor(r.URL)
+		rt, err := g.routeFor(r)
 		if err != nil {
 			return err
 		}
@@ -161,7 +170,7 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		cl := &proxy.Call{In: r, Suffix: strings.TrimPrefix(r.URL.EscapedPath(), "/v1"), Query: r.URL.RawQuery,
+		cl := &proxy.Call{In: r, Suffix: u.PathFor(r.URL.EscapedPath()), API: rt.api, Query: r.URL.RawQuery,
 			Source: body.src, Model: body.model, Passthrough: true, RecordLimit: rt.maxRecord,
 			Unbuffered: key == "", Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		cl.Tenant = g.forwardTenant(r)
@@ -176,7 +185,8 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 		cl.Body = body.json // a dead letter keeps a JSON body (and replays it)
 		kr := &idempotency.Request{
 			Key: cache.Key{Scope: ClientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
-			Raw: key, Fingerprint: idempotency.WithQuery(body.fingerprint, r.URL.RawQuery), TTL: g.cfg.Idempotency.TTL.D(),
+			Raw: key, TTL: g.cfg.Idempotency.TTL.D(),
+			Fingerprint: idempotency.WithHeaders(idempotency.WithQuery(body.fingerprint, r.URL.RawQuery), r.Header, rt.api.Fingerprinted()),
 		}
 		return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}}, kr)
 	})(c)
@@ -188,7 +198,7 @@ func (g *Handler) passUpstream(rt passRoute, model string, s *summary) (*proxy.U
 	s.model = model
 	u := rt.upstream
 	if model != "" {
-		if u = g.router.Route(proxy.Plain, model); u == nil {
+		if u = g.router.Route(rt.api, model); u == nil {
 			return nil, apierror.NotFound("model_not_found", "model",
 				fmt.Sprintf("The model `%s` is not served by this gateway: no configured upstream lists it.", model))
 		}
