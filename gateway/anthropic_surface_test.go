@@ -295,7 +295,9 @@ func documentBody(where, file string) string {
 // not_found_error in Anthropic's shape before any upstream call unless
 // the file is the client's on an Anthropic upstream: bob's request naming
 // alice's file, and alice's naming a file she holds on the OpenAI
-// upstream, never leave the gateway; alice's own goes as it is.
+// upstream, never leave the gateway; alice's own goes as it is. A
+// tool_use block's input (the model's arguments for the client's own
+// tool) names no provider object.
 func TestMessagesFileIDsOwned(t *testing.T) {
 	h := anthropicTenants(t)
 	r := uploadAnthropic(h, antAlice, "report")
@@ -322,6 +324,14 @@ func TestMessagesFileIDsOwned(t *testing.T) {
 				t.Fatalf("the upstream saw %s %s", last.Path, last.Body)
 			}
 		})
+	}
+	// The arguments the model wrote for bob's own tool, passed back in
+	// the history, are no file of the provider's: not checked.
+	history := `{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"open my doc"},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"drive_open","input":{"file_id":"doc-123"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"opened"}]}]}`
+	if r := h.do(http.MethodPost, "/v1/messages", history, antBob); r.status != http.StatusOK {
+		t.Fatalf("a tool_use input naming a file_id: %d %s", r.status, r.body)
 	}
 }
 
@@ -384,5 +394,19 @@ func TestMessagesContainerOwned(t *testing.T) {
 	// An object with no id asks for a new container: nothing to check.
 	if r := h.do(http.MethodPost, "/v1/messages", named(`{"skills":[]}`), antBob); r.status != http.StatusOK {
 		t.Fatalf("a new container: %d %s", r.status, r.body)
+	}
+}
+
+// TestAnthropicSurfaceWithoutAnthropicUpstream: with no Anthropic
+// upstream, an Anthropic request for the models is an empty list and for
+// the Files API a 404 in Anthropic's shape; neither reaches the OpenAI
+// upstream.
+func TestAnthropicSurfaceWithoutAnthropicUpstream(t *testing.T) {
+	h := newHarness(t, nil)
+	hdr := map[string]string{"Anthropic-Version": "2023-06-01"}
+	wantPage(t, decodeAnthropicList(t, h.do(http.MethodGet, "/v1/models", "", hdr)), false)
+	wantAnthropicError(t, h.do(http.MethodGet, "/v1/files", "", hdr), http.StatusNotFound, "not_found_error")
+	if n := h.fake.Calls(""); n != 0 {
+		t.Errorf("the OpenAI upstream saw %d calls", n)
 	}
 }

@@ -63,8 +63,11 @@ var AnthropicScheme = Scheme{
 }
 
 var (
-	messagesTopKeys  = jsonscan.NewKeys("container")
+	messagesTopKeys  = jsonscan.NewKeys("container", "messages")
 	containerIDKeys  = jsonscan.NewKeys("id")
+	contentKeys      = jsonscan.NewKeys("content")
+	blockTypeKeys    = jsonscan.NewKeys("type")
+	toolInputKeys    = jsonscan.NewKeys("input")
 	messageKeys      = jsonscan.NewKeys("type", "id", "container")
 	messageEventKeys = jsonscan.NewKeys("type", "message")
 )
@@ -76,25 +79,111 @@ var (
 // block) and the other names FromBody finds at any depth — in every
 // message's content, in a tool_result's content, in the system prompt.
 // Like FromBody, it scans keys folded and fails closed: a file_id where the
-// API would not read one is still checked.
+// API would not read one is still checked, with one exception: the
+// "input" of a tool_use block (server_tool_use, mcp_tool_use), which is
+// the arguments the model wrote for the client's own tool, passed back in
+// the history — a tool taking a "file_id" of the client's own system
+// must not make every later turn a 404. A block is taken as a tool use
+// only if every "type" it has (keys folded) says so, exactly.
 func FromMessagesBody(body []byte) []Ref {
 	var refs []Ref
 	s := jsonscan.New(body, 0)
-	for range s.Fields(messagesTopKeys) {
-		v := s.Value()
-		switch {
-		case isString(v):
-			refs = append(refs, Ref{Kind: Container, ID: jsonscan.Unquote(v), Param: "container"})
-		case len(v) > 0 && v[0] == '{':
-			sub := jsonscan.New(v, 0)
-			for range sub.Fields(containerIDKeys) {
-				if id := sub.Value(); isString(id) {
-					refs = append(refs, Ref{Kind: Container, ID: jsonscan.Unquote(id), Param: "container"})
-				}
+	if s.Peek() != '{' {
+		return nil
+	}
+	for key := range s.Members() {
+		switch messagesTopKeys.Index(key) {
+		case 0:
+			v := s.Value()
+			refs = containerRef(v, refs)
+			refs = nested(jsonscan.New(v, 0), refs)
+		case 1:
+			refs = eachElement(s.Value(), refs, messageRefs)
+		default:
+			refs = nestedMember(s, key, refs)
+		}
+	}
+	return refs
+}
+
+// containerRef appends the container a Messages body's "container" value
+// v names: a string, or an object's "id".
+func containerRef(v []byte, refs []Ref) []Ref {
+	switch {
+	case isString(v):
+		return append(refs, Ref{Kind: Container, ID: jsonscan.Unquote(v), Param: "container"})
+	case len(v) > 0 && v[0] == '{':
+		sub := jsonscan.New(v, 0)
+		for range sub.Fields(containerIDKeys) {
+			if id := sub.Value(); isString(id) {
+				refs = append(refs, Ref{Kind: Container, ID: jsonscan.Unquote(id), Param: "container"})
 			}
 		}
 	}
-	return nested(jsonscan.New(body, 0), refs)
+	return refs
+}
+
+// eachElement appends what each element of the array v names, read by
+// each; a v that is no array is scanned whole (nested).
+func eachElement(v []byte, refs []Ref, each func(elem []byte, refs []Ref) []Ref) []Ref {
+	arr := jsonscan.New(v, 0)
+	if arr.Peek() != '[' {
+		return nested(arr, refs)
+	}
+	for range arr.Elements() {
+		refs = each(arr.Value(), refs)
+	}
+	return refs
+}
+
+// messageRefs appends what one message names: its content blocks
+// (blockRefs), and anything else it holds (nested).
+func messageRefs(msg []byte, refs []Ref) []Ref {
+	m := jsonscan.New(msg, 0)
+	if m.Peek() != '{' {
+		return nested(m, refs)
+	}
+	for key := range m.Members() {
+		if contentKeys.Index(key) == 0 {
+			refs = eachElement(m.Value(), refs, blockRefs)
+			continue
+		}
+		refs = nestedMember(m, key, refs)
+	}
+	return refs
+}
+
+// blockRefs appends what one content block names (nested), leaving out a
+// tool use's "input".
+func blockRefs(block []byte, refs []Ref) []Ref {
+	s := jsonscan.New(block, 0)
+	if !toolUse(block) {
+		return nested(s, refs)
+	}
+	for key := range s.Members() {
+		if toolInputKeys.Index(key) == 0 {
+			s.Skip()
+			continue
+		}
+		refs = nestedMember(s, key, refs)
+	}
+	return refs
+}
+
+// toolUse reports whether every "type" of block (keys folded; one at
+// least) is exactly a tool use's.
+func toolUse(block []byte) bool {
+	s := jsonscan.New(block, 0)
+	n := 0
+	for range s.Fields(blockTypeKeys) {
+		switch unquoteString(s.Value()) {
+		case "tool_use", "server_tool_use", "mcp_tool_use":
+			n++
+		default:
+			return false
+		}
+	}
+	return n > 0
 }
 
 // FromMessage returns the objects an Anthropic message (a 2xx answer of
