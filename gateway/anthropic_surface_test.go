@@ -195,22 +195,6 @@ var (
 	antBob   = map[string]string{"X-Api-Key": bobKey, "Anthropic-Version": "2023-06-01", "Anthropic-Beta": "files-api-2025-04-14"}
 )
 
-// uploadAnthropic uploads a file to /v1/files as who (an Anthropic
-// request) and returns the answer.
-func uploadAnthropic(h *messagesHarness, who map[string]string, content string) result {
-	h.t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	fw, _ := mw.CreateFormFile("file", "notes.txt")
-	fw.Write([]byte(content))
-	mw.Close()
-	hdr := map[string]string{"Content-Type": mw.FormDataContentType()}
-	for k, v := range who {
-		hdr[k] = v
-	}
-	return h.do(http.MethodPost, "/v1/files", buf.String(), hdr)
-}
-
 // wantAnthropicNotFound checks r is a 404 not_found_error in Anthropic's
 // shape and that no upstream was called since calls.
 func wantAnthropicNotFound(t *testing.T, h *messagesHarness, r result, calls int) {
@@ -409,4 +393,46 @@ func TestAnthropicSurfaceWithoutAnthropicUpstream(t *testing.T) {
 	if n := h.fake.Calls(""); n != 0 {
 		t.Errorf("the OpenAI upstream saw %d calls", n)
 	}
+}
+
+// TestAnthropicUploadKeyed: a keyed upload to Anthropic's Files API is
+// run once and replayed byte for byte (the file stays its uploader's);
+// the same key with another anthropic-beta is a 422 in Anthropic's shape,
+// since the headers choose the answer as the body does.
+func TestAnthropicUploadKeyed(t *testing.T) {
+	h := anthropicTenants(t)
+	keyed := map[string]string{"Idempotency-Key": "upload-1"}
+	for k, v := range antAlice {
+		keyed[k] = v
+	}
+	first := uploadAnthropic(h, keyed, "same")
+	second := uploadAnthropic(h, keyed, "same")
+	if first.status != 200 || second.status != 200 || string(first.body) != string(second.body) || second.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %s / %d %s %v", first.status, first.body, second.status, second.body, second.header)
+	}
+	if n := h.ant.Calls(); n != 1 {
+		t.Fatalf("upstream calls %d, want 1", n)
+	}
+	if r := h.do(http.MethodGet, "/v1/files/"+decodeID(t, first.body), "", antAlice); r.status != 200 {
+		t.Fatalf("alice's replayed file: %d %s", r.status, r.body)
+	}
+	keyed["Anthropic-Beta"] = "files-api-2025-04-14,other-beta"
+	wantAnthropicError(t, uploadAnthropic(h, keyed, "same"), http.StatusUnprocessableEntity, "invalid_request_error")
+}
+
+// uploadAnthropicBoundary is uploadAnthropic with a fixed multipart
+// boundary, so that the same content is the same body.
+func uploadAnthropic(h *messagesHarness, who map[string]string, content string) result {
+	h.t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	mw.SetBoundary("llmgate-test-boundary")
+	fw, _ := mw.CreateFormFile("file", "notes.txt")
+	fw.Write([]byte(content))
+	mw.Close()
+	hdr := map[string]string{"Content-Type": mw.FormDataContentType()}
+	for k, v := range who {
+		hdr[k] = v
+	}
+	return h.do(http.MethodPost, "/v1/files", buf.String(), hdr)
 }
