@@ -57,7 +57,10 @@ type Route struct {
 	// (no trailing slash); see PassthroughPrefixes.
 	Prefix string `yaml:"prefix"`
 	// Upstream is the upstream a request with no model in its body goes
-	// to. If empty, the first upstream.
+	// to, when it speaks the request's API (a /v1/files route naming an
+	// Anthropic upstream serves the Files API requests that send
+	// anthropic-version; the others keep their default). If empty, the
+	// first upstream of the request's API.
 	Upstream string `yaml:"upstream"`
 	// MaxBodyBytes caps a request body. If 0, 512 MiB under /v1/files and
 	// /v1/uploads (OpenAI takes files up to 512 MB), else

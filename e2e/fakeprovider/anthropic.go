@@ -13,20 +13,27 @@ import (
 )
 
 // Anthropic is a fake Anthropic Messages provider (POST /v1/messages,
-// /v1/messages/count_tokens and the Message Batches API under
-// /v1/messages/batches), scripted step by step and recording what it
-// saw. A zero AnthropicStep is a normal answer: a JSON message, or — for
-// a body with "stream": true — the typed events of one. Safe for
+// /v1/messages/count_tokens, the Message Batches API under
+// /v1/messages/batches, the Models API and the Files API), scripted step
+// by step and recording what it saw. A zero AnthropicStep is a normal
+// answer: a JSON message, or — for a body with "stream": true — the typed
+// events of one; a batch created, read, cancelled or deleted; a model list
+// or object; a file uploaded, listed, described, read or deleted. Safe for
 // concurrent use; create it with NewAnthropic.
 type Anthropic struct {
 	// Discard, set before it serves, keeps no request (Requests is
 	// empty; Calls still counts): what a benchmark wants.
 	Discard bool
 
-	mu    sync.Mutex
-	queue []AnthropicStep
-	reqs  []AnthropicRequest
-	calls int
+	mu sync.Mutex
+	// models are the models it lists (SetModels); nil: AnthropicModels.
+	models  []string
+	maxPage int
+	queue   []AnthropicStep
+	reqs    []AnthropicRequest
+	calls   int
+	files   map[string]anthropicFile
+	fileIDs []string // in upload order
 	// batches are the message batches created, by id, and their order.
 	batches  map[string]*fakeBatch
 	batchIDs []string
@@ -65,14 +72,22 @@ type AnthropicStep struct {
 
 // AnthropicRequest is what the Anthropic fake recorded of one request.
 type AnthropicRequest struct {
-	Path, RawQuery string
-	Header         http.Header
-	Body           []byte    // exactly as received
-	At             time.Time // arrival
+	Method, Path, RawQuery string
+	Header                 http.Header
+	Body                   []byte    // exactly as received
+	At                     time.Time // arrival
 }
 
 // NewAnthropic returns an Anthropic fake with an empty script.
 func NewAnthropic() *Anthropic { return &Anthropic{} }
+
+// SetModels sets the models it lists, newest first, and the most a page
+// of the list holds (0: as many as the client's limit asks).
+func (a *Anthropic) SetModels(maxPage int, ids ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.models, a.maxPage = slices.Clone(ids), maxPage
+}
 
 // Enqueue appends steps to the script; each request consumes the next.
 func (a *Anthropic) Enqueue(steps ...AnthropicStep) {
@@ -113,7 +128,7 @@ func (a *Anthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	a.calls++
 	if !a.Discard {
-		a.reqs = append(a.reqs, AnthropicRequest{Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body, At: time.Now()})
+		a.reqs = append(a.reqs, AnthropicRequest{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body, At: time.Now()})
 	}
 	var st AnthropicStep
 	if len(a.queue) > 0 {
@@ -147,6 +162,7 @@ func (a *Anthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONL(w, r, st.JSONL, st.Hold)
 	case strings.HasPrefix(r.URL.Path, "/v1/messages/batches"):
 		a.serveBatches(w, r, body)
+	case a.serveObjects(w, r, body):
 	case strings.HasSuffix(r.URL.Path, "/count_tokens"):
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"input_tokens":12}`)

@@ -15,10 +15,15 @@ import (
 // dropped — Authorization and X-Api-Key above all (they carry the client's
 // gateway key; the upstream gets its own key from config), Idempotency-Key
 // (llmgate forwards a derived one), and the provider-account headers
-// unless the upstream allows them. Anthropic-Version and Anthropic-Beta
-// pass as the client sent them, any value: they choose the answer's
-// shape, and a version the gateway has never seen is the client's to send.
-var forwardedRequest = []string{"Content-Type", "Accept", "User-Agent", "Openai-Beta", "Anthropic-Version", "Anthropic-Beta"}
+// unless the upstream allows them.
+var forwardedRequest = []string{"Content-Type", "Accept", "User-Agent", "Openai-Beta"}
+
+// AnthropicHeaders pass to an upstream of Anthropic's API only, as the
+// client sent them, any value: they choose the answer's shape, and a
+// version the gateway has never seen is the client's to send. An OpenAI
+// upstream gets neither: they mean nothing to it, and would tell its
+// provider what else the client runs.
+var AnthropicHeaders = []string{"Anthropic-Version", "Anthropic-Beta"}
 
 // forwardedRequestPrefixes: the official SDKs' telemetry headers.
 var forwardedRequestPrefixes = []string{"X-Stainless-"}
@@ -27,26 +32,38 @@ var forwardedRequestPrefixes = []string{"X-Stainless-"}
 // are forwarded only for an upstream with forward_account_headers set.
 var AccountHeaders = []string{"Openai-Organization", "Openai-Project"}
 
+// Allow says which header groups beyond the common ones reach an
+// upstream. The zero value lets neither pass.
+type Allow struct {
+	// Account: AccountHeaders (the upstream's forward_account_headers).
+	Account bool
+	// Anthropic: AnthropicHeaders (an upstream of Anthropic's API).
+	Anthropic bool
+}
+
 // CopyRequest copies the client headers that may reach an upstream from in
-// to out; account says whether AccountHeaders may.
-func CopyRequest(out, in http.Header, account bool) {
-	for _, h := range forwardedRequest {
-		if v := in.Values(h); len(v) > 0 {
-			out[h] = v
-		}
+// to out, the groups allow names among them.
+func CopyRequest(out, in http.Header, allow Allow) {
+	copyNamed(out, in, forwardedRequest)
+	if allow.Account {
+		copyNamed(out, in, AccountHeaders)
 	}
-	if account {
-		for _, h := range AccountHeaders {
-			if v := in.Values(h); len(v) > 0 {
-				out[h] = v
-			}
-		}
+	if allow.Anthropic {
+		copyNamed(out, in, AnthropicHeaders)
 	}
 	for k, v := range in {
 		for _, p := range forwardedRequestPrefixes {
 			if strings.HasPrefix(k, p) {
 				out[k] = v
 			}
+		}
+	}
+}
+
+func copyNamed(out, in http.Header, names []string) {
+	for _, h := range names {
+		if v := in.Values(h); len(v) > 0 {
+			out[h] = v
 		}
 	}
 }

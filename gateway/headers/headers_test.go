@@ -40,7 +40,7 @@ func TestRequestAllowList(t *testing.T) {
 	in["Anthropic-Beta"] = []string{"interleaved-thinking-2025-05-14", "fine-grained-tool-streaming-2025-05-14"}
 	for _, account := range []bool{false, true} {
 		out := http.Header{}
-		CopyRequest(out, in, account)
+		CopyRequest(out, in, Allow{Account: account, Anthropic: true})
 		for _, k := range []string{"Authorization", "X-Api-Key", "Idempotency-Key", "Cookie", "Host"} {
 			if out.Get(k) != "" {
 				t.Errorf("%s forwarded", k)
@@ -55,5 +55,10 @@ func TestRequestAllowList(t *testing.T) {
 		if (out.Get("Openai-Organization") != "") != account {
 			t.Errorf("account=%v: Openai-Organization %q", account, out.Get("Openai-Organization"))
 		}
+	}
+	out := http.Header{}
+	CopyRequest(out, in, Allow{})
+	if out.Get("Anthropic-Version") != "" || out.Get("Anthropic-Beta") != "" || out.Get("Content-Type") == "" {
+		t.Errorf("to an OpenAI upstream: %v", out)
 	}
 }

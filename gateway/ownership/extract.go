@@ -177,23 +177,7 @@ func nested(s *jsonscan.Scanner, refs []Ref) []Ref {
 	switch s.Peek() {
 	case '{':
 		for key := range s.Members() {
-			i := nestedName(key)
-			if i < 0 {
-				refs = nested(s, refs)
-				continue
-			}
-			n := nestedNames[i]
-			v := s.Value()
-			if isString(v) {
-				refs = append(refs, Ref{Kind: n.kind, ID: jsonscan.Unquote(v), Param: n.name})
-				continue
-			}
-			arr := jsonscan.New(v, 0)
-			for range arr.Elements() {
-				if e := arr.Value(); isString(e) {
-					refs = append(refs, Ref{Kind: n.kind, ID: jsonscan.Unquote(e), Param: n.name})
-				}
-			}
+			refs = nestedMember(s, key, refs)
 		}
 	case '[':
 		for range s.Elements() {
@@ -201,6 +185,27 @@ func nested(s *jsonscan.Scanner, refs []Ref) []Ref {
 		}
 	default:
 		s.Skip()
+	}
+	return refs
+}
+
+// nestedMember appends the ids of the member key whose value is at s: its
+// value's, when key is one of nestedNames, else those under it.
+func nestedMember(s *jsonscan.Scanner, key []byte, refs []Ref) []Ref {
+	i := nestedName(key)
+	if i < 0 {
+		return nested(s, refs)
+	}
+	n := nestedNames[i]
+	v := s.Value()
+	if isString(v) {
+		return append(refs, Ref{Kind: n.kind, ID: jsonscan.Unquote(v), Param: n.name})
+	}
+	arr := jsonscan.New(v, 0)
+	for range arr.Elements() {
+		if e := arr.Value(); isString(e) {
+			refs = append(refs, Ref{Kind: n.kind, ID: jsonscan.Unquote(e), Param: n.name})
+		}
 	}
 	return refs
 }

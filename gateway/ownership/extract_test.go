@@ -234,3 +234,44 @@ func TestStored(t *testing.T) {
 		}
 	}
 }
+
+// A Messages body names a container at its top level (a string, or an
+// object's id) and files wherever a file_id is: a document or image
+// source, inside a tool_result, a container_upload block.
+func TestFromMessagesBody(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want []Ref
+	}{
+		{`{"container":"container_1"}`, []Ref{{Kind: Container, ID: "container_1", Param: "container"}}},
+		{`{"container":{"id":"container_1","skills":[{"type":"anthropic","skill_id":"pptx"}]}}`, []Ref{{Kind: Container, ID: "container_1", Param: "container"}}},
+		{`{"Container":"container_1"}`, []Ref{{Kind: Container, ID: "container_1", Param: "container"}}},
+		{`{"container":{"skills":[]}}`, nil},
+		{`{"container":null}`, nil},
+		{`{"messages":[{"role":"user","content":[{"type":"document","source":{"type":"file","file_id":"file_1"}}]}]}`,
+			[]Ref{{Kind: File, ID: "file_1", Param: "file_id"}}},
+		{`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"file","file_id":"file_2"}}]}]}]}`,
+			[]Ref{{Kind: File, ID: "file_2", Param: "file_id"}}},
+		{`{"messages":[{"role":"user","content":[{"type":"container_upload","file_id":"file_3"}]}]}`,
+			[]Ref{{Kind: File, ID: "file_3", Param: "file_id"}}},
+		{`{"messages":[{"role":"user","content":[{"type":"text","text":"{\"container\":\"container_x\"}"}]}]}`, nil},
+		// A tool's arguments the model wrote, passed back, name nothing;
+		// a block that is not exactly (and only) a tool use is scanned.
+		{`{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"drive","input":{"file_id":"doc-1"}}]}]}`, nil},
+		{`{"messages":[{"role":"assistant","content":[{"type":"server_tool_use","id":"s","name":"x","input":{"file_id":"doc-1"}}]}]}`, nil},
+		{`{"messages":[{"role":"assistant","content":[{"type":"tool_use","Type":"document","input":{"file_id":"file_4"}}]}]}`,
+			[]Ref{{Kind: File, ID: "file_4", Param: "file_id"}}},
+		{`{"messages":[{"role":"assistant","content":[{"type":"Tool_Use","input":{"file_id":"file_5"}}]}]}`,
+			[]Ref{{Kind: File, ID: "file_5", Param: "file_id"}}},
+		{`{"messages":[{"role":"user","content":[{"type":"tool_use","input":{},"source":{"type":"file","file_id":"file_6"},"file_id":"file_9"}]}]}`,
+			[]Ref{{Kind: File, ID: "file_6", Param: "file_id"}, {Kind: File, ID: "file_9", Param: "file_id"}}},
+		{`{"file_id":"file_10","container":{"id":"container_2","file_ids":["file_11"]}}`,
+			[]Ref{{Kind: File, ID: "file_10", Param: "file_id"}, {Kind: Container, ID: "container_2", Param: "container"}, {Kind: File, ID: "file_11", Param: "file_ids"}}},
+		{`{"system":[{"type":"text","text":"x","file_id":"file_7"}],"messages":"not an array","Messages":[{"content":"hi","file_id":"file_8"}]}`,
+			[]Ref{{Kind: File, ID: "file_7", Param: "file_id"}, {Kind: File, ID: "file_8", Param: "file_id"}}},
+	} {
+		if got := FromMessagesBody([]byte(tc.body)); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("FromMessagesBody(%s) = %+v, want %+v", tc.body, got, tc.want)
+		}
+	}
+}

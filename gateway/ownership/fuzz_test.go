@@ -63,3 +63,80 @@ func repeatsStore(body []byte) bool {
 	}
 	return n > 1
 }
+
+// FuzzFromMessagesBody: for any JSON body, every file_id a decoder reads
+// where Anthropic resolves one — a content block's source.file_id (also
+// inside a tool_result's content) and a block's own file_id — and the
+// top-level container's id are among what FromMessagesBody returns (a
+// tool use's input, which it does not read, is no such place).
+func FuzzFromMessagesBody(f *testing.F) {
+	for _, s := range []string{
+		`{"container":"c1","messages":[{"role":"user","content":[{"type":"document","source":{"type":"file","file_id":"f1"}}]}]}`,
+		`{"container":{"id":"c2"},"messages":[{"content":[{"type":"tool_result","content":[{"type":"image","source":{"file_id":"f2"}}]}]}]}`,
+		`{"messages":[{"content":[{"type":"tool_use","input":{"file_id":"x"}},{"type":"container_upload","file_id":"f3"}]}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		type block struct {
+			Type    string          `json:"type"`
+			FileID  any             `json:"file_id"`
+			Source  json.RawMessage `json:"source"`
+			Content json.RawMessage `json:"content"`
+		}
+		var req struct {
+			Container json.RawMessage `json:"container"`
+			Messages  []struct {
+				Content json.RawMessage `json:"content"`
+			} `json:"messages"`
+		}
+		if json.Unmarshal(body, &req) != nil {
+			return
+		}
+		found := map[string]bool{}
+		for _, r := range FromMessagesBody(body) {
+			found[string(r.Kind)+":"+r.ID] = true
+		}
+		var want []string
+		var blocks func(raw json.RawMessage, depth int)
+		blocks = func(raw json.RawMessage, depth int) {
+			var bs []block
+			if depth > 3 || json.Unmarshal(raw, &bs) != nil {
+				return
+			}
+			for _, b := range bs {
+				if id, ok := b.FileID.(string); ok {
+					want = append(want, "file:"+id)
+				}
+				var src struct {
+					FileID any `json:"file_id"`
+				}
+				if json.Unmarshal(b.Source, &src) == nil {
+					if id, ok := src.FileID.(string); ok {
+						want = append(want, "file:"+id)
+					}
+				}
+				blocks(b.Content, depth+1)
+			}
+		}
+		for _, m := range req.Messages {
+			blocks(m.Content, 0)
+		}
+		var c struct {
+			ID any `json:"id"`
+		}
+		var cs string
+		if json.Unmarshal(req.Container, &cs) == nil && req.Container != nil {
+			want = append(want, "container:"+cs)
+		} else if json.Unmarshal(req.Container, &c) == nil {
+			if id, ok := c.ID.(string); ok {
+				want = append(want, "container:"+id)
+			}
+		}
+		for _, w := range want {
+			if !found[w] {
+				t.Fatalf("FromMessagesBody(%q) misses %s (found %v)", body, w, found)
+			}
+		}
+	})
+}

@@ -7,7 +7,9 @@
 // The gateway calls Record with the ids an answer hands out, before the
 // answer (or a stream's first event) reaches the client, and Check with the
 // ids a request names (its path, previous_response_id, conversation,
-// file_id and the like anywhere in its body) before anything is forwarded.
+// file_id and the like anywhere in its body; in an Anthropic Messages
+// body its container too) before anything is forwarded. How each provider
+// API's bodies name and hand out objects is its Scheme.
 // Check fails closed: an id that is another client's and an id llmgate has
 // no record of both get the same 404, and the upstream is never called. A
 // named id also fixes the upstream: the one that created it, with no

@@ -103,3 +103,58 @@ func TestStreamOwnershipFromItems(t *testing.T) {
 		}
 	}
 }
+
+// Anthropic's messages hand out one object, the container their code ran
+// in, in the message's top-level container.id (of a JSON answer, or of a
+// stream's message_start); the same id planted where the model or the
+// client writes freely — text, a tool's input, a code execution result's
+// stdout or its own "container", metadata echoed, another type of answer
+// — records nothing. A file is handed out by the Files API's file object.
+func TestAnthropicOwnershipOnlyFromFieldsThatMeanIt(t *testing.T) {
+	own := []Ref{{Kind: Container, ID: "container_1"}}
+	planted := `{"container":{"id":"container_victim"},"container_id":"container_victim"}`
+	for _, tc := range []struct {
+		name, body string
+		want       []Ref
+	}{
+		{"top-level container.id", `{"id":"msg_1","type":"message","container":{"id":"container_1","expires_at":"2026-01-01T00:00:00Z"},"content":[]}`, own},
+		{"container null", `{"id":"msg_1","type":"message","container":null,"content":[]}`, nil},
+		{"container as a string", `{"id":"msg_1","type":"message","container":"container_victim"}`, nil},
+		{"text", `{"id":"msg_1","type":"message","content":[{"type":"text","text":` + quote(planted) + `}]}`, nil},
+		{"a tool's input", `{"id":"msg_1","type":"message","content":[{"type":"tool_use","id":"t","name":"x","input":` + planted + `}]}`, nil},
+		{"a code execution result", `{"id":"msg_1","type":"message","content":[{"type":"code_execution_tool_result","content":{"stdout":` +
+			quote(planted) + `,"container":{"id":"container_victim"}}}]}`, nil},
+		{"metadata", `{"id":"msg_1","type":"message","metadata":` + planted + `}`, nil},
+		{"another type", `{"id":"msgbatch_1","type":"message_batch","container":{"id":"container_victim"}}`, nil},
+		{"no type", `{"id":"msg_1","container":{"id":"container_victim"}}`, nil},
+		{"nested message", `{"type":"error","error":{"id":"msg_1","type":"message","container":{"id":"container_victim"}}}`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := AnthropicScheme.Answer("/v1/messages", []byte(tc.body)); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Answer(%s) = %+v, want %+v", tc.body, got, tc.want)
+			}
+			ev := `event: message_start` + "\n" + `data: {"type":"message_start","message":` + tc.body + "}\n\n"
+			if got := AnthropicScheme.Event("/v1/messages", []byte(ev)); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Event(%s) = %+v, want %+v", ev, got, tc.want)
+			}
+			if got := AnthropicScheme.Answer("/v1/messages/count_tokens", []byte(tc.body)); got != nil {
+				t.Errorf("count_tokens hands out %+v", got)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, body string
+		want       []Ref
+	}{
+		{"a file", `{"id":"file_1","type":"file","filename":"a.txt"}`, []Ref{{Kind: File, ID: "file_1"}}},
+		{"a deleted file", `{"id":"file_1","type":"file_deleted"}`, nil},
+		{"a list", `{"data":[{"id":"file_victim","type":"file"}],"has_more":false,"first_id":"file_victim","last_id":"file_victim"}`, nil},
+		{"an OpenAI file", `{"id":"file-1","object":"file"}`, nil},
+	} {
+		if got := AnthropicScheme.Answer("/v1/files", []byte(tc.body)); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: Answer(%s) = %+v, want %+v", tc.name, tc.body, got, tc.want)
+		}
+	}
+}
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }

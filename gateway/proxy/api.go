@@ -7,6 +7,7 @@ import (
 	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/ownership"
 	"github.com/llmgate/llmgate/gateway/sse"
 )
 
@@ -36,6 +37,9 @@ type API struct {
 	// the answer as much as the body does: an idempotency key's
 	// fingerprint covers them. None for OpenAI's APIs.
 	fingerprinted []string
+	// objects is how its bodies name and hand out provider objects, for
+	// the ownership check under a key clients share.
+	objects ownership.Scheme
 }
 
 // framing is how an API's streams are read.
@@ -80,18 +84,18 @@ const (
 var (
 	// Plain answers are not inspected (embeddings, passthrough): any 2xx
 	// is a success; usage, where there is any, is read from the body.
-	Plain = &API{Name: "openai.plain", provider: config.APIOpenAI, errorBody: apierror.Body, usage: classify.Usage, stream: chatFraming}
+	Plain = &API{Name: "openai.plain", provider: config.APIOpenAI, errorBody: apierror.Body, objects: ownership.OpenAIScheme, usage: classify.Usage, stream: chatFraming}
 	// ChatCompletions is /v1/chat/completions: a body is classified by
 	// classify.FromCompletion; a stream is data-only events ending at
 	// [DONE], its tail starting at the first finish_reason.
-	ChatCompletions = &API{Name: "openai.chat", provider: config.APIOpenAI, errorBody: apierror.Body, classify: fromCompletion, stream: chatFraming}
+	ChatCompletions = &API{Name: "openai.chat", provider: config.APIOpenAI, errorBody: apierror.Body, objects: ownership.OpenAIScheme, classify: fromCompletion, stream: chatFraming}
 	// Completions is /v1/completions, classified as chat is.
-	Completions = &API{Name: "openai.completions", provider: config.APIOpenAI, errorBody: apierror.Body, classify: fromCompletion, stream: chatFraming}
+	Completions = &API{Name: "openai.completions", provider: config.APIOpenAI, errorBody: apierror.Body, objects: ownership.OpenAIScheme, classify: fromCompletion, stream: chatFraming}
 	// Responses is /v1/responses: a body is classified by
 	// classify.FromResponses; a stream is typed events that end at a
 	// terminal event (response.completed, response.incomplete,
 	// response.failed), which is its tail.
-	Responses = &API{Name: "openai.responses", provider: config.APIOpenAI, errorBody: apierror.Body, classify: classify.FromResponses, stream: framing{
+	Responses = &API{Name: "openai.responses", provider: config.APIOpenAI, errorBody: apierror.Body, objects: ownership.OpenAIScheme, classify: classify.FromResponses, stream: framing{
 		observer:  typedResponses,
 		preamble:  classify.ResponsesPreamble,
 		cutReason: "stream ended without a terminal event",
@@ -109,15 +113,23 @@ var (
 	// message_start followed by an overloaded_error event is retried. A
 	// broken stream ends with Anthropic's error event, which its SDKs
 	// raise on.
-	Messages = &API{Name: "anthropic.messages", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, fingerprinted: anthropicHeaders, classify: classify.FromMessages, stream: messagesFraming}
+	Messages = &API{Name: "anthropic.messages", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, objects: ownership.AnthropicScheme, fingerprinted: anthropicHeaders, classify: classify.FromMessages, stream: messagesFraming}
 	// CountTokens is Anthropic's /v1/messages/count_tokens: any 2xx is a
 	// success, and its input_tokens are a count, not tokens used.
-	CountTokens = &API{Name: "anthropic.count_tokens", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming}
+	CountTokens = &API{Name: "anthropic.count_tokens", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, objects: ownership.AnthropicScheme, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming}
 	// MessageBatches is Anthropic's Message Batches API under
 	// /v1/messages/batches, a passthrough: any 2xx is a success, and no
-	// answer carries token usage (a batch's results are its own).
-	MessageBatches = &API{Name: "anthropic.message_batches", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming}
+	// answer carries token usage (a batch's results are its own). Its ids
+	// are recorded and checked as the OpenAI objects are (OpenAIScheme:
+	// a batch body's nested file ids included).
+	MessageBatches = &API{Name: "anthropic.message_batches", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, objects: ownership.OpenAIScheme, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming}
 )
+
+// AnthropicPlain is the rest of Anthropic's surface the gateway relays
+// (GET /v1/models and the Files API, chosen by the anthropic-version
+// header): any 2xx is a success, and no usage is counted.
+var AnthropicPlain = &API{Name: "anthropic.plain", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody,
+	objects: ownership.AnthropicScheme, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming}
 
 // anthropicHeaders choose the answer's version and beta features.
 var anthropicHeaders = []string{"Anthropic-Version", "Anthropic-Beta"}
@@ -155,6 +167,9 @@ func (a *API) StreamEvent(msg, code string) []byte { return a.stream.event(msg, 
 // its recorded events; nil where idempotency's own reading (OpenAI's)
 // applies.
 func (a *API) RecordedUsage() func(events [][]byte) classify.Tokens { return a.stream.recordedUsage }
+
+// Objects is how the API's bodies name and hand out provider objects.
+func (a *API) Objects() ownership.Scheme { return a.objects }
 
 // Fingerprinted are the request headers an idempotency key's fingerprint
 // covers besides the body (canonical names).

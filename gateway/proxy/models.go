@@ -17,39 +17,55 @@ type Model struct {
 	Raw json.RawMessage
 }
 
-// ListModels asks u for its models (GET /models), bounded by 30 s.
-func (u *Upstream) ListModels(ctx context.Context, in *http.Request) ([]Model, error) {
+// ModelList is one page of an upstream's model list: its items, and
+// (Anthropic's lists are paged) whether more follow the last.
+type ModelList struct {
+	Models  []Model
+	HasMore bool
+	LastID  string
+}
+
+// ListModels asks u for a page of its models (GET /v1/models, with query
+// forwarded: Anthropic's pagination and lifecycle filter), bounded by
+// 30 s.
+func (u *Upstream) ListModels(ctx context.Context, in *http.Request, query string) (ModelList, error) {
 	ctx, cancel := context.WithTimeout(ctx, min(u.timeout, 30*time.Second))
 	defer cancel()
-	req, err := u.newUpstreamRequest(ctx, in, outgoing{suffix: "/models", key: u.Cfg.APIKey}, nil, 0)
+	o := outgoing{suffix: u.PathFor("/v1/models"), query: query, key: u.Cfg.APIKey}
+	req, err := u.newUpstreamRequest(ctx, in, o, nil, 0)
 	if err != nil {
-		return nil, err
+		return ModelList{}, err
 	}
 	res, err := u.client.Do(req)
 	if err != nil {
-		return nil, err
+		return ModelList{}, err
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("upstream %s: GET /models: status %d", u.Cfg.Name, res.StatusCode)
+		return ModelList{}, fmt.Errorf("upstream %s: GET /models: status %d", u.Cfg.Name, res.StatusCode)
 	}
 	// json.RawMessage keeps each item's bytes exactly; only the id is
 	// decoded from them.
 	var list struct {
-		Data []json.RawMessage `json:"data"`
+		Data    []json.RawMessage `json:"data"`
+		HasMore bool              `json:"has_more"`
+		LastID  *string           `json:"last_id"`
 	}
 	if err := json.NewDecoder(io.LimitReader(res.Body, 16<<20)).Decode(&list); err != nil {
-		return nil, fmt.Errorf("upstream %s: GET /models: %w", u.Cfg.Name, err)
+		return ModelList{}, fmt.Errorf("upstream %s: GET /models: %w", u.Cfg.Name, err)
 	}
-	out := make([]Model, 0, len(list.Data))
+	out := ModelList{Models: make([]Model, 0, len(list.Data)), HasMore: list.HasMore}
+	if list.LastID != nil {
+		out.LastID = *list.LastID
+	}
 	for i, raw := range list.Data {
 		var m struct {
 			ID string `json:"id"`
 		}
 		if err := json.Unmarshal(raw, &m); err != nil || m.ID == "" {
-			return nil, fmt.Errorf("upstream %s: GET /models: data[%d] has no string id", u.Cfg.Name, i)
+			return ModelList{}, fmt.Errorf("upstream %s: GET /models: data[%d] has no string id", u.Cfg.Name, i)
 		}
-		out = append(out, Model{ID: m.ID, Raw: raw})
+		out.Models = append(out.Models, Model{ID: m.ID, Raw: raw})
 	}
 	return out, nil
 }

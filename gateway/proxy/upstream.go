@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/llmgate/llmgate/config"
@@ -107,6 +108,17 @@ func (r *Router) Route(api *API, model string) *Upstream {
 // Speaks reports whether u is an upstream of api's provider API.
 func (u *Upstream) Speaks(api *API) bool { return u.Cfg.API == api.provider }
 
+// PathFor is the path after u's base_url for p, a path of u's API as a
+// client sends it ("/v1/files/x"): an OpenAI base_url includes /v1, as
+// OpenAI documents it; an Anthropic one is the API's root
+// (https://api.anthropic.com).
+func (u *Upstream) PathFor(p string) string {
+	if u.Cfg.API == config.APIAnthropic {
+		return p
+	}
+	return strings.TrimPrefix(p, "/v1")
+}
+
 // First is the first configured upstream speaking api, or the first of
 // all when none does.
 func (r *Router) First(api *API) *Upstream {
@@ -177,7 +189,7 @@ func (u *Upstream) newUpstreamRequest(ctx context.Context, in *http.Request, o o
 	// connection breaks, even after the request was written: a hidden
 	// second retry layer. Without GetBody it re-sends only what never left.
 	req.GetBody = nil
-	headers.CopyRequest(req.Header, in.Header, u.Cfg.ForwardAccountHeaders)
+	headers.CopyRequest(req.Header, in.Header, headers.Allow{Account: u.Cfg.ForwardAccountHeaders, Anthropic: u.Cfg.API == config.APIAnthropic})
 	u.setCredential(req.Header, o.key)
 	if u.Cfg.AnthropicVersion != "" && req.Header.Get("Anthropic-Version") == "" {
 		// The client's own version, whatever it is, went as it was; one

@@ -19,25 +19,50 @@ import (
 )
 
 // handleModels merges GET /models from every upstream of OpenAI's API
-// (an Anthropic upstream's models are not served on OpenAI's endpoints,
-// and its list is in another shape); an upstream that
+// (an Anthropic upstream's models are listed on Anthropic's requests
+// only: handleAnthropicModels); an upstream that
 // fails is left out (and logged) unless all fail. Each item is relayed as
 // the upstream wrote it (never decoded into a struct and re-encoded, which
 // would drop vendor fields and add empty ones); a duplicate id is the first
 // upstream's, in config order. Items are sorted by id.
 func (g *Handler) handleModels(c echo.Context) error {
+	r := c.Request()
+	if APIOf(r) == proxy.AnthropicPlain {
+		return g.handleAnthropicModels(c)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	out, err := g.collectModels(ctx, proxy.Plain, func(ctx context.Context, u *proxy.Upstream) ([]proxy.Model, error) {
+		l, err := u.ListModels(ctx, r, "")
+		return l.Models, err
+	})
+	if err != nil {
+		return err
+	}
+	slices.SortStableFunc(out, func(a, b proxy.Model) int { return strings.Compare(a.ID, b.ID) })
+	var body bytes.Buffer
+	body.WriteString(`{"object":"list","data":[`)
+	writeItems(&body, out)
+	body.WriteString("]}")
+	return c.JSONBlob(http.StatusOK, body.Bytes())
+}
+
+// collectModels asks every upstream speaking api for its models at once
+// (list is one upstream's whole list) and merges them in config order, a
+// duplicate id the first upstream's. An upstream that fails is left out
+// (and logged) unless all fail: then the answer is a 502.
+func (g *Handler) collectModels(ctx context.Context, api *proxy.API,
+	list func(context.Context, *proxy.Upstream) ([]proxy.Model, error)) ([]proxy.Model, error) {
 	type result struct {
 		models []proxy.Model
 		err    error
 	}
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 30*time.Second)
-	defer cancel()
-	ups := slices.DeleteFunc(slices.Clone(g.router.Upstreams()), func(u *proxy.Upstream) bool { return !u.Speaks(proxy.Plain) })
+	ups := slices.DeleteFunc(slices.Clone(g.router.Upstreams()), func(u *proxy.Upstream) bool { return !u.Speaks(api) })
 	results := make([]result, len(ups))
 	var wg sync.WaitGroup
 	for i, u := range ups {
 		wg.Go(func() {
-			results[i].models, results[i].err = u.ListModels(ctx, c.Request())
+			results[i].models, results[i].err = list(ctx, u)
 		})
 	}
 	wg.Wait()
@@ -61,25 +86,27 @@ func (g *Handler) handleModels(c echo.Context) error {
 		}
 	}
 	if len(errs) == len(results) && len(results) > 0 {
-		return &apierror.Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
+		return nil, &apierror.Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
 			Message: "No upstream answered the models list.", Err: errors.Join(errs...)}
 	}
-	slices.SortStableFunc(out, func(a, b proxy.Model) int { return strings.Compare(a.ID, b.ID) })
-	var body bytes.Buffer
-	body.WriteString(`{"object":"list","data":[`)
-	for i, m := range out {
+	return out, nil
+}
+
+// writeItems writes the models' items, comma-separated, as they came.
+func writeItems(b *bytes.Buffer, models []proxy.Model) {
+	for i, m := range models {
 		if i > 0 {
-			body.WriteByte(',')
+			b.WriteByte(',')
 		}
-		body.Write(m.Raw)
+		b.Write(m.Raw)
 	}
-	body.WriteString("]}")
-	return c.JSONBlob(http.StatusOK, body.Bytes())
 }
 
 // handleModel serves GET /v1/models/{id} from the upstream that serves the
 // model (ids may contain "/": the route takes the rest of the path), its
-// answer relayed as it came, through the retry loop and breaker. A model
+// answer relayed as it came, through the retry loop and breaker: in
+// Anthropic's format when that upstream is an Anthropic one
+// (modelUpstream). A model
 // no upstream serves is a 404 with no upstream call, and so is an id with
 // an empty, "." or ".." segment, which an upstream (or a proxy before it)
 // may resolve into another path: /v1/models/x/../../files is /v1/files.
@@ -89,7 +116,7 @@ func (g *Handler) handleModel(c echo.Context) error {
 		s.endpoint = "models"
 		id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
 		s.model = id
-		u := g.router.Route(proxy.Plain, id)
+		u := g.modelUpstream(r, id)
 		suffix, ok := modelPath(id)
 		if !ok || u == nil {
 			return apierror.NotFound("model_not_found", "model",
@@ -100,7 +127,7 @@ func (g *Handler) handleModel(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		cl := &proxy.Call{In: r, Suffix: suffix, Model: id, Passthrough: true,
+		cl := &proxy.Call{In: r, Suffix: u.PathFor(suffix), API: APIOf(r), Model: id, Passthrough: true,
 			Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		if err := g.plan(r, cl, u, sharedView{}); err != nil {
 			return err
@@ -109,8 +136,24 @@ func (g *Handler) handleModel(c echo.Context) error {
 	})(c)
 }
 
-// modelPath is the upstream path of model id, each "/"-separated segment
-// escaped; false when a segment is empty, "." or "..".
+// modelUpstream is the upstream that serves model id for r: on an
+// Anthropic request (anthropic-version sent) an Anthropic upstream only;
+// on any other, an OpenAI upstream, else an Anthropic one (a model only
+// Anthropic serves is still described, as Anthropic describes it). nil
+// when none serves it.
+func (g *Handler) modelUpstream(r *http.Request, id string) *proxy.Upstream {
+	if APIOf(r) == proxy.AnthropicPlain {
+		return g.router.Route(proxy.AnthropicPlain, id)
+	}
+	if u := g.router.Route(proxy.Plain, id); u != nil {
+		return u
+	}
+	return g.router.Route(proxy.AnthropicPlain, id)
+}
+
+// modelPath is the API path of model id (/v1/models/...), each
+// "/"-separated segment escaped; false when a segment is empty, "." or
+// "..".
 func modelPath(id string) (string, bool) {
 	segs := strings.Split(id, "/")
 	for i, s := range segs {
@@ -119,5 +162,5 @@ func modelPath(id string) (string, bool) {
 		}
 		segs[i] = url.PathEscape(s)
 	}
-	return "/models/" + strings.Join(segs, "/"), true
+	return "/v1/models/" + strings.Join(segs, "/"), true
 }

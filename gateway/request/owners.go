@@ -78,15 +78,18 @@ func (g *Handler) plan(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view 
 		}
 		return nil
 	}
-	checked, refs, err := g.verify(r, view)
+	checked, refs, err := g.verify(r, callAPI(cl), view)
 	if g.sharedKey(client, u) {
 		if err != nil {
 			return err
 		}
 		if holder, named := checked.Holder(); named {
 			hu := g.router.Upstream(holder)
-			if hu == nil {
-				// Its upstream is no longer configured: the object is out of reach.
+			if hu == nil || !hu.Speaks(callAPI(cl)) {
+				// Its upstream is no longer configured, or speaks another
+				// API than the request (an OpenAI file named in a Messages
+				// body, or on Anthropic's Files API): the object is out of
+				// reach here.
 				return ownership.NotFound(refs[0])
 			}
 			hop, _ := proxy.SharedHop(hu, checked)
@@ -136,10 +139,18 @@ func (g *Handler) sharedHolderHop(client string, chain []*proxy.Upstream, checke
 	return proxy.Hop{}, false
 }
 
-// verify checks the objects view names against the client's records.
-// A refused view, or an object that is not the client's, is an error and
-// a zero Checked (it allows nothing).
-func (g *Handler) verify(r *http.Request, view sharedView) (ownership.Checked, []ownership.Ref, error) {
+// callAPI is the API cl's endpoint speaks (Plain when it names none).
+func callAPI(cl *proxy.Call) *proxy.API {
+	if cl.API == nil {
+		return proxy.Plain
+	}
+	return cl.API
+}
+
+// verify checks the objects view names, its body read as api's, against
+// the client's records. A refused view, or an object that is not the
+// client's, is an error and a zero Checked (it allows nothing).
+func (g *Handler) verify(r *http.Request, api *proxy.API, view sharedView) (ownership.Checked, []ownership.Ref, error) {
 	if view.refused != nil {
 		return ownership.Checked{}, nil, view.refused
 	}
@@ -147,7 +158,7 @@ func (g *Handler) verify(r *http.Request, view sharedView) (ownership.Checked, [
 	if ref, ok := ownership.FromPath(view.path); ok {
 		refs = append(refs, ref)
 	}
-	refs = append(refs, ownership.FromBody(view.body)...)
+	refs = append(refs, api.Objects().Names(view.body)...)
 	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.Store.OpTimeout.D())
 	defer cancel()
 	checked, err := g.owners.Verify(ctx, ClientOf(r), refs)
@@ -220,20 +231,22 @@ func (g *Handler) passBodyJSON(path string, pb passBody) ([]byte, error) {
 // — before the answer reaches the client (a response created with store
 // false is kept by nobody and not recorded, the containers its code ran
 // in are); an error means the answer must
-// not be sent (its ids would be refused to their owner). Only the paths
-// that create objects are scanned.
+// not be sent (its ids would be refused to their owner). What is read,
+// and on which paths, is the call's API's (proxy.API.Objects): OpenAI's
+// paths that create objects, Anthropic's messages and files.
 func (g *Handler) recordObjects(ctx context.Context, client string, cl *proxy.Call, resp *proxy.Response) error {
-	if resp.Status < 200 || resp.Status > 299 || !ownership.Creates(cl.In.URL.Path) || !resp.Hop.Shared() {
+	if resp.Status < 200 || resp.Status > 299 || !resp.Hop.Shared() {
 		return nil
 	}
 	unstored := cl.Suffix == "/responses" && (resp.Upstream.Cfg.ForceStoreFalse || !ownership.Stored(cl.Body))
+	objects, path := callAPI(cl).Objects(), cl.In.URL.Path
 	var refs []ownership.Ref
 	if resp.Stream != nil {
 		for _, ev := range resp.Stream.First() {
-			refs = append(refs, ownership.FromStreamEvent(ev)...)
+			refs = append(refs, objects.Event(path, ev)...)
 		}
 	} else {
-		refs = ownership.FromAnswer(resp.Body)
+		refs = objects.Answer(path, resp.Body)
 	}
 	if named, ok := ownership.FromPath(cl.In.URL.Path); ok {
 		// The object a GET or POST .../cancel names is the client's

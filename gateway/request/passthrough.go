@@ -3,7 +3,6 @@ package request
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -66,8 +65,9 @@ func passRoutes(v1 *echo.Group, p string, h echo.HandlerFunc, methods ...string)
 // model, and its limits.
 type passRoute struct {
 	label string // metrics label: the path family ("files")
-	// api is the provider API of the path: proxy.Plain for OpenAI's,
-	// proxy.MessageBatches for Anthropic's batches.
+	// api is the API the request speaks: OpenAI's (Plain), Anthropic's
+	// batches (MessageBatches), or on /v1/files and /v1/models with
+	// anthropic-version Anthropic's (AnthropicPlain).
 	api       *proxy.API
 	upstream  *proxy.Upstream
 	maxBody   int64
@@ -79,9 +79,12 @@ type passRoute struct {
 // "//"), or has a "/" escaped in a segment ("%2F", which no object id
 // holds), is a 404: it would reach another upstream path than it names,
 // or name another id upstream than the ownership check (right after it)
-// saw.
-func (g *Handler) routeFor(u *url.URL) (passRoute, error) {
-	var rt passRoute
+// saw. Its upstream speaks the request's API: a configured route naming
+// an upstream of the other API keeps its limits but not that upstream,
+// and with no upstream of the request's API at all the path is a 404.
+func (g *Handler) routeFor(r *http.Request) (passRoute, error) {
+	rt := passRoute{api: APIOf(r)}
+	u := r.URL
 	p := u.Path
 	if strings.Count(u.EscapedPath(), "/") != strings.Count(p, "/") {
 		return rt, echo.ErrNotFound
@@ -97,27 +100,31 @@ func (g *Handler) routeFor(u *url.URL) (passRoute, error) {
 	if rt.label == "" || path.Clean(p) != p {
 		return rt, echo.ErrNotFound
 	}
-	// The passthrough paths are OpenAI's: the first upstream speaking it.
-	rt.api, rt.upstream = proxy.Plain, g.router.First(proxy.Plain)
+	// The first upstream speaking the request's API: OpenAI's, or on
+	// /v1/files with anthropic-version Anthropic's.
+	rt.upstream = g.router.First(rt.api)
+	if rt.api == proxy.AnthropicPlain && !rt.upstream.Speaks(rt.api) {
+		return rt, apierror.NotFound("unknown_url", "", "No upstream of this gateway speaks Anthropic's API, so its Files API is not served here.")
+	}
 	rt.maxBody = g.cfg.Limits.MaxBodyBytes
 	if under(p, "/v1/files") || under(p, "/v1/uploads") {
 		rt.maxBody = config.DefaultUploadBodyBytes
 	}
 	rt.maxRecord = g.cfg.Idempotency.MaxRecordBytes
 	best := -1
-	for _, r := range g.cfg.Passthrough.Routes {
-		if !under(p, r.Prefix) || len(r.Prefix) <= best {
+	for _, pr := range g.cfg.Passthrough.Routes {
+		if !under(p, pr.Prefix) || len(pr.Prefix) <= best {
 			continue
 		}
-		best = len(r.Prefix)
-		if r.Upstream != "" {
-			rt.upstream = g.router.Upstream(r.Upstream)
+		best = len(pr.Prefix)
+		if ru := g.router.Upstream(pr.Upstream); ru != nil && ru.Speaks(rt.api) {
+			rt.upstream = ru
 		}
-		if r.MaxBodyBytes > 0 {
-			rt.maxBody = r.MaxBodyBytes
+		if pr.MaxBodyBytes > 0 {
+			rt.maxBody = pr.MaxBodyBytes
 		}
-		if r.MaxRecordBytes > 0 {
-			rt.maxRecord = r.MaxRecordBytes
+		if pr.MaxRecordBytes > 0 {
+			rt.maxRecord = pr.MaxRecordBytes
 		}
 	}
 	return rt, nil
@@ -134,7 +141,7 @@ func under(p, prefix string) bool {
 // not. An unkeyed answer is relayed as it arrives, never buffered whole.
 func (g *Handler) handlePassthrough(c echo.Context) error {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
-		rt, err := g.routeFor(r.URL)
+		rt, err := g.routeFor(r)
 		if err != nil {
 			return err
 		}
@@ -167,7 +174,7 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		cl := &proxy.Call{In: r, Suffix: rt.suffix(r.URL), API: rt.api, Query: r.URL.RawQuery,
+		cl := &proxy.Call{In: r, Suffix: u.PathFor(r.URL.EscapedPath()), API: rt.api, Query: r.URL.RawQuery,
 			Source: body.src, Model: body.model, Passthrough: true, RecordLimit: rt.maxRecord,
 			Unbuffered: key == "" && !isBatchObjects(r.URL.Path), Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		cl.Tenant = g.forwardTenant(r)
@@ -182,22 +189,11 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 		cl.Body = body.json // a dead letter keeps a JSON body (and replays it)
 		kr := &idempotency.Request{
 			Key: cache.Key{Scope: ClientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
-			Raw: key, Fingerprint: idempotency.WithQuery(idempotency.WithHeaders(body.fingerprint, r.Header, rt.api.Fingerprinted()), r.URL.RawQuery),
-			TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: rt.api.ErrorBody,
+			Raw: key, TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: rt.api.ErrorBody,
+			Fingerprint: idempotency.WithHeaders(idempotency.WithQuery(body.fingerprint, r.URL.RawQuery), r.Header, rt.api.Fingerprinted()),
 		}
 		return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}}, kr)
 	})(c)
-}
-
-// suffix is what goes after an upstream's base_url for u: the path after
-// /v1 (OpenAI's base_url ends in /v1), or the whole path for Anthropic's
-// batches (Anthropic's base_url is its API root, as its docs give it),
-// escaped as it came.
-func (rt passRoute) suffix(u *url.URL) string {
-	if rt.api == proxy.MessageBatches {
-		return u.EscapedPath()
-	}
-	return strings.TrimPrefix(u.EscapedPath(), "/v1")
 }
 
 // passUpstream is the upstream for a passthrough request: the one of the

@@ -178,7 +178,9 @@ type apiCtxKey struct{}
 // API's shape, whichever room makes them (authentication, limits, the
 // idempotency store, a breaker). Every other route under /v1/messages
 // (the message batches, and the 404 of a path none of them is) is
-// Anthropic's; a route of no endpoint is OpenAI's.
+// Anthropic's; a route both APIs have (sharedRoutes) is Anthropic's on a
+// request that sends anthropic-version, as every Anthropic SDK does and no
+// OpenAI one; any other route of no endpoint is OpenAI's.
 func withRouteAPI(r *http.Request, route string) *http.Request {
 	for _, ep := range postEndpoints {
 		if ep.path == route {
@@ -188,8 +190,15 @@ func withRouteAPI(r *http.Request, route string) *http.Request {
 	if strings.HasPrefix(route, "/v1/messages/") {
 		return r.WithContext(context.WithValue(r.Context(), apiCtxKey{}, proxy.MessageBatches))
 	}
+	if _, anthropic := r.Header["Anthropic-Version"]; anthropic && sharedRoutes[route] {
+		return r.WithContext(context.WithValue(r.Context(), apiCtxKey{}, proxy.AnthropicPlain))
+	}
 	return r
 }
+
+// sharedRoutes are the routes both OpenAI's API and Anthropic's have: the
+// models and the Files API.
+var sharedRoutes = map[string]bool{"/v1/models": true, "/v1/models/*": true, "/v1/files": true, "/v1/files/*": true}
 
 // APIOf is the API of the route r matched: the shape its errors are
 // written in (proxy.API.WriteError). proxy.Plain, OpenAI's, for a route of
