@@ -18,7 +18,10 @@ import (
 // unless the upstream allows them. Anthropic-Version and Anthropic-Beta
 // pass as the client sent them, any value: they choose the answer's
 // shape, and a version the gateway has never seen is the client's to send.
-var forwardedRequest = []string{"Content-Type", "Accept", "User-Agent", "Openai-Beta", "Anthropic-Version", "Anthropic-Beta"}
+// X-Claude-Code-Session-Id passes as Claude Code sends it to Anthropic
+// directly: it names the agent's session, no credential or tenant.
+var forwardedRequest = []string{"Content-Type", "Accept", "User-Agent", "Openai-Beta", "Anthropic-Version", "Anthropic-Beta",
+	"X-Claude-Code-Session-Id"}
 
 // forwardedRequestPrefixes: the official SDKs' telemetry headers.
 var forwardedRequestPrefixes = []string{"X-Stainless-"}
