@@ -227,14 +227,21 @@ type claudeCodeRunResult struct {
 	stdout, stderr string
 	err            error
 	took           time.Duration
+	egress         []string // the hosts it tried to reach through egressTrap
 }
 
-// runClaudeCode runs `claude -p prompt` with ANTHROPIC_BASE_URL at base
-// and the client's key in the environment variable auth
+// runClaudeCode runs the pinned `claude -p prompt` with ANTHROPIC_BASE_URL
+// at base and the client's key in the environment variable auth
 // (ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN), in a HOME and working
-// directory of its own, with everything but loopback sent to trap.
-func runClaudeCode(t *testing.T, bin, base, auth, prompt string, trap string) claudeCodeRunResult {
+// directory of its own, with everything but loopback sent to an
+// egressTrap as its proxy.
+func runClaudeCode(t *testing.T, base, auth, prompt string) claudeCodeRunResult {
 	t.Helper()
+	bin := claudeCodeBin(t)
+	egress := &egressTrap{}
+	trapSrv := httptest.NewServer(egress)
+	defer trapSrv.Close()
+	trap := trapSrv.URL
 	home := t.TempDir()
 	work := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), claudeCodeRun)
@@ -255,7 +262,7 @@ func runClaudeCode(t *testing.T, bin, base, auth, prompt string, trap string) cl
 	if ctx.Err() != nil {
 		err = fmt.Errorf("claude -p did not finish within %v: %w", claudeCodeRun, err)
 	}
-	return claudeCodeRunResult{stdout: stdout.String(), stderr: stderr.String(), err: err, took: time.Since(start)}
+	return claudeCodeRunResult{stdout: stdout.String(), stderr: stderr.String(), err: err, took: time.Since(start), egress: egress.seen()}
 }
 
 // claudeCodeBaseEnv is the test process's environment without anything
@@ -295,10 +302,8 @@ func stepRequests(ant *fakeprovider.Anthropic, prompt string) []fakeprovider.Ant
 // streaming, anthropic-version, Claude Code's session header, its own
 // key — never the client's gateway key.
 func TestClaudeCodeHeadless(t *testing.T) {
-	bin := claudeCodeBin(t)
-	trap := &egressTrap{}
-	trapSrv := httptest.NewServer(trap)
-	t.Cleanup(trapSrv.Close)
+	claudeCodeBin(t) // skip before starting anything
+	var egress []string
 	for _, auth := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"} {
 		t.Run(auth, func(t *testing.T) {
 			g := startClaudeCodeGateway(t, 3, "")
@@ -306,7 +311,8 @@ func TestClaudeCodeHeadless(t *testing.T) {
 			hop := &lossyHop{next: g.url, marker: []byte(prompt)}
 			hopSrv := httptest.NewServer(hop)
 			t.Cleanup(hopSrv.Close)
-			res := runClaudeCode(t, bin, hopSrv.URL, auth, prompt, trapSrv.URL)
+			res := runClaudeCode(t, hopSrv.URL, auth, prompt)
+			egress = append(egress, res.egress...)
 			sent := hop.stepHeader()
 			names := make([]string, 0, len(sent))
 			for k := range sent {
@@ -317,7 +323,7 @@ func TestClaudeCodeHeadless(t *testing.T) {
 			if got := sent.Get(map[string]string{"ANTHROPIC_API_KEY": "X-Api-Key", "ANTHROPIC_AUTH_TOKEN": "Authorization"}[auth]); !strings.Contains(got, claudeCodeClientKey) {
 				t.Errorf("%s: Claude Code sent the key as %q", auth, got)
 			}
-			t.Logf("claude -p took %v; stderr: %s", res.took.Round(time.Millisecond), res.stderr)
+			t.Logf("claude -p took %v", res.took.Round(time.Millisecond))
 			if res.err != nil {
 				t.Fatalf("claude -p: %v\nstdout: %s\nstderr: %s\ngateway: %s", res.err, res.stdout, res.stderr, g.proc.stderr.String())
 			}
@@ -339,7 +345,7 @@ func TestClaudeCodeHeadless(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("egress refused (non-loopback hosts Claude Code tried): %v", trap.seen())
+	t.Logf("egress refused (non-loopback hosts Claude Code tried through its proxy): %v", egress)
 }
 
 // checkClaudeCodeRequest checks the agent's step as the provider saw it.
@@ -469,16 +475,14 @@ func (l *lossyHop) retryCounts() []string {
 // answers the retry from its store: the provider is called once for the
 // step, the log line says replayed and derived.
 func TestClaudeCodeRetryReplayed(t *testing.T) {
-	bin := claudeCodeBin(t)
-	trapSrv := httptest.NewServer(&egressTrap{})
-	t.Cleanup(trapSrv.Close)
+	claudeCodeBin(t) // skip before starting anything
 	g := startClaudeCodeGateway(t, 3, deriveSession)
 	prompt := "Summarize order 4711 for llmgate."
 	hop := &lossyHop{next: g.url, marker: []byte(prompt), lose: true}
 	hopSrv := httptest.NewServer(hop)
 	t.Cleanup(hopSrv.Close)
 
-	res := runClaudeCode(t, bin, hopSrv.URL, "ANTHROPIC_AUTH_TOKEN", prompt, trapSrv.URL)
+	res := runClaudeCode(t, hopSrv.URL, "ANTHROPIC_AUTH_TOKEN", prompt)
 	t.Logf("claude -p took %v; x-stainless-retry-count of the step's tries: %v", res.took.Round(time.Millisecond), hop.retryCounts())
 	if res.err != nil {
 		t.Fatalf("claude -p: %v\nstdout: %s\nstderr: %s\ngateway: %s", res.err, res.stdout, res.stderr, g.proc.stderr.String())
@@ -516,9 +520,7 @@ const deriveSession = "    derive_idempotency_key:\n      from_header: x-claude-
 // the 529, does not retry, and exits 1. Either way the derived key holds
 // nothing for a failed step: a failure is not committed.
 func TestClaudeCode529(t *testing.T) {
-	bin := claudeCodeBin(t)
-	trapSrv := httptest.NewServer(&egressTrap{})
-	t.Cleanup(trapSrv.Close)
+	claudeCodeBin(t) // skip before starting anything
 	for _, tc := range []struct {
 		attempts, upstreamCalls int
 		ok                      bool
@@ -531,7 +533,7 @@ func TestClaudeCode529(t *testing.T) {
 			hopSrv := httptest.NewServer(hop)
 			t.Cleanup(hopSrv.Close)
 
-			res := runClaudeCode(t, bin, hopSrv.URL, "ANTHROPIC_API_KEY", prompt, trapSrv.URL)
+			res := runClaudeCode(t, hopSrv.URL, "ANTHROPIC_API_KEY", prompt)
 			t.Logf("claude -p took %v, err %v; x-stainless-retry-count of the step's tries: %v; stdout %q",
 				res.took.Round(time.Millisecond), res.err, hop.retryCounts(), strings.TrimSpace(res.stdout))
 			if ok := res.err == nil && strings.Contains(res.stdout, fakeAnswer); ok != tc.ok {
