@@ -267,6 +267,11 @@ type Client struct {
 	// Budgets cap what this client spends per window, in tokens or money
 	// (see Budget); none by default.
 	Budgets []Budget `yaml:"budgets"`
+	// DeriveIdempotencyKey, when its FromHeader is set, gives this client's
+	// keyed endpoints an idempotency key when a request comes without an
+	// Idempotency-Key: derived from the named header and the request's
+	// fingerprint. Off (FromHeader "") by default.
+	DeriveIdempotencyKey DeriveKey `yaml:"derive_idempotency_key"`
 }
 
 // AllBudgets are the budgets that apply to c when def is the default
@@ -278,6 +283,23 @@ func (c Client) AllBudgets(def ClientLimits) []Budget {
 		out = append(out[:len(out):len(out)], Budget{Window: WindowMinute, Tokens: tpm, Count: CountTotal, Model: ""})
 	}
 	return out
+}
+
+// DeriveKey derives an idempotency key for requests that send none, for
+// agents that name their session in a header but no operation (Claude Code
+// sends x-claude-code-session-id). The key is a hash of the header's value
+// and the request's fingerprint (body, anthropic-version, anthropic-beta,
+// query): the same session sending the same request again — an agent's
+// retried step — replays the committed answer or joins the call still
+// running, and another request in the session is another key. It is wrong
+// for a client that sends the same conversation again on purpose to get a
+// new sample: that client gets the first answer back.
+type DeriveKey struct {
+	// FromHeader names the request header whose value identifies the
+	// session (case-insensitive), e.g. x-claude-code-session-id. A request
+	// without it (or with it empty) is not keyed by it. "" turns
+	// derivation off.
+	FromHeader string `yaml:"from_header"`
 }
 
 // Digest is the SHA-256 of the client's key, from Key or KeySHA256: what

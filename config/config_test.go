@@ -54,7 +54,12 @@ var expectedErrors = map[string][]string{
 	"client_duplicate_key.bad.yml":      {`clients[1].key: same key as clients[0] ("alice"); keys must be unique`},
 	"admin_token_is_client_key.bad.yml": {`admin_token: same as the key of clients[0] ("alice"); the admin token must not be a client key`},
 
-	"client_limits_negative.bad.yml":  {"client_limits.max_concurrent: -1 is not >= 0 (0 is no limit)"},
+	"client_limits_negative.bad.yml":        {"client_limits.max_concurrent: -1 is not >= 0 (0 is no limit)"},
+	"client_derive_key_retry_count.bad.yml": {"clients[0].derive_idempotency_key.from_header: x-stainless-retry-count changes on every retry, so a retry would never match; name the header that identifies the session, e.g. x-claude-code-session-id"},
+	"client_derive_key_bad_name.bad.yml":    {`clients[0].derive_idempotency_key.from_header: "x session" is not a header name`},
+	"client_derive_key_idem.bad.yml":        {"clients[0].derive_idempotency_key.from_header: Idempotency-Key is the key itself"},
+	"client_derive_key_cred.bad.yml":        {"clients[0].derive_idempotency_key.from_header: Authorization is the client's credential, not a session"},
+
 	"client_own_limits_range.bad.yml": {"clients[0].limits.requests_per_second: -2 is not -1 (no limit), 0 (as client_limits) or more"},
 	"budget_window.bad.yml":           {"clients[0].budgets[0].window: \"week\" is not minute, day or month"},
 	"budget_both_caps.bad.yml":        {"clients[0].budgets[0]: both tokens and cost are set (one budget caps one of them: write two budgets)"},

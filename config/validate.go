@@ -319,6 +319,8 @@ func (c *Config) validateClients(p *problems) {
 		}
 		names[cl.Name] = true
 
+		validateDeriveKey(p, f+".derive_idempotency_key.from_header", cl.DeriveIdempotencyKey.FromHeader)
+
 		if cl.Key != "" && cl.KeySHA256 != "" {
 			p.add(f, "both key and key_sha256 are set (set exactly one)")
 			continue
@@ -461,4 +463,38 @@ func positive[T int | int64](p *problems, field string, v T) {
 func isHTTPURL(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// validateDeriveKey checks a client's derive_idempotency_key.from_header:
+// a header name, and none that would defeat the derivation — one that
+// changes on every retry, or one that names no session (the client's own
+// credential, the key the client would send itself).
+func validateDeriveKey(p *problems, field, name string) {
+	if name == "" {
+		return
+	}
+	for i := 0; i < len(name); i++ {
+		if !isTokenChar(name[i]) {
+			p.add(field, "%q is not a header name (letters, digits and !#$%%&'*+-.^_`|~, e.g. x-claude-code-session-id)", name)
+			return
+		}
+	}
+	switch strings.ToLower(name) {
+	case "idempotency-key":
+		p.add(field, "Idempotency-Key is the key itself, used whenever a request sends one; name the header that identifies the session, e.g. x-claude-code-session-id")
+	case "x-stainless-retry-count":
+		p.add(field, "%s changes on every retry, so a retry would never match; name the header that identifies the session, e.g. x-claude-code-session-id", name)
+	case "authorization", "x-api-key":
+		p.add(field, "%s is the client's credential, not a session: every identical request of the client would share one answer; name the header that identifies the session, e.g. x-claude-code-session-id", name)
+	}
+}
+
+// isTokenChar reports whether c may appear in an HTTP header name (RFC
+// 9110 tchar).
+func isTokenChar(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }

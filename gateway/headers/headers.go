@@ -15,8 +15,10 @@ import (
 // dropped — Authorization and X-Api-Key above all (they carry the client's
 // gateway key; the upstream gets its own key from config), Idempotency-Key
 // (llmgate forwards a derived one), and the provider-account headers
-// unless the upstream allows them.
-var forwardedRequest = []string{"Content-Type", "Accept", "User-Agent", "Openai-Beta"}
+// unless the upstream allows them. X-Claude-Code-Session-Id passes as
+// Claude Code sends it to Anthropic directly: it names the agent's
+// session, no credential or tenant.
+var forwardedRequest = []string{"Content-Type", "Accept", "User-Agent", "Openai-Beta", "X-Claude-Code-Session-Id"}
 
 // AnthropicHeaders pass to an upstream of Anthropic's API only, as the
 // client sent them, any value: they choose the answer's shape, and a

@@ -34,7 +34,7 @@ func TestResponseAllowList(t *testing.T) {
 func TestRequestAllowList(t *testing.T) {
 	in := http.Header{}
 	for _, k := range []string{"Content-Type", "Authorization", "X-Api-Key", "Idempotency-Key", "Openai-Organization", "X-Stainless-Lang",
-		"Anthropic-Version", "Anthropic-Beta", "Cookie", "Host"} {
+		"Anthropic-Version", "Anthropic-Beta", "Cookie", "Host", "X-Claude-Code-Session-Id"} {
 		in.Set(k, "v")
 	}
 	in["Anthropic-Beta"] = []string{"interleaved-thinking-2025-05-14", "fine-grained-tool-streaming-2025-05-14"}
@@ -46,7 +46,8 @@ func TestRequestAllowList(t *testing.T) {
 				t.Errorf("%s forwarded", k)
 			}
 		}
-		if out.Get("Content-Type") == "" || out.Get("X-Stainless-Lang") == "" || out.Get("Anthropic-Version") != "v" {
+		if out.Get("Content-Type") == "" || out.Get("X-Stainless-Lang") == "" || out.Get("Anthropic-Version") != "v" ||
+			out.Get("X-Claude-Code-Session-Id") != "v" {
 			t.Errorf("allowed header dropped: %v", out)
 		}
 		if got := out.Values("Anthropic-Beta"); len(got) != 2 || got[1] != "fine-grained-tool-streaming-2025-05-14" {

@@ -88,11 +88,15 @@ func New(o Options) *Keeper {
 // caching.
 type Request struct {
 	Key cache.Key
-	// Raw is the client's Idempotency-Key, forwarded upstream; empty for a
-	// content-derived key.
+	// Raw is the key forwarded upstream (as ForwardKey): the client's
+	// Idempotency-Key or one derived from its session (Derived); empty for
+	// a content-derived key.
 	Raw         string
 	Fingerprint string
 	TTL         time.Duration
+	// Derived marks a key derived from the client's session header and
+	// the fingerprint (DerivedKey), for a request that sent none.
+	Derived bool
 	// Cache marks a content-derived key (X-Llmgate-Cache: hit|miss).
 	Cache bool
 	// NoStore: Cache-Control: no-store — look up, but never commit.

@@ -3,6 +3,7 @@ package idempotency
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -120,4 +121,34 @@ func ParseKey(h string) (string, error) {
 		}
 	}
 	return key, nil
+}
+
+// DerivedHeader marks the answers to a request whose key was derived
+// (DerivedKey) rather than sent: its value is "derived".
+const DerivedHeader = "X-Llmgate-Idempotency-Key"
+
+// DerivedKey is the idempotency key of a request that sent none, derived
+// from its session — the values of the header its client names
+// (clients[].derive_idempotency_key) — and its fingerprint fp, narrowed
+// to the tenant a chained gateway forwarded ("" for none). The same
+// session sending the same request again gets the same key; another
+// request, or another session, another key, so a derived key never meets
+// a second fingerprint (never a 422). The caller scopes it to its client,
+// as every key. Each part is length-prefixed, so no two sessions run
+// together into one.
+func DerivedKey(tenant string, session []string, fp string) string {
+	h := sha256.New()
+	part := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	part("llmgate derived key v1")
+	part(tenant)
+	part(fp)
+	for _, v := range session {
+		part(v)
+	}
+	return "derived:" + hex.EncodeToString(h.Sum(nil))
 }

@@ -23,8 +23,10 @@ import (
 )
 
 // keyFor decides whether a request is keyed, and by what: the client's
-// Idempotency-Key, or a key derived from the body when content-keyed
-// caching is on for the upstream (or the request says X-Llmgate-Cache: on).
+// Idempotency-Key; else a key derived from its session header when its
+// client derives one (derivedKey); else a key derived from the body when
+// content-keyed caching is on for the upstream (or the request says
+// X-Llmgate-Cache: on).
 func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body []byte) (*idempotency.Request, error) {
 	scope := ClientOf(r)
 	if hv, ok := r.Header["Idempotency-Key"]; ok {
@@ -39,6 +41,11 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 			Key: cache.Key{Scope: scope, Endpoint: ep.path, ID: key},
 			Raw: key, Fingerprint: fingerprint(r, ep, body), TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: ep.api.ErrorBody, StreamUsage: ep.api.RecordedUsage(),
 		}, nil
+	}
+	// A derived key stands for the key the agent would send if it could:
+	// the operator opted this client in, so it also meets require_key.
+	if kr := g.derivedKey(r, ep, body); kr != nil {
+		return kr, nil
 	}
 	if g.cfg.Idempotency.RequireKey {
 		return nil, apierror.InvalidCode("idempotency_key_required", "",
@@ -70,6 +77,33 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 	}, nil
 }
 
+// derivedKey is the key of a request without an Idempotency-Key whose
+// client derives one from a session header (clients[].derive_idempotency_key):
+// idempotency.DerivedKey of the header's values and the request's
+// fingerprint, in the client's scope, narrowed to a forwarded tenant so
+// that two tenants of a chained gateway never share one. nil when the
+// client derives none, or the request has no such header or only an
+// empty one. Headers that change on an SDK's own retry
+// (x-stainless-retry-count) are in neither: the fingerprint covers only
+// the body, the headers its API names and the query.
+func (g *Handler) derivedKey(r *http.Request, ep endpoint, body []byte) *idempotency.Request {
+	scope := ClientOf(r)
+	name := g.derive[scope]
+	if name == "" {
+		return nil
+	}
+	session := r.Header.Values(name)
+	if len(session) == 0 || len(session) == 1 && strings.TrimSpace(session[0]) == "" {
+		return nil
+	}
+	fp := fingerprint(r, ep, body)
+	id := idempotency.DerivedKey(forwardedTenant(r), session, fp)
+	return &idempotency.Request{
+		Key: cache.Key{Scope: scope, Endpoint: ep.path, ID: id}, Raw: id, Fingerprint: fp, Derived: true,
+		TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: ep.api.ErrorBody, StreamUsage: ep.api.RecordedUsage(),
+	}
+}
+
 // fingerprint is what a key's request is compared by: its body, the
 // headers its API says change the answer (anthropic-version,
 // anthropic-beta), and the query when it is forwarded.
@@ -87,6 +121,10 @@ func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 	w, r, cl, dl, s := x.w, x.req, x.call, x.dl, x.sum
 	s.idemKey = idempotency.HashKey(kr.Key.ID)
 	kr.Model = cl.Model
+	if kr.Derived {
+		s.keySource = "derived"
+		w.Header().Set(idempotency.DerivedHeader, "derived")
+	}
 	// A duplicate of a stream running here joins it (live.go); it stores
 	// nothing, so the store's space and the client's quota do not apply.
 	if l := g.live.get(kr.Key); l != nil && l.joinable(kr.Fingerprint) {

@@ -32,6 +32,7 @@ type summary struct {
 	attempts  int
 	idemKey   string // hashed, never the key itself
 	idemEvent string // what the claim came to (tracing.Request.IdempotencyEvent)
+	keySource string // "derived" for a key derived from a session header, else ""
 	replayed  bool
 	cache     string
 	committed string
@@ -114,6 +115,9 @@ func (g *Handler) logRequest(c echo.Context, s *summary, end requestEnd) classif
 	}
 	if s.idemKey != "" {
 		attrs = append(attrs, slog.String("idempotency_key", s.idemKey), slog.Bool("replayed", s.replayed))
+	}
+	if s.keySource != "" {
+		attrs = append(attrs, slog.String("idempotency_key_source", s.keySource))
 	}
 	if s.cache != "" {
 		attrs = append(attrs, slog.String("cache", s.cache))

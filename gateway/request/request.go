@@ -86,9 +86,12 @@ type Handler struct {
 	// apiKeys are the clients' own upstream keys (see owners.go); tenants:
 	// clients are configured, so keys shared between them are llmgate's to
 	// keep apart.
-	owners        *ownership.Owners
-	apiKeys       map[string]map[string]string
-	tenants       bool
+	owners  *ownership.Owners
+	apiKeys map[string]map[string]string
+	tenants bool
+	// derive maps a client's name to the header it derives idempotency
+	// keys from (clients[].derive_idempotency_key), for those that do.
+	derive        map[string]string
 	forwardSecret []byte
 	// proxies are server.trusted_proxies: whether a client reached the
 	// gateway over TLS (a batch's results_url).
@@ -101,7 +104,7 @@ func New(o Options) *Handler {
 	g := &Handler{cfg: o.Config, log: o.Logger, now: o.Now, router: o.Router, proxy: o.Proxy, keeper: o.Keeper,
 		metrics: o.Metrics, timeline: o.Timeline, tracer: o.Tracer, dlq: o.DeadLetters, limits: o.Limits,
 		admit: o.Admit, spooled: o.Spooled, space: o.Space, owners: o.Owners, forwardSecret: o.ForwardSecret, budgets: o.Budgets,
-		apiKeys: clientAPIKeys(o.Config.Clients), tenants: len(o.Config.Clients) > 0,
+		apiKeys: clientAPIKeys(o.Config.Clients), tenants: len(o.Config.Clients) > 0, derive: deriveHeaders(o.Config.Clients),
 		work: newWorkSet(o.Config.Idempotency.MaxDetached), proxies: forwarded.New(o.Config.Server.TrustedProxyPrefixes())}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -222,4 +225,16 @@ func WithClient(r *http.Request, client string) *http.Request {
 func ClientOf(r *http.Request) string {
 	s, _ := r.Context().Value(clientCtxKey{}).(string)
 	return s
+}
+
+// deriveHeaders indexes the clients' derive_idempotency_key headers by
+// client name.
+func deriveHeaders(clients []config.Client) map[string]string {
+	m := map[string]string{}
+	for _, c := range clients {
+		if h := c.DeriveIdempotencyKey.FromHeader; h != "" {
+			m[c.Name] = h
+		}
+	}
+	return m
 }
