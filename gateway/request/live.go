@@ -169,23 +169,20 @@ func (g *Handler) liveMax() int64 {
 // the same fingerprint: once that stream's status line is out, as a 200
 // SSE stream, the duplicate gets its headers, every byte sent so far and
 // then each as it is sent, and its trailers at its end — one upstream
-// call for both. It reports false, having written nothing, when the
-// running call's answer is not such a stream (the duplicate then waits
-// for the store as before), or when the client's deadline passes first.
+// call for both. Until the status line is out it waits as a duplicate
+// waits for a commit (idempotency.wait_timeout: 409; its own deadline:
+// 504). It reports false, having written nothing, when the running call's
+// answer is not such a stream: the duplicate then waits for the store.
 func (g *Handler) join(x *exchange, kr *idempotency.Request, l *liveStream) (bool, error) {
 	w, r, s := x.w, x.req, x.sum
 	deadline, stop := g.clientDeadline(x.dl, hooksOf(r.Context()))
 	defer stop()
 	v := l.view(0)
-	for v.status == 0 && !v.done {
-		select {
-		case <-v.wait:
-		case <-r.Context().Done():
-			return true, apierror.ClientGone
-		case <-deadline:
-			return false, nil
+	if v.status == 0 && !v.done {
+		var err error
+		if v, err = g.awaitStart(x, l, deadline); err != nil {
+			return true, err
 		}
-		v = l.view(0)
 	}
 	if v.status != http.StatusOK || !strings.HasPrefix(v.header.Get("Content-Type"), "text/event-stream") {
 		return false, nil
@@ -201,6 +198,34 @@ func (g *Handler) join(x *exchange, kr *idempotency.Request, l *liveStream) (boo
 	h.Set(idempotency.JoinedHeader, "true")
 	w.WriteHeader(v.status)
 	return true, g.follow(x, kr, l, deadline)
+}
+
+// awaitStart waits for a live stream's status line, as Keeper.Claim waits
+// for a commit: bounded by idempotency.wait_timeout (409, safe to retry)
+// and by the client's deadline (504), counted and logged the same way.
+func (g *Handler) awaitStart(x *exchange, l *liveStream, deadline <-chan time.Time) (liveView, error) {
+	s := x.sum
+	g.metrics.IdemEvent("wait")
+	s.idemEvent = "wait"
+	timer := time.NewTimer(g.cfg.Idempotency.WaitTimeout.D())
+	defer timer.Stop()
+	v := l.view(0)
+	for v.status == 0 && !v.done {
+		select {
+		case <-v.wait:
+		case <-x.req.Context().Done():
+			return v, apierror.ClientGone
+		case <-deadline:
+			s.class = "client_deadline"
+			return v, &apierror.ClientDeadline{Keyed: true}
+		case <-timer.C:
+			g.metrics.IdemEvent("conflict")
+			s.class, s.idemEvent = "idempotency_in_flight", "conflict"
+			return v, &apierror.KeyInFlight{}
+		}
+		v = l.view(0)
+	}
+	return v, nil
 }
 
 // follow copies a live stream to the joiner until it ends.
