@@ -105,11 +105,10 @@ type Request struct {
 
 // Hold is the reservation of one request. Settle it once, with its runs.
 type Hold struct {
-	l      *Ledger
-	id     string
-	req    Request
-	lines  []line
-	priced bool
+	l     *Ledger
+	id    string
+	req   Request
+	lines []line
 }
 
 // line is one budget a hold touches, in the window it was taken in: a
