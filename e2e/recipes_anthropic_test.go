@@ -20,6 +20,9 @@ package e2e
 //     says x-should-retry: false, so the SDK, its retries left on, makes
 //     exactly one HTTP call.
 //
+// TestRecipeAnthropicTSBatchResults runs the TypeScript SDK's
+// batches.results(), which fetches the batch's absolute results_url.
+//
 // A recording proxy in front of the gateway counts the clients' HTTP calls
 // and keeps the bytes of each answer as the client received them.
 
@@ -53,10 +56,11 @@ const anthropicUpstreamKey = "sk-ant-e2e-upstream-key"
 // anthropicRecipeGateway is a gateway process whose one upstream is the
 // fake Anthropic provider, behind a recording proxy.
 type anthropicRecipeGateway struct {
-	t     *testing.T
-	ant   *fakeprovider.Anthropic
-	proxy *recordingProxy
-	url   string // the proxy's root: what a client is given as its base URL
+	t        *testing.T
+	ant      *fakeprovider.Anthropic
+	upstream string // the fake provider's root
+	proxy    *recordingProxy
+	url      string // the proxy's root: what a client is given as its base URL
 }
 
 func startAnthropicRecipeGateway(t *testing.T) *anthropicRecipeGateway {
@@ -88,7 +92,7 @@ server: {shutdown_grace: 10s}
 	rp.idle.L = &rp.mu
 	front := httptest.NewServer(rp)
 	t.Cleanup(front.Close)
-	return &anthropicRecipeGateway{t: t, ant: ant, proxy: rp, url: front.URL}
+	return &anthropicRecipeGateway{t: t, ant: ant, upstream: up.URL, proxy: rp, url: front.URL}
 }
 
 // upstreamCalls counts the provider's requests whose body holds text.
@@ -102,9 +106,10 @@ func (g *anthropicRecipeGateway) upstreamCalls(text string) int {
 	return n
 }
 
-// recordingProxy forwards every request to target and records it with the
-// answer's bytes as they passed, flushing each write (streams stay
-// streams).
+// recordingProxy forwards every request to target, its Host kept (as a
+// front proxy that passes Host on does, so URLs the gateway builds from it
+// name the proxy), and records it with the answer's bytes as they passed,
+// flushing each write (streams stay streams).
 type recordingProxy struct {
 	target string
 	mu     sync.Mutex
@@ -117,6 +122,8 @@ type recordingProxy struct {
 
 // clientCall is one HTTP call a client made, and what it got.
 type clientCall struct {
+	Method  string
+	Path    string
 	Request http.Header
 	Body    []byte // the request's
 	Status  int
@@ -129,7 +136,7 @@ func (p *recordingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	call := clientCall{Request: r.Header.Clone(), Body: body, Status: http.StatusBadGateway}
+	call := clientCall{Method: r.Method, Path: r.URL.Path, Request: r.Header.Clone(), Body: body, Status: http.StatusBadGateway}
 	p.mu.Lock()
 	p.inFlight++
 	p.mu.Unlock()
@@ -146,7 +153,7 @@ func (p *recordingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(call.Status)
 		return
 	}
-	req.Header = r.Header.Clone()
+	req.Header, req.Host = r.Header.Clone(), r.Host
 	res, err := http.DefaultTransport.RoundTrip(req)
 	if err != nil {
 		w.WriteHeader(call.Status)
@@ -172,6 +179,12 @@ func (f flushWriter) Write(b []byte) (int, error) {
 // callsFor returns the recorded calls whose request body holds text,
 // once no call is in flight.
 func (p *recordingProxy) callsFor(text string) []clientCall {
+	return p.callsWhere(func(c clientCall) bool { return bytes.Contains(c.Body, []byte(text)) })
+}
+
+// callsWhere returns the recorded calls that keep holds for, once no call
+// is in flight.
+func (p *recordingProxy) callsWhere(keep func(clientCall) bool) []clientCall {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for p.inFlight > 0 {
@@ -179,7 +192,7 @@ func (p *recordingProxy) callsFor(text string) []clientCall {
 	}
 	var out []clientCall
 	for _, c := range p.calls {
-		if bytes.Contains(c.Body, []byte(text)) {
+		if keep(c) {
 			out = append(out, c)
 		}
 	}
@@ -402,5 +415,76 @@ func TestRecipeAnthropicTSIdempotencyKeyOption(t *testing.T) {
 		if k := c.Request.Get("Idempotency-Key"); k != "" {
 			t.Fatalf("the SDK sent Idempotency-Key %q", k)
 		}
+	}
+}
+
+// TestRecipeAnthropicTSBatchResults: the TypeScript SDK's
+// batches.results(id) retrieves the batch and fetches its results_url, an
+// absolute URL, with the client's key. The provider's batch names the
+// provider; llmgate rewrites it to its own route, so the SDK reads every
+// result line through the gateway, the provider gets the results request
+// with the upstream's key, and nothing the SDK received names the
+// provider's address.
+func TestRecipeAnthropicTSBatchResults(t *testing.T) {
+	dir := nodeRecipes(t)
+	g := startAnthropicRecipeGateway(t)
+	d := startNodeDriver(t, dir, "LLMGATE_ANTHROPIC_BASE_URL="+g.url, "LLMGATE_API_KEY="+recipeClientKey)
+	r, err := d.call("anthropic-batches", "nightly", "the nightly orders", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK || !strings.HasPrefix(r.ID, "msgbatch_") {
+		t.Fatalf("got %+v, want a batch and its results", r)
+	}
+	if want := "nightly-1,nightly-2,nightly-3"; r.Content != want {
+		t.Errorf("the SDK read the results %q, want %q", r.Content, want)
+	}
+	resultsPath := "/v1/messages/batches/" + r.ID + "/results"
+	var held struct {
+		Created, Retrieved struct {
+			ResultsURL string `json:"results_url"`
+		}
+	}
+	if err := json.Unmarshal([]byte(r.Raw), &held); err != nil {
+		t.Fatalf("the driver's raw %q: %v", r.Raw, err)
+	}
+	if u := g.url + resultsPath; held.Created.ResultsURL != u || held.Retrieved.ResultsURL != u {
+		t.Errorf("results_url created %q, retrieved %q, want the gateway's %q", held.Created.ResultsURL, held.Retrieved.ResultsURL, u)
+	}
+
+	results := g.proxy.callsWhere(func(c clientCall) bool { return c.Path == resultsPath })
+	switch {
+	case len(results) != 1 || results[0].Method != http.MethodGet || results[0].Status != http.StatusOK:
+		t.Errorf("the gateway saw %d results requests (%+v), want one GET answered 200", len(results), results)
+	case bytes.Count(results[0].Answer, []byte("\n")) != 3:
+		t.Errorf("the results answer is not 3 lines: %s", results[0].Answer)
+	}
+	var upstream []fakeprovider.AnthropicRequest
+	for _, q := range g.ant.Requests() {
+		if q.Path == resultsPath {
+			upstream = append(upstream, q)
+		}
+	}
+	if len(upstream) != 1 {
+		t.Errorf("the provider got %d results requests, want 1", len(upstream))
+	}
+	for _, q := range g.ant.Requests() {
+		if q.Header.Get("X-Api-Key") != anthropicUpstreamKey || strings.Contains(fmt.Sprint(q.Header), recipeClientKey) {
+			t.Errorf("the provider got %s %s with x-api-key %q and headers %v", q.Method, q.Path, q.Header.Get("X-Api-Key"), q.Header)
+		}
+	}
+
+	all := g.proxy.callsWhere(func(clientCall) bool { return true })
+	if len(all) != 4 { // create, retrieve, and results()'s retrieve and GET
+		t.Errorf("the SDK made %d calls through the gateway, want 4", len(all))
+	}
+	fake := strings.TrimPrefix(g.upstream, "http://")
+	for _, c := range all {
+		if bytes.Contains(c.Answer, []byte(fake)) {
+			t.Errorf("%s %s answered the provider's address %s: %s", c.Method, c.Path, fake, c.Answer)
+		}
+	}
+	if strings.Contains(r.Raw, fake) {
+		t.Errorf("the SDK holds the provider's address %s: %s", fake, r.Raw)
 	}
 }

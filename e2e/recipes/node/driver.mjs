@@ -14,7 +14,11 @@
 // finalMessage()) or what the recipes warn against: openai-idempotencykey
 // and anthropic-idempotencykey (the SDK's idempotencyKey option instead of
 // the header), langchain-retries-N (LangChain's retries left at N, the key
-// passed the same way).
+// passed the same way). anthropic-batches creates a message batch of three
+// requests (custom_ids orderId-1..3, text as the prompt), retrieves it, and
+// reads its results with batches.results(), which fetches the batch's
+// absolute results_url: content is the custom_ids it read, in order,
+// comma-separated; raw holds the batch as created and as retrieved.
 import { createInterface } from "node:readline";
 import OpenAI from "openai";
 import { ChatOpenAI } from "@langchain/openai";
@@ -47,7 +51,26 @@ function anthropicMessage(msg, response) {
   return { ok: true, id: msg.id, content, raw: JSON.stringify(msg), replayed: response?.headers.get("idempotent-replayed") ?? "" };
 }
 
+// anthropicBatch runs a message batch through the SDK's batches API:
+// create, retrieve, and the results read whole.
+async function anthropicBatch(orderId, text) {
+  const requests = [1, 2, 3].map((i) => ({
+    custom_id: `${orderId}-${i}`,
+    params: { model: "claude-sonnet-4-5", max_tokens: 256, messages: [{ role: "user", content: `Summarize: ${text}` }] },
+  }));
+  const created = await anthropic.messages.batches.create({ requests });
+  const retrieved = await anthropic.messages.batches.retrieve(created.id);
+  const ids = [];
+  for await (const r of await anthropic.messages.batches.results(created.id)) {
+    ids.push(r.custom_id);
+  }
+  return { ok: true, id: created.id, content: ids.join(","), raw: JSON.stringify({ created, retrieved }) };
+}
+
 async function runAnthropic({ variant, orderId, text }) {
+  if (variant === "anthropic-batches") {
+    return anthropicBatch(orderId, text);
+  }
   if (variant === "anthropic") {
     const { data, response } = await anthropicRecipe.summarize(anthropic, orderId, text).withResponse();
     return anthropicMessage(data, response);
