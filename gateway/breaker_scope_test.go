@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -229,4 +230,76 @@ func TestForceOpenOneModel(t *testing.T) {
 	if r := h.chat(modelBody("gpt-4o", false), nil); r.status != 200 {
 		t.Fatalf("after close: %d %s", r.status, r.body)
 	}
+}
+
+// Which failures count against the upstream as a whole: those where no
+// HTTP answer came for a reason of the connection's. A model that hangs
+// to its timeout is the model's own failure.
+func TestBreakerConnectionLevelFailures(t *testing.T) {
+	closing, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closing.Close() })
+	go func() { // accepts, reads the request, closes without an answer
+		for {
+			c, err := closing.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 4096))
+			c.Close()
+		}
+	}()
+	untrusted := newTLSTestServer(t)
+	for _, tc := range []struct {
+		name, url string
+		hang      bool
+		wide      bool // the upstream-wide breaker opens
+	}{
+		{name: "closed before a response", url: "http://" + closing.Addr().String(), wide: true},
+		{name: "TLS certificate not trusted", url: untrusted, wide: true},
+		{name: "model hangs to its timeout", hang: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *config.Config) {
+				c.Retry.MaxAttempts = 1
+				c.Breaker.ConsecutiveFailures = 2
+				if tc.url != "" {
+					c.Upstreams[0].BaseURL = tc.url + "/v1"
+				}
+				c.Upstreams[0].Timeout = config.Duration(5 * time.Second) // a TLS handshake under -race is slow
+				if tc.hang {
+					c.Upstreams[0].Timeout = config.Duration(300 * time.Millisecond)
+				}
+			})
+			if tc.hang {
+				h.fake.SetDefault(fakeprovider.Step{Hang: true})
+			}
+			for range 2 {
+				if r := h.chat(modelBody("m-a", false), nil); r.status < 500 {
+					t.Fatalf("m-a: %d %s", r.status, r.body)
+				}
+			}
+			bs := breakers(t, h)
+			wide, a := findBreaker(bs, "primary", ""), findBreaker(bs, "primary", "m-a")
+			if wide == nil || a == nil {
+				t.Fatalf("breakers %+v", bs)
+			}
+			if got := wide.State == "open"; got != tc.wide {
+				t.Errorf("upstream-wide breaker %+v, model's %+v; want the upstream's open: %v", *wide, *a, tc.wide)
+			}
+			if got := a.State == "open"; got == tc.wide {
+				t.Errorf("model's breaker %s; want it open: %v", a.State, !tc.wide)
+			}
+		})
+	}
+}
+
+// newTLSTestServer is an HTTPS server whose certificate the gateway does
+// not trust.
+func newTLSTestServer(t *testing.T) string {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
