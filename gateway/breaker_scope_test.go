@@ -209,6 +209,18 @@ func TestBreakerPageMatchesJSON(t *testing.T) {
 	if !strings.Contains(body, `<tr id="breaker-primary">`) {
 		t.Error("no row for the upstream's own breaker")
 	}
+	// /metrics carries the same breaker, by model.
+	m := string(h.admin(http.MethodGet, "/metrics").body)
+	for _, want := range []string{
+		`llmgate_breaker_state{model="demo-down",upstream="primary"} 2`,
+		`llmgate_breaker_rejections_total{model="demo-down",upstream="primary"} 2`,
+		`llmgate_breaker_transitions_total{from="closed",model="demo-down",to="open",upstream="primary"} 1`,
+		`llmgate_breaker_state{model="",upstream="primary"} 0`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // An operator forces one model open, through the API: that model is
