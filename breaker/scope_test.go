@@ -188,3 +188,19 @@ func TestOpenedByAndProbes(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkAllowModel is Allow and done for a model: the model's breaker
+// and the upstream's own.
+func BenchmarkAllowModel(b *testing.B) {
+	r := New([]Upstream{{Name: "b", Models: []string{"m"}}}, Settings{})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			done, err := r.Allow("b", "m")
+			if err != nil {
+				b.Fatal(err)
+			}
+			done(Success, "")
+		}
+	})
+}
