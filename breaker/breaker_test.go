@@ -11,11 +11,20 @@ import (
 	"time"
 )
 
+// ups is upstreams named names, with no models configured.
+func ups(names ...string) []Upstream {
+	out := make([]Upstream, len(names))
+	for i, n := range names {
+		out[i] = Upstream{Name: n}
+	}
+	return out
+}
+
 // report lets one request through name and reports res. It fails the test
 // if the breaker rejects the request.
 func report(t *testing.T, r *Registry, name string, res Result, class string) {
 	t.Helper()
-	done, err := r.Allow(name)
+	done, err := r.Allow(name, "")
 	if err != nil {
 		t.Fatalf("Allow(%q): %v", name, err)
 	}
@@ -32,7 +41,7 @@ func reportN(t *testing.T, r *Registry, name string, n int, res Result) {
 // rejected asserts that Allow rejects with an *OpenError and returns it.
 func rejected(t *testing.T, r *Registry, name string) *OpenError {
 	t.Helper()
-	done, err := r.Allow(name)
+	done, err := r.Allow(name, "")
 	if err == nil {
 		done(Excluded, "")
 		t.Fatalf("Allow(%q) let the request through, want rejection", name)
@@ -46,7 +55,7 @@ func rejected(t *testing.T, r *Registry, name string) *OpenError {
 
 func state(t *testing.T, r *Registry, name string) State {
 	t.Helper()
-	st, ok := r.Status(name)
+	st, ok := r.Status(Key{Upstream: name})
 	if !ok {
 		t.Fatalf("Status(%q): unknown", name)
 	}
@@ -59,7 +68,11 @@ type recorder struct {
 	events []string
 }
 
-func (rec *recorder) on(name string, from, to State) {
+func (rec *recorder) on(k Key, from, to State) {
+	name := k.Upstream
+	if k.Model != "" {
+		name += "/" + k.Model
+	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	rec.events = append(rec.events, fmt.Sprintf("%s: %s->%s", name, from, to))
@@ -91,7 +104,7 @@ func TestDefaults(t *testing.T) {
 
 func TestTripsAfterConsecutiveFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a", "b"}, Settings{}) // default: 5
+		r := New(ups("a", "b"), Settings{}) // default: 5
 		reportN(t, r, "a", 4, Failure)
 		if got := state(t, r, "a"); got != Closed {
 			t.Fatalf("after 4 failures state = %s, want closed", got)
@@ -117,14 +130,14 @@ func TestTripsAfterConsecutiveFailures(t *testing.T) {
 
 func TestSuccessFloodNeverTrips(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1, FailureRatio: 0.01, MinRequests: 1})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1, FailureRatio: 0.01, MinRequests: 1})
 		for i := range 10_000 {
 			report(t, r, "a", Success, "")
 			if i%1000 == 0 {
 				time.Sleep(7 * time.Second) // crosses Interval boundaries too
 			}
 		}
-		st, _ := r.Status("a")
+		st, _ := r.Status(Key{Upstream: "a"})
 		if st.State != Closed || st.TotalFailures != 0 {
 			t.Errorf("status = %+v, want closed with no failures", st)
 		}
@@ -133,10 +146,10 @@ func TestSuccessFloodNeverTrips(t *testing.T) {
 
 func TestExcludedNotCounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 3})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 3})
 		reportN(t, r, "a", 2, Failure)
 		reportN(t, r, "a", 50, Excluded)
-		st, _ := r.Status("a")
+		st, _ := r.Status(Key{Upstream: "a"})
 		if st.State != Closed {
 			t.Fatalf("state = %s after 2 failures and excluded ones, want closed", st.State)
 		}
@@ -153,7 +166,7 @@ func TestExcludedNotCounted(t *testing.T) {
 
 func TestExcludedDoNotDiluteFailureRatio(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1000, FailureRatio: 0.5, MinRequests: 4})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1000, FailureRatio: 0.5, MinRequests: 4})
 		reportN(t, r, "a", 100, Excluded)
 		report(t, r, "a", Success, "")
 		report(t, r, "a", Failure, "transient")
@@ -170,7 +183,7 @@ func TestExcludedDoNotDiluteFailureRatio(t *testing.T) {
 
 func TestFailureRatio(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1000, FailureRatio: 0.5, MinRequests: 10})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1000, FailureRatio: 0.5, MinRequests: 10})
 		// Alternate failure, success: ratio 0.5 from the 2nd request on,
 		// but only the 10th completes MinRequests.
 		for i := range 9 {
@@ -196,7 +209,7 @@ func TestFailureRatio(t *testing.T) {
 
 func TestFailureRatioBelowThreshold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1000, FailureRatio: 0.5, MinRequests: 10})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1000, FailureRatio: 0.5, MinRequests: 10})
 		for i := range 100 {
 			res := Success
 			if i%3 == 0 {
@@ -212,10 +225,10 @@ func TestFailureRatioBelowThreshold(t *testing.T) {
 
 func TestIntervalClearsCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1000, FailureRatio: 0.5, MinRequests: 4, Interval: 10 * time.Second})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1000, FailureRatio: 0.5, MinRequests: 4, Interval: 10 * time.Second})
 		reportN(t, r, "a", 3, Failure)
 		time.Sleep(10 * time.Second)
-		st, _ := r.Status("a")
+		st, _ := r.Status(Key{Upstream: "a"})
 		if st.Requests != 0 || st.TotalFailures != 0 {
 			t.Fatalf("status = %+v, want interval counts cleared", st)
 		}
@@ -241,10 +254,10 @@ func TestIntervalClearsCounts(t *testing.T) {
 // Interval would drop those outcomes.)
 func TestLongRequestsCount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 3, Interval: 60 * time.Second})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 3, Interval: 60 * time.Second})
 		var hung []func(Result, string)
 		for range 3 {
-			done, err := r.Allow("a")
+			done, err := r.Allow("a", "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,7 +268,7 @@ func TestLongRequestsCount(t *testing.T) {
 		for _, done := range hung {
 			done(Failure, "timeout")
 		}
-		st, _ := r.Status("a")
+		st, _ := r.Status(Key{Upstream: "a"})
 		if st.State != Open || st.LastFailureClass != "timeout" {
 			t.Fatalf("status = %+v, want open after 3 long failures", st)
 		}
@@ -264,7 +277,7 @@ func TestLongRequestsCount(t *testing.T) {
 
 func TestOpenErrorRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1, OpenTimeout: 30 * time.Second})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1, OpenTimeout: 30 * time.Second})
 		report(t, r, "a", Failure, "transient")
 
 		oe := rejected(t, r, "a")
@@ -289,18 +302,18 @@ func TestOpenErrorRetryAfter(t *testing.T) {
 
 func TestHalfOpenProbesClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second, HalfOpenRequests: 2})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second, HalfOpenRequests: 2})
 		report(t, r, "a", Failure, "transient")
 		time.Sleep(10*time.Second + time.Millisecond)
 		if got := state(t, r, "a"); got != HalfOpen {
 			t.Fatalf("state after OpenTimeout = %s, want half-open", got)
 		}
 
-		p1, err := r.Allow("a")
+		p1, err := r.Allow("a", "")
 		if err != nil {
 			t.Fatalf("probe 1: %v", err)
 		}
-		p2, err := r.Allow("a")
+		p2, err := r.Allow("a", "")
 		if err != nil {
 			t.Fatalf("probe 2: %v", err)
 		}
@@ -314,7 +327,7 @@ func TestHalfOpenProbesClose(t *testing.T) {
 			t.Fatalf("after 1 of 2 probes succeeded state = %s, want half-open", got)
 		}
 		p2(Success, "")
-		st, _ := r.Status("a")
+		st, _ := r.Status(Key{Upstream: "a"})
 		if st.State != Closed || st.OpenedAt != nil || st.ProbeAt != nil {
 			t.Fatalf("after 2 probes succeeded status = %+v, want closed, no OpenedAt/ProbeAt", st)
 		}
@@ -324,11 +337,11 @@ func TestHalfOpenProbesClose(t *testing.T) {
 
 func TestHalfOpenFailedProbeReopens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second})
 		report(t, r, "a", Failure, "transient")
 		time.Sleep(10*time.Second + time.Millisecond)
 
-		probe, err := r.Allow("a")
+		probe, err := r.Allow("a", "")
 		if err != nil {
 			t.Fatalf("probe: %v", err)
 		}
@@ -336,7 +349,7 @@ func TestHalfOpenFailedProbeReopens(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		probe(Failure, "rate_limited")
 
-		st, _ := r.Status("a")
+		st, _ := r.Status(Key{Upstream: "a"})
 		if st.State != Open {
 			t.Fatalf("after failed probe state = %s, want open", st.State)
 		}
@@ -351,11 +364,11 @@ func TestHalfOpenFailedProbeReopens(t *testing.T) {
 
 func TestHalfOpenExcludedProbeFreesSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second})
 		report(t, r, "a", Failure, "transient")
 		time.Sleep(10*time.Second + time.Millisecond)
 
-		probe, err := r.Allow("a")
+		probe, err := r.Allow("a", "")
 		if err != nil {
 			t.Fatalf("probe: %v", err)
 		}
@@ -373,16 +386,16 @@ func TestHalfOpenExcludedProbeFreesSlot(t *testing.T) {
 func TestForceOpen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		r := New([]string{"a"}, Settings{OpenTimeout: 20 * time.Second, OnStateChange: rec.on})
-		inflight, err := r.Allow("a")
+		r := New(ups("a"), Settings{OpenTimeout: 20 * time.Second, OnStateChange: rec.on})
+		inflight, err := r.Allow("a", "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.ForceOpen("a"); err != nil {
+		if err := r.ForceOpen(Key{Upstream: "a"}); err != nil {
 			t.Fatal(err)
 		}
 		forcedAt := time.Now()
-		if err := r.ForceOpen("a"); err != nil { // idempotent, no second event
+		if err := r.ForceOpen(Key{Upstream: "a"}); err != nil { // idempotent, no second event
 			t.Fatal(err)
 		}
 
@@ -395,7 +408,7 @@ func TestForceOpen(t *testing.T) {
 		rejected(t, r, "a")
 
 		inflight(Success, "") // a request let through before still reports
-		st, _ := r.Status("a")
+		st, _ := r.Status(Key{Upstream: "a"})
 		if st.State != Open || !st.Forced || st.ProbeAt != nil ||
 			st.OpenedAt == nil || !st.OpenedAt.Equal(forcedAt) || st.TotalSuccesses != 1 {
 			t.Errorf("status = %+v, want forced open since %v, no ProbeAt, 1 success", st, forcedAt)
@@ -409,20 +422,20 @@ func TestForceOpen(t *testing.T) {
 func TestForceOpenHidesUnderlyingChanges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second, OnStateChange: rec.on})
-		inflight, err := r.Allow("a")
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second, OnStateChange: rec.on})
+		inflight, err := r.Allow("a", "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.ForceOpen("a"); err != nil {
+		if err := r.ForceOpen(Key{Upstream: "a"}); err != nil {
 			t.Fatal(err)
 		}
 		inflight(Failure, "transient") // trips the breaker underneath
 		time.Sleep(time.Minute)        // underneath: open → half-open
-		if st, _ := r.Status("a"); st.State != Open || !st.Forced {
+		if st, _ := r.Status(Key{Upstream: "a"}); st.State != Open || !st.Forced {
 			t.Fatalf("status = %+v, want forced open", st)
 		}
-		if err := r.ForceClose("a"); err != nil {
+		if err := r.ForceClose(Key{Upstream: "a"}); err != nil {
 			t.Fatal(err)
 		}
 		want := []string{"a: closed->open", "a: open->closed"}
@@ -434,8 +447,8 @@ func TestForceOpenHidesUnderlyingChanges(t *testing.T) {
 
 func TestForceCloseResets(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 3})
-		old, err := r.Allow("a")
+		r := New(ups("a"), Settings{ConsecutiveFailures: 3})
+		old, err := r.Allow("a", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,10 +456,10 @@ func TestForceCloseResets(t *testing.T) {
 		if got := state(t, r, "a"); got != Open {
 			t.Fatalf("state = %s, want open", got)
 		}
-		if err := r.ForceClose("a"); err != nil {
+		if err := r.ForceClose(Key{Upstream: "a"}); err != nil {
 			t.Fatal(err)
 		}
-		st, _ := r.Status("a")
+		st, _ := r.Status(Key{Upstream: "a"})
 		if st.State != Closed || st.Forced || st.Requests != 0 || st.TotalFailures != 0 ||
 			st.ConsecutiveFailures != 0 || st.OpenedAt != nil || st.ProbeAt != nil {
 			t.Fatalf("after ForceClose status = %+v, want fresh closed", st)
@@ -454,16 +467,16 @@ func TestForceCloseResets(t *testing.T) {
 		// A done func of the replaced breaker is harmless.
 		old(Failure, "stale")
 		reportN(t, r, "a", 2, Failure)
-		st, _ = r.Status("a")
+		st, _ = r.Status(Key{Upstream: "a"})
 		if st.State != Closed || st.ConsecutiveFailures != 2 || st.LastFailureClass != "transient" {
 			t.Fatalf("status = %+v, want closed, 2 consecutive failures, class transient", st)
 		}
 
 		// ForceClose also clears a forced open.
-		if err := r.ForceOpen("a"); err != nil {
+		if err := r.ForceOpen(Key{Upstream: "a"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.ForceClose("a"); err != nil {
+		if err := r.ForceClose(Key{Upstream: "a"}); err != nil {
 			t.Fatal(err)
 		}
 		report(t, r, "a", Success, "")
@@ -472,7 +485,7 @@ func TestForceCloseResets(t *testing.T) {
 
 func TestSnapshot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"c", "a", "b", "a"}, Settings{ConsecutiveFailures: 2, OpenTimeout: 30 * time.Second})
+		r := New(ups("c", "a", "b", "a"), Settings{ConsecutiveFailures: 2, OpenTimeout: 30 * time.Second})
 		if got, want := r.Names(), []string{"a", "b", "c"}; !slices.Equal(got, want) {
 			t.Fatalf("Names() = %q, want %q", got, want)
 		}
@@ -483,7 +496,7 @@ func TestSnapshot(t *testing.T) {
 		report(t, r, "a", Failure, "rate_limited") // trips
 		openedAt := time.Now()
 		report(t, r, "b", Success, "")
-		if err := r.ForceOpen("c"); err != nil {
+		if err := r.ForceOpen(Key{Upstream: "c"}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Second)
@@ -517,11 +530,11 @@ func TestSnapshot(t *testing.T) {
 
 		// Half-open: OpenedAt stays, ProbeAt goes.
 		time.Sleep(30 * time.Second)
-		if st, _ := r.Status("a"); st.State != HalfOpen || st.OpenedAt == nil || st.ProbeAt != nil {
+		if st, _ := r.Status(Key{Upstream: "a"}); st.State != HalfOpen || st.OpenedAt == nil || st.ProbeAt != nil {
 			t.Errorf("a after OpenTimeout = %+v, want half-open with OpenedAt, no ProbeAt", st)
 		}
 
-		if _, ok := r.Status("nope"); ok {
+		if _, ok := r.Status(Key{Upstream: "nope"}); ok {
 			t.Error("Status of an unknown name reported ok")
 		}
 
@@ -530,8 +543,11 @@ func TestSnapshot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := `{"name":"b","state":"closed","forced":false,"requests":1,"total_successes":1,` +
-			`"total_failures":0,"consecutive_successes":1,"consecutive_failures":0}`
+		// The fields of before model scope keep their names and order;
+		// model, covers, state_since, counts_since and rejected are new.
+		want := `{"name":"b","model":"","covers":"connection","state":"closed","forced":false,` +
+			`"state_since":"2000-01-01T00:00:00Z","counts_since":"2000-01-01T00:00:00Z","requests":1,"total_successes":1,` +
+			`"total_failures":0,"rejected":0,"consecutive_successes":1,"consecutive_failures":0}`
 		if string(js) != want {
 			t.Errorf("json = %s\nwant   %s", js, want)
 		}
@@ -541,19 +557,19 @@ func TestSnapshot(t *testing.T) {
 func TestOnStateChange(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second, OnStateChange: rec.on})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second, OnStateChange: rec.on})
 		report(t, r, "a", Failure, "transient")
 		time.Sleep(11 * time.Second)
 		report(t, r, "a", Failure, "transient") // failed probe
 		time.Sleep(11 * time.Second)
 		report(t, r, "a", Success, "") // successful probe
-		if err := r.ForceOpen("a"); err != nil {
+		if err := r.ForceOpen(Key{Upstream: "a"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.ForceClose("a"); err != nil {
+		if err := r.ForceClose(Key{Upstream: "a"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.ForceClose("a"); err != nil { // already closed: no event
+		if err := r.ForceClose(Key{Upstream: "a"}); err != nil { // already closed: no event
 			t.Fatal(err)
 		}
 		want := []string{
@@ -579,47 +595,48 @@ func TestOnStateChangeReentrant(t *testing.T) {
 			r   *Registry
 			got []Status
 		)
-		r = New([]string{"a"}, Settings{ConsecutiveFailures: 1, OnStateChange: func(name string, from, to State) {
-			st, _ := r.Status(name)
+		r = New(ups("a"), Settings{ConsecutiveFailures: 1, OnStateChange: func(k Key, from, to State) {
+			name := k.Upstream
+			st, _ := r.Status(Key{Upstream: name})
 			got = append(got, st)
 			if to == Open && !st.Forced {
-				_ = r.ForceOpen(name) // changes nothing visible: no event
+				_ = r.ForceOpen(Key{Upstream: name}) // changes nothing visible: no event
 			}
 		}})
 		report(t, r, "a", Failure, "server_error")
 		if len(got) != 1 || got[0].State != Open || got[0].LastFailureClass != "server_error" {
 			t.Fatalf("callback saw %+v, want one open status with class server_error", got)
 		}
-		if st, _ := r.Status("a"); !st.Forced {
+		if st, _ := r.Status(Key{Upstream: "a"}); !st.Forced {
 			t.Errorf("status = %+v, want forced by the callback", st)
 		}
 	})
 }
 
 func TestUnknownName(t *testing.T) {
-	r := New([]string{"a"}, Settings{})
-	if _, err := r.Allow("x"); !errors.Is(err, ErrUnknownUpstream) {
+	r := New(ups("a"), Settings{})
+	if _, err := r.Allow("x", ""); !errors.Is(err, ErrUnknownUpstream) {
 		t.Errorf("Allow: err = %v, want ErrUnknownUpstream", err)
 	} else if oe := (*OpenError)(nil); errors.As(err, &oe) {
 		t.Errorf("Allow: err = %v is an OpenError", err)
 	}
-	if err := r.ForceOpen("x"); !errors.Is(err, ErrUnknownUpstream) {
+	if err := r.ForceOpen(Key{Upstream: "x"}); !errors.Is(err, ErrUnknownUpstream) {
 		t.Errorf("ForceOpen: err = %v, want ErrUnknownUpstream", err)
 	}
-	if err := r.ForceClose("x"); !errors.Is(err, ErrUnknownUpstream) {
+	if err := r.ForceClose(Key{Upstream: "x"}); !errors.Is(err, ErrUnknownUpstream) {
 		t.Errorf("ForceClose: err = %v, want ErrUnknownUpstream", err)
 	}
 }
 
 func TestDoneTwiceCountsOnce(t *testing.T) {
-	r := New([]string{"a"}, Settings{ConsecutiveFailures: 2})
-	done, err := r.Allow("a")
+	r := New(ups("a"), Settings{ConsecutiveFailures: 2})
+	done, err := r.Allow("a", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	done(Failure, "transient")
 	done(Failure, "transient")
-	if st, _ := r.Status("a"); st.State != Closed || st.TotalFailures != 1 {
+	if st, _ := r.Status(Key{Upstream: "a"}); st.State != Closed || st.TotalFailures != 1 {
 		t.Errorf("status = %+v, want closed with 1 failure", st)
 	}
 }
@@ -628,12 +645,12 @@ func TestConcurrent(t *testing.T) {
 	const workers, perWorker = 32, 500
 
 	t.Run("counts", func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1})
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1})
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Go(func() {
 				for i := range perWorker {
-					done, err := r.Allow("a")
+					done, err := r.Allow("a", "")
 					if err != nil {
 						t.Errorf("Allow: %v", err)
 						return
@@ -647,7 +664,7 @@ func TestConcurrent(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		st, _ := r.Status("a")
+		st, _ := r.Status(Key{Upstream: "a"})
 		if want := uint32(workers * perWorker / 2); st.State != Closed || st.TotalSuccesses != want || st.Requests != want {
 			t.Errorf("status = %+v, want closed, %d requests and successes", st, want)
 		}
@@ -660,13 +677,14 @@ func TestConcurrent(t *testing.T) {
 			bad  []string
 		)
 		names := []string{"a", "b"}
-		r := New(names, Settings{
+		r := New(ups(names...), Settings{
 			ConsecutiveFailures: 3,
 			FailureRatio:        0.3,
 			MinRequests:         5,
 			OpenTimeout:         time.Nanosecond, // open ↔ half-open churns constantly
 			HalfOpenRequests:    2,
-			OnStateChange: func(name string, from, to State) {
+			OnStateChange: func(k Key, from, to State) {
+				name := k.Upstream
 				mu.Lock()
 				defer mu.Unlock()
 				prev, ok := last[name]
@@ -687,13 +705,13 @@ func TestConcurrent(t *testing.T) {
 				for i := range perWorker {
 					switch {
 					case w == 0 && i%50 == 0:
-						_ = r.ForceOpen(name)
+						_ = r.ForceOpen(Key{Upstream: name})
 					case w == 1 && i%50 == 25:
-						_ = r.ForceClose(name)
+						_ = r.ForceClose(Key{Upstream: name})
 					case w == 2:
 						_ = r.Snapshot()
 					}
-					done, err := r.Allow(name)
+					done, err := r.Allow(name, "")
 					if err != nil {
 						if oe := (*OpenError)(nil); !errors.As(err, &oe) {
 							t.Errorf("Allow: %v", err)
@@ -727,11 +745,11 @@ func TestConcurrent(t *testing.T) {
 }
 
 func BenchmarkAllow(b *testing.B) {
-	r := New([]string{"a", "b", "c"}, Settings{})
+	r := New(ups("a", "b", "c"), Settings{})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			done, err := r.Allow("b")
+			done, err := r.Allow("b", "")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -744,8 +762,8 @@ func BenchmarkAllow(b *testing.B) {
 // nowhere: it says nothing about the upstream as it is now.
 func TestOutcomeAcrossStateChangeIgnored(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := New([]string{"a"}, Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second})
-		old, err := r.Allow("a")
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second})
+		old, err := r.Allow("a", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -753,7 +771,7 @@ func TestOutcomeAcrossStateChangeIgnored(t *testing.T) {
 		time.Sleep(11 * time.Second)
 		report(t, r, "a", Success, "") // probe: closed again
 		old(Failure, "transient")
-		st, _ := r.Status("a")
+		st, _ := r.Status(Key{Upstream: "a"})
 		if st.State != Closed || st.TotalFailures != 0 || st.ConsecutiveFailures != 0 {
 			t.Fatalf("status = %+v, want closed with no failures", st)
 		}

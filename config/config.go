@@ -46,6 +46,7 @@ func Default() Config {
 			Interval:            Duration(60 * time.Second),
 			OpenTimeout:         Duration(30 * time.Second),
 			HalfOpenRequests:    1,
+			Scope:               BreakerScopeModel,
 		},
 		Idempotency: Idempotency{
 			TTL:             Duration(24 * time.Hour),
@@ -419,8 +420,21 @@ type Retry struct {
 	BudgetWindow Duration `yaml:"budget_window"`
 }
 
-// Breaker configures the circuit breaker kept per upstream.
+// The breaker scopes (Breaker.Scope).
+const (
+	BreakerScopeModel    = "model"
+	BreakerScopeUpstream = "upstream"
+)
+
+// Breaker configures the circuit breakers: per upstream and model by
+// default, with an upstream-wide one for connection-level failures.
 type Breaker struct {
+	// Scope is what one breaker covers: "model" (default) — one breaker
+	// per upstream and model, so a failing model does not refuse its
+	// neighbours, plus one per upstream that counts connection-level
+	// failures (refused, DNS, TLS, no response) and, open, refuses every
+	// model of it; "upstream" — one breaker per upstream for every model.
+	Scope string `yaml:"scope"`
 	// ConsecutiveFailures trips the breaker. Default 5; must be >= 1.
 	ConsecutiveFailures uint32 `yaml:"consecutive_failures"`
 	// FailureRatio, when > 0, also trips the breaker when the ratio of

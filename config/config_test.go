@@ -82,6 +82,7 @@ var expectedErrors = map[string][]string{
 	"negative_duration.bad.yml":        {"retry.deadline: -1m is negative"},
 	"budget_ratio.bad.yml":             {"retry.budget_ratio: 1.5 is outside [0, 1]"},
 	"failure_ratio.bad.yml":            {"breaker.failure_ratio: -0.1 is outside [0, 1]"},
+	"breaker_scope.bad.yml":            {`breaker.scope: "per_model" is not model (a breaker per upstream and model, the default) or upstream (one per upstream)`},
 	"store_kind.bad.yml":               {`store.kind: "mongo" is not badger or redis`},
 	"redis_url_missing.bad.yml":        {"store.redis.url: required when store.kind is redis"},
 	"redis_url_scheme.bad.yml":         {"store.redis.url: not a redis:// or rediss:// URL with a host"},
@@ -252,6 +253,7 @@ func TestGoodConfig(t *testing.T) {
 			BudgetWindow:       Duration(30 * time.Second),
 		},
 		Breaker: Breaker{
+			Scope:               BreakerScopeModel,
 			ConsecutiveFailures: 3,
 			FailureRatio:        0.5,
 			MinRequests:         10,
@@ -473,6 +475,7 @@ func TestDefaults(t *testing.T) {
 		{"breaker.interval", d.Breaker.Interval.D(), 60 * time.Second},
 		{"breaker.min_requests", d.Breaker.MinRequests, uint32(20)},
 		{"breaker.half_open_requests", d.Breaker.HalfOpenRequests, uint32(1)},
+		{"breaker.scope", d.Breaker.Scope, "model"},
 		{"idempotency.ttl", d.Idempotency.TTL.D(), 24 * time.Hour},
 		{"idempotency.wait_timeout", d.Idempotency.WaitTimeout.D(), 60 * time.Second},
 		{"idempotency.lease", d.Idempotency.Lease.D(), 30 * time.Second},

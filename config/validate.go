@@ -94,6 +94,10 @@ func (c *Config) validateRetryAndBreaker(p *problems) {
 	if b.HalfOpenRequests < 1 {
 		p.add("breaker.half_open_requests", "must be >= 1")
 	}
+	if b.Scope != BreakerScopeModel && b.Scope != BreakerScopeUpstream {
+		p.add("breaker.scope", "%q is not %s (a breaker per upstream and model, the default) or %s (one per upstream)",
+			b.Scope, BreakerScopeModel, BreakerScopeUpstream)
+	}
 }
 
 func (c *Config) validateStore(p *problems) {

@@ -225,6 +225,8 @@ func (tr *tour) admin(method, path string, v any) int {
 }
 
 // breaker returns the state GET /admin/breakers gives upstream.
+// breaker is the worst state among upstream's breakers (its own and its
+// models'): open before half-open before closed.
 func (tr *tour) breaker(upstream string) string {
 	tr.t.Helper()
 	var v struct {
@@ -233,13 +235,17 @@ func (tr *tour) breaker(upstream string) string {
 	if got := tr.admin(http.MethodGet, "/admin/breakers", &v); got != 200 {
 		tr.t.Fatalf("GET /admin/breakers: %d", got)
 	}
+	rank := map[string]int{"closed": 0, "half-open": 1, "open": 2}
+	worst, found := "", false
 	for _, b := range v.Breakers {
-		if b.Name == upstream {
-			return b.State
+		if b.Name == upstream && (!found || rank[b.State] > rank[worst]) {
+			worst, found = b.State, true
 		}
 	}
-	tr.t.Fatalf("no breaker %s in %+v", upstream, v)
-	return ""
+	if !found {
+		tr.t.Fatalf("no breaker %s in %+v", upstream, v)
+	}
+	return worst
 }
 
 // deadLetter waits for the dead letter of key and returns its id.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -235,6 +236,51 @@ func TestForceOpenAppliesToEveryReplica(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("A never saw B's close: %q %v", state, override)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// One model forced open on A: B refuses that model and serves the
+	// others of the same upstream; a close on B reaches A.
+	if st, body := adminReq(http.MethodPost, a.URL+"/admin/breakers/fake/open?model=gpt-4o"); st != 200 {
+		t.Fatalf("force open gpt-4o on A: %d %s", st, body)
+	}
+	modelForced := func(p *proc) (forced, listed bool) {
+		_, body := adminReq(http.MethodGet, p.URL+"/admin/breakers")
+		var v struct {
+			Breakers []struct {
+				Name, Model string
+				Forced      bool
+			}
+			SharedModelOverrides map[string][]string `json:"shared_model_overrides"`
+		}
+		_ = json.Unmarshal(body, &v)
+		for _, br := range v.Breakers {
+			if br.Name == "fake" && br.Model == "gpt-4o" {
+				forced = br.Forced
+			}
+		}
+		return forced, slices.Contains(v.SharedModelOverrides["fake"], "gpt-4o")
+	}
+	deadline = time.Now().Add(15 * time.Second)
+	for forced, listed := modelForced(b); !forced || !listed; forced, listed = modelForced(b) {
+		if time.Now().After(deadline) {
+			t.Fatalf("B never saw A's force-open of gpt-4o: forced %v, listed %v", forced, listed)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for pub/sub delivery to another process
+	}
+	if st, _, _ := post(t, b.URL+"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"x"}]}`, nil); st != 503 {
+		t.Fatalf("B with gpt-4o forced open answered %d", st)
+	}
+	if st, _, body := post(t, b.URL+"/v1/chat/completions", `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`, nil); st != 200 {
+		t.Fatalf("B refused gpt-4o-mini with only gpt-4o forced open: %d %s", st, body)
+	}
+	if st, body := adminReq(http.MethodPost, b.URL+"/admin/breakers/fake/close?model=gpt-4o"); st != 200 {
+		t.Fatalf("close gpt-4o on B: %d %s", st, body)
+	}
+	for forced, listed := modelForced(a); forced || listed; forced, listed = modelForced(a) {
+		if time.Now().After(deadline) {
+			t.Fatalf("A never saw B's close of gpt-4o: forced %v, listed %v", forced, listed)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

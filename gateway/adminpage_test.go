@@ -206,7 +206,7 @@ func TestAdminPageRequiresToken(t *testing.T) {
 	// The page's form endpoints need the token too.
 	r = h.page(http.MethodPost, "/admin/ui/breakers/primary/open", nil, nil, nil)
 	wantOpenAIError(t, r.result, http.StatusUnauthorized)
-	if st, _ := h.gw.breakers.Status("primary"); st.State != breaker.Closed {
+	if st, _ := h.gw.breakers.Status(breaker.Key{Upstream: "primary"}); st.State != breaker.Closed {
 		t.Fatalf("breaker %s after an unauthenticated post", st.State)
 	}
 	// A Bearer header works as well as the cookie.
@@ -279,11 +279,11 @@ func TestAdminPageRefusesCrossOrigin(t *testing.T) {
 			if r.status != tc.want {
 				t.Fatalf("status %d, want %d: %s", r.status, tc.want, r.body)
 			}
-			st, _ := h.gw.breakers.Status("primary")
+			st, _ := h.gw.breakers.Status(breaker.Key{Upstream: "primary"})
 			if tc.want == http.StatusForbidden && st.Forced {
 				t.Fatal("refused post forced the breaker")
 			}
-			if err := h.gw.admin.SetBreakerForced(context.Background(), "primary", false); err != nil {
+			if err := h.gw.admin.SetBreakerForced(context.Background(), breaker.Key{Upstream: "primary"}, false); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -304,7 +304,7 @@ func TestAdminPageForcesBreaker(t *testing.T) {
 	if r.status != http.StatusSeeOther || r.header.Get("Location") != "/admin/" {
 		t.Fatalf("force open: %d %v %s", r.status, r.header, r.body)
 	}
-	if st, _ := h.gw.breakers.Status("primary"); st.State != breaker.Open || !st.Forced {
+	if st, _ := h.gw.breakers.Status(breaker.Key{Upstream: "primary"}); st.State != breaker.Open || !st.Forced {
 		t.Fatalf("breaker after force open: %+v", st)
 	}
 	page := h.page(http.MethodGet, "/admin/", nil, append(ck, flashOf(t, r)...), nil)
@@ -322,7 +322,7 @@ func TestAdminPageForcesBreaker(t *testing.T) {
 	if r.status != http.StatusSeeOther {
 		t.Fatalf("close: %d", r.status)
 	}
-	if st, _ := h.gw.breakers.Status("primary"); st.State != breaker.Closed || st.Forced {
+	if st, _ := h.gw.breakers.Status(breaker.Key{Upstream: "primary"}); st.State != breaker.Closed || st.Forced {
 		t.Fatalf("breaker after close: %+v", st)
 	}
 
@@ -394,7 +394,7 @@ func TestAdminPageDisabled(t *testing.T) {
 			}
 		}
 	}
-	if st, _ := h.gw.breakers.Status("primary"); st.Forced {
+	if st, _ := h.gw.breakers.Status(breaker.Key{Upstream: "primary"}); st.Forced {
 		t.Fatal("breaker forced with admin disabled")
 	}
 }

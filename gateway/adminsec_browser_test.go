@@ -135,7 +135,7 @@ func TestAdminCrossSiteFormsInBrowser(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	if st, _ := h.gw.breakers.Status("primary"); st.State != breaker.Closed || st.Forced {
+	if st, _ := h.gw.breakers.Status(breaker.Key{Upstream: "primary"}); st.State != breaker.Closed || st.Forced {
 		t.Errorf("a cross-site form changed the breaker: %+v", st)
 	}
 	if l := listDLQ(t, h, ""); l.Total != 1 {
@@ -155,7 +155,7 @@ func TestAdminCrossSiteFormsInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("force open from the page: %v", err)
 	}
-	if st, _ := h.gw.breakers.Status("primary"); st.State != breaker.Open || !st.Forced {
+	if st, _ := h.gw.breakers.Status(breaker.Key{Upstream: "primary"}); st.State != breaker.Open || !st.Forced {
 		t.Fatalf("the page's own Force open did not force the breaker: %+v", st)
 	}
 }

@@ -53,7 +53,7 @@ func TestAdminAPIRefusesPageCookie(t *testing.T) {
 			t.Errorf("%s %s with the page cookie, no browser headers: %d, want 401", tc.method, tc.path, r.status)
 		}
 	}
-	if st, _ := h.gw.breakers.Status("primary"); st.State != breaker.Closed || st.Forced {
+	if st, _ := h.gw.breakers.Status(breaker.Key{Upstream: "primary"}); st.State != breaker.Closed || st.Forced {
 		t.Fatalf("breaker after cookie-only API posts: %+v", st)
 	}
 	// The Bearer token still opens the API.

@@ -74,11 +74,12 @@ func TestAdminPageInBrowser(t *testing.T) {
 	for i := range 3 {
 		h.chat(chatBody, key(fmt.Sprintf("nightly-report/%d", i)))
 	}
-	if st, _ := h.gw.breakers.Status("primary"); st.State != breaker.Open {
+	if st, _ := h.gw.breakers.Status(breaker.Key{Upstream: "primary", Model: "gpt-4o-mini"}); st.State != breaker.Open {
 		t.Fatalf("breaker %s after two failures, want open", st.State)
 	}
 
-	const state = chromedp.CSS(`#breaker-primary .state`)
+	// The model's row: its breaker is the one the failures opened.
+	const state = chromedp.CSS(`[id="breaker-primary/gpt-4o-mini"] .state`)
 	err := chromedp.Do(ctx,
 		chromedp.Navigate(h.srv.URL+"/admin/login"),
 		chromedp.WaitVisible(chromedp.CSS(`#token`)),
@@ -95,7 +96,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	shotOpen := run(t, ctx, chromedp.FullScreenshot(100))
 
 	err = chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(`#breaker-primary button.close`)),
+		chromedp.Click(chromedp.CSS(`[id="breaker-primary/gpt-4o-mini"] button.close`)),
 		// Only the page an action redirects to has a flash message.
 		chromedp.WaitVisible(chromedp.CSS(`#flash`)),
 	)
@@ -106,7 +107,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 		t.Fatalf("breaker badge reads %q after Close, want closed", after)
 	}
 	shotClosed := run(t, ctx, chromedp.FullScreenshot(100))
-	if st, _ := h.gw.breakers.Status("primary"); st.State != breaker.Closed {
+	if st, _ := h.gw.breakers.Status(breaker.Key{Upstream: "primary", Model: "gpt-4o-mini"}); st.State != breaker.Closed {
 		t.Fatalf("breaker %s after Close, want closed", st.State)
 	}
 	// Logging in through the page leaves no trace of the token.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/llmgate/llmgate/breaker"
 	"math"
 	"net/http"
 	"os"
@@ -182,7 +183,7 @@ func TestAdminChartsInBrowser(t *testing.T) {
 	// Minute 1: the operator forces the breaker open; a keyed request and
 	// an unkeyed one are refused.
 	clk.at(1, 1)
-	if err := h.gw.admin.SetBreakerForced(context.Background(), "primary", true); err != nil {
+	if err := h.gw.admin.SetBreakerForced(context.Background(), breaker.Key{Upstream: "primary"}, true); err != nil {
 		t.Fatal(err)
 	}
 	send(http.StatusServiceUnavailable, key("invoice-8/summary"))

@@ -170,7 +170,7 @@ func TestHungUpstreamTripsBreakerUnderShortClientDeadline(t *testing.T) {
 			}
 			r := h.chat(chatBody, hdr)
 			h.gw.requests.WaitCalls()
-			st, _ := h.gw.breakers.Status("primary")
+			st, _ := h.gw.breakers.Status(breaker.Key{Upstream: "primary", Model: "gpt-4o-mini"})
 			if st.State != breaker.Open {
 				t.Fatalf("status %d, breaker %v after the upstream hung to its timeout (upstream calls %d)", r.status, st.State, len(h.fake.Requests()))
 			}

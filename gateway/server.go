@@ -247,26 +247,29 @@ func exactModels(r *proxy.Router) []string {
 }
 
 func (g *Gateway) newBreakers(r *proxy.Router) *breaker.Registry {
-	names := make([]string, 0, len(r.Upstreams()))
+	ups := make([]breaker.Upstream, 0, len(r.Upstreams()))
 	for _, u := range r.Upstreams() {
-		names = append(names, u.Cfg.Name)
+		ups = append(ups, breaker.Upstream{Name: u.Cfg.Name, Models: u.Cfg.Models})
 	}
 	bc := g.cfg.Breaker
-	reg := breaker.New(names, breaker.Settings{
+	var reg *breaker.Registry
+	reg = breaker.New(ups, breaker.Settings{
 		ConsecutiveFailures: bc.ConsecutiveFailures,
 		FailureRatio:        bc.FailureRatio,
 		MinRequests:         bc.MinRequests,
 		Interval:            bc.Interval.D(),
 		OpenTimeout:         bc.OpenTimeout.D(),
 		HalfOpenRequests:    bc.HalfOpenRequests,
-		OnStateChange: func(name string, from, to breaker.State) {
-			g.metrics.BreakerChange(name, from, to)
-			g.timeline.BreakerState(name, to)
-			g.log.Warn("circuit breaker state changed", "upstream", name, "from", from, "to", to)
+		Scope:               breaker.Scope(bc.Scope),
+		OnStateChange: func(k breaker.Key, from, to breaker.State) {
+			g.metrics.BreakerChange(k, from, to)
+			// The charts have a lane per upstream: the worst of its breakers.
+			g.timeline.BreakerState(k.Upstream, reg.UpstreamState(k.Upstream))
+			g.log.Warn("circuit breaker state changed", "upstream", k.Upstream, "model", k.Model, "from", from, "to", to)
 		},
 	})
-	for _, n := range names {
-		g.metrics.BreakerChange(n, breaker.Closed, breaker.Closed)
+	for _, k := range reg.Keys() {
+		g.metrics.BreakerChange(k, breaker.Closed, breaker.Closed)
 	}
 	return reg
 }

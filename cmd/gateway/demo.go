@@ -35,9 +35,9 @@ const (
 	demoBaseDelay = 250 * time.Millisecond
 )
 
-// Upstream names in demo mode. demo-down has an upstream of its own, as a
-// circuit breaker is per upstream: its breaker opens while every other
-// model is still served.
+// Upstream names in demo mode. demo-down has an upstream of its own, so
+// that the tour can replay its dead letters by upstream; its breaker would
+// open alone on the demo upstream too, breakers being per model.
 const (
 	demoUpstream     = "demo"
 	demoDownUpstream = "demo-down"

@@ -165,9 +165,12 @@ func TestDemoBanner(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	var v struct {
-		Breakers []struct{ Name, State string }
+		Breakers []struct{ Name, Model, State string }
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != 200 || len(v.Breakers) != 3 {
+	// Each upstream's own breaker, and demo-down's model breaker (the one
+	// model the configuration names exactly).
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != 200 || len(v.Breakers) != 4 ||
+		v.Breakers[3].Name != "demo-down" || v.Breakers[3].Model != "demo-down" {
 		t.Fatalf("GET /admin/breakers with the printed token: %d %+v %v", resp.StatusCode, v, err)
 	}
 

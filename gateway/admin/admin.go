@@ -168,9 +168,10 @@ func (a *Admin) Routes(e *echo.Echo) {
 	e.GET(SignInCodePath, a.pageLoginOnce)
 }
 
-// SetBreakerForced is an operator's force-open (open) or close.
-func (a *Admin) SetBreakerForced(ctx context.Context, name string, open bool) error {
-	return a.setBreakerForced(ctx, name, open)
+// SetBreakerForced is an operator's force-open (open) or close of k's
+// breaker (k.Model "": the upstream's own, for every model).
+func (a *Admin) SetBreakerForced(ctx context.Context, k breaker.Key, open bool) error {
+	return a.setBreakerForced(ctx, k, open)
 }
 
 // Cookie is the name of the page's sign-in cookie.

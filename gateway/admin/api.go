@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -34,34 +35,53 @@ func (a *Admin) apiRoutes(grp *echo.Group) {
 }
 
 // breakersView is this replica's breakers plus, when the store is shared,
-// the operator overrides every replica follows.
+// the operator overrides every replica follows: the upstreams forced open
+// as a whole, and the models forced open, by upstream.
 type breakersView struct {
-	Breakers        []breaker.Status `json:"breakers"`
-	SharedOverrides map[string]bool  `json:"shared_overrides,omitempty"`
+	Scope                string              `json:"scope"`
+	Breakers             []breaker.Status    `json:"breakers"`
+	SharedOverrides      map[string]bool     `json:"shared_overrides,omitempty"`
+	SharedModelOverrides map[string][]string `json:"shared_model_overrides,omitempty"`
 }
 
 func (a *Admin) adminBreakers(c echo.Context) error {
-	v := breakersView{Breakers: a.breakers.Snapshot()}
+	v := breakersView{Scope: a.cfg.Breaker.Scope, Breakers: a.breakers.Snapshot()}
 	if a.shared != nil {
 		m, err := a.shared.BreakerOverrides(c.Request().Context())
 		if err != nil {
 			return storeErr(err)
 		}
-		v.SharedOverrides = m
-		if v.SharedOverrides == nil {
-			v.SharedOverrides = map[string]bool{}
+		v.SharedOverrides, v.SharedModelOverrides = map[string]bool{}, map[string][]string{}
+		for f, open := range m {
+			k := overrideKey(f)
+			switch {
+			case k.Model == "":
+				v.SharedOverrides[k.Upstream] = open
+			case open:
+				v.SharedModelOverrides[k.Upstream] = append(v.SharedModelOverrides[k.Upstream], k.Model)
+			}
+		}
+		for _, ms := range v.SharedModelOverrides {
+			slices.Sort(ms)
 		}
 	}
 	return c.JSON(http.StatusOK, v)
 }
 
+// adminForce is POST /admin/breakers/<upstream>/open (or close): the
+// upstream's own breaker, which refuses every model of it, or with
+// ?model=<model> that model's.
 func (a *Admin) adminForce(open bool) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		name := c.Param("name")
-		if err := a.setBreakerForced(c.Request().Context(), name, open); err != nil {
+		k := breaker.Key{Upstream: c.Param("name"), Model: c.QueryParam("model")}
+		if err := a.setBreakerForced(c.Request().Context(), k, open); err != nil {
 			return err
 		}
-		st, _ := a.breakers.Status(name)
+		st, _ := a.breakers.Status(k)
+		if st.Name == "" {
+			// Closing a model that never had a breaker: nothing to close.
+			st = breaker.Status{Name: k.Upstream, Model: k.Model, Covers: "model", State: breaker.Closed}
+		}
 		return c.JSON(http.StatusOK, st)
 	}
 }

@@ -301,9 +301,59 @@ type pageView struct {
 	Charts *chartsView
 }
 
+// breakerRow is one breaker's Status, exactly as /admin/breakers has it,
+// with its times rendered for people.
 type breakerRow struct {
 	breaker.Status
-	LastFailure, Opened, Probe string
+	// ID is the row's id: breaker-<upstream> for the upstream's own,
+	// breaker-<upstream>/<model> for a model's.
+	ID                                          string
+	Since, CountsFrom, LastFailure, Probe, Trip string
+	LastProbe                                   string
+}
+
+func newBreakerRow(st breaker.Status, now time.Time) breakerRow {
+	row := breakerRow{Status: st, ID: "breaker-" + st.Name, Since: when(st.StateSince, now), CountsFrom: when(st.CountsSince, now)}
+	if st.Model != "" {
+		row.ID += "/" + st.Model
+	}
+	if st.LastFailureAt != nil {
+		row.LastFailure = when(*st.LastFailureAt, now)
+	}
+	if st.ProbeAt != nil {
+		row.Probe = when(*st.ProbeAt, now)
+	}
+	if t := st.OpenedBy; t != nil {
+		row.Trip = describeTrip(*t) + ", " + when(t.At, now)
+	}
+	if p := st.LastProbe; p != nil {
+		row.LastProbe = p.Result
+		if p.Class != "" {
+			row.LastProbe += " (" + p.Class + ")"
+		}
+		row.LastProbe += ", " + when(p.At, now)
+	}
+	return row
+}
+
+// describeTrip says what opened a breaker: "5 failures in a row
+// (transient)".
+func describeTrip(t breaker.Trip) string {
+	var s string
+	switch t.Reason {
+	case "forced":
+		return "forced by an operator"
+	case "probe_failed":
+		s = "its half-open probe failed"
+	case "failure_ratio":
+		s = fmt.Sprintf("%d of %d requests failed", t.Failures, t.Requests)
+	default:
+		s = fmt.Sprintf("%d failures in a row", t.Failures)
+	}
+	if t.Class != "" {
+		s += " (last: " + t.Class + ")"
+	}
+	return s
 }
 
 type deadLetterRow struct {
@@ -333,18 +383,9 @@ func (a *Admin) pageIndex(c echo.Context) error {
 	host, _ := os.Hostname()
 	v := pageView{Title: "llmgate", Host: host, Now: now.UTC().Format("2006-01-02 15:04:05 UTC"), Flash: a.takeFlash(c)}
 
+	// The same Snapshot /admin/breakers answers with.
 	for _, st := range a.breakers.Snapshot() {
-		row := breakerRow{Status: st}
-		if st.LastFailureAt != nil {
-			row.LastFailure = when(*st.LastFailureAt, now)
-		}
-		if st.OpenedAt != nil {
-			row.Opened = when(*st.OpenedAt, now)
-		}
-		if st.ProbeAt != nil {
-			row.Probe = when(*st.ProbeAt, now)
-		}
-		v.Breakers = append(v.Breakers, row)
+		v.Breakers = append(v.Breakers, newBreakerRow(st, now))
 	}
 
 	all, err := a.store.ListDeadLetters(c.Request().Context(), cache.DeadLetterFilter{})
@@ -427,17 +468,25 @@ func humanBytes(n int64) string {
 func (a *Admin) pageForce(open bool) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		name, err := url.PathUnescape(c.Param("name"))
+		k := breaker.Key{Upstream: name, Model: c.QueryParam("model")}
 		if err == nil {
-			err = a.setBreakerForced(c.Request().Context(), name, open)
+			err = a.setBreakerForced(c.Request().Context(), k, open)
 		}
 		if err != nil {
+			var ae *apierror.Error
+			if errors.As(err, &ae) && ae.Code != "unknown_upstream" {
+				return a.backToPage(c, ae.Message)
+			}
 			return a.backToPage(c, "No upstream is named "+quoteName(name)+".")
 		}
 		verb := "closed"
 		if open {
 			verb = "forced open"
 		}
-		a.log.Warn("breaker forced by operator", "upstream", name, "open", open, "via", "admin page")
+		a.log.Warn("breaker forced by operator", "upstream", name, "model", k.Model, "open", open, "via", "admin page")
+		if k.Model != "" {
+			return a.backToPage(c, "Breaker of "+k.Model+" on "+name+" "+verb+".")
+		}
 		return a.backToPage(c, "Breaker "+name+" "+verb+".")
 	}
 }

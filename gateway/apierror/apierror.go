@@ -75,14 +75,29 @@ func NotFound(code, param, msg string) *Error {
 // The typed errors of the core. Each says what happened; Wire says what the
 // client gets for it.
 
-// BreakerOpen: an upstream's circuit breaker refused the request.
+// BreakerOpen: a circuit breaker refused the request: Model's on Upstream,
+// or Upstream's own (Model "") for every model of it.
 type BreakerOpen struct {
 	Upstream   string
+	Model      string
 	RetryAfter time.Duration
 	Err        error
 }
 
-func (e *BreakerOpen) Error() string { return "upstream " + e.Upstream + ": circuit breaker open" }
+func (e *BreakerOpen) Error() string {
+	if e.Model != "" {
+		return "upstream " + e.Upstream + " model " + e.Model + ": circuit breaker open"
+	}
+	return "upstream " + e.Upstream + ": circuit breaker open"
+}
+
+// what names what the breaker refused, for the client.
+func (e *BreakerOpen) what() string {
+	if e.Model != "" {
+		return fmt.Sprintf("Model %s on upstream %s", e.Model, e.Upstream)
+	}
+	return "Upstream " + e.Upstream
+}
 func (e *BreakerOpen) Unwrap() error { return e.Err }
 
 // DeadlineSpent: the request's deadline passed before an upstream could be
@@ -325,7 +340,7 @@ func upstreamWire(err error) *Error {
 		return retriesExhausted(re)
 	case errors.As(err, &bo):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "upstream_unavailable",
-			Message:    fmt.Sprintf("Upstream %s is unavailable: its circuit breaker is open. Retry after the Retry-After interval.", bo.Upstream),
+			Message:    bo.what() + " is unavailable: its circuit breaker is open. Retry after the Retry-After interval.",
 			RetryAfter: bo.RetryAfter, Err: bo.Err}
 	case errors.As(err, new(*DeadlineSpent)):
 		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "deadline_exceeded",

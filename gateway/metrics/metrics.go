@@ -129,14 +129,16 @@ func (m *Metrics) requestSeries() []prometheus.Collector {
 // breakerSeries makes the circuit breakers' series.
 func (m *Metrics) breakerSeries() []prometheus.Collector {
 	m.breakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "llmgate_breaker_state", Help: "Circuit breaker state per upstream: 0 closed, 1 half-open, 2 open.",
-	}, []string{"upstream"})
+		Name: "llmgate_breaker_state",
+		Help: `Circuit breaker state per upstream and model (model "" is the upstream's own breaker): 0 closed, 1 half-open, 2 open.`,
+	}, []string{"upstream", "model"})
 	m.breakerTrans = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "llmgate_breaker_transitions_total", Help: "Circuit breaker state transitions.",
-	}, []string{"upstream", "from", "to"})
+		Name: "llmgate_breaker_transitions_total", Help: "Circuit breaker state transitions, per upstream and model.",
+	}, []string{"upstream", "model", "from", "to"})
 	m.breakerReject = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "llmgate_breaker_rejections_total", Help: "Requests an open breaker answered at once.",
-	}, []string{"upstream"})
+		Name: "llmgate_breaker_rejections_total",
+		Help: `Requests an open breaker answered at once, by upstream and the model whose breaker refused ("" for the upstream's own).`,
+	}, []string{"upstream", "model"})
 	return []prometheus.Collector{m.breakerState, m.breakerTrans, m.breakerReject}
 }
 
@@ -285,7 +287,11 @@ func (m *Metrics) UpstreamAuthFailure(upstream string, status int) {
 
 func (m *Metrics) BudgetRejected(upstream string) { m.budget.WithLabelValues(upstream).Inc() }
 
-func (m *Metrics) BreakerRejected(upstream string) { m.breakerReject.WithLabelValues(upstream).Inc() }
+// BreakerRejected counts a request the breaker of upstream and model
+// refused (model "": the upstream's own breaker).
+func (m *Metrics) BreakerRejected(upstream, model string) {
+	m.breakerReject.WithLabelValues(upstream, model).Inc()
+}
 
 func (m *Metrics) Fallback(from, to string) { m.fallbacks.WithLabelValues(from, to).Inc() }
 
@@ -311,9 +317,14 @@ func (m *Metrics) StreamTTFB(upstream string, d time.Duration) {
 	m.ttfb.WithLabelValues(upstream).Observe(d.Seconds())
 }
 
-func (m *Metrics) BreakerChange(upstream string, from, to breaker.State) {
-	m.breakerTrans.WithLabelValues(upstream, string(from), string(to)).Inc()
-	m.breakerState.WithLabelValues(upstream).Set(breakerGauge(to))
+// BreakerChange records a breaker's state change; from == to only sets
+// the gauge (a breaker's first value). The model label is the breaker's
+// (breaker.Key): bounded by the registry, as breaker.Settings says.
+func (m *Metrics) BreakerChange(k breaker.Key, from, to breaker.State) {
+	if from != to {
+		m.breakerTrans.WithLabelValues(k.Upstream, k.Model, string(from), string(to)).Inc()
+	}
+	m.breakerState.WithLabelValues(k.Upstream, k.Model).Set(breakerGauge(to))
 }
 
 func breakerGauge(s breaker.State) float64 {

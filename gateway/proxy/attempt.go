@@ -3,9 +3,13 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/llmgate/llmgate/classify"
@@ -42,7 +46,12 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 	}
 	res, err := u.client.Do(req)
 	if err != nil {
-		return a.fail(err)
+		// Before fail, which cancels actx: a cause now is the attempt's
+		// timeout.
+		conn := a.ctx.Err() == nil && context.Cause(a.actx) == nil && connectionLevel(err)
+		resp = a.fail(err)
+		resp.connFailure = conn
+		return resp
 	}
 	resp.Status = res.StatusCode
 	resp.billed = res.StatusCode >= 200 && res.StatusCode <= 299
@@ -235,3 +244,38 @@ type timeoutError string
 func (e timeoutError) Error() string   { return string(e) }
 func (e timeoutError) Timeout() bool   { return true }
 func (e timeoutError) Temporary() bool { return true }
+
+// connectionLevel reports whether err, from sending a request (no response
+// came), is the connection's rather than the request's: the dial failed
+// (refused, unreachable, DNS), TLS failed or timed out, or the connection
+// closed before any response. Such a failure says the upstream as a whole
+// is unreachable, whatever the model. The attempt's own timeout and the
+// client's cancellation are not (the caller checks them first): a model
+// that thinks too long says nothing of its neighbours.
+func connectionLevel(err error) bool {
+	var (
+		opErr   *net.OpError
+		dnsErr  *net.DNSError
+		tlsRec  tls.RecordHeaderError
+		tlsCert *tls.CertificateVerificationError
+		tlsAl   tls.AlertError
+		unkCA   x509.UnknownAuthorityError
+		host    x509.HostnameError
+		inval   x509.CertificateInvalidError
+		ne      net.Error
+	)
+	switch {
+	case errors.As(err, &opErr) && opErr.Op == "dial", errors.As(err, &dnsErr):
+		return true
+	case errors.As(err, &tlsRec), errors.As(err, &tlsCert), errors.As(err, &tlsAl),
+		errors.As(err, &unkCA), errors.As(err, &host), errors.As(err, &inval):
+		return true
+	case errors.As(err, &ne) && ne.Timeout():
+		// With no response-header timeout on the transport, a timeout of
+		// its own is the dial's or the TLS handshake's.
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+		return true // closed before any response
+	}
+	return false
+}

@@ -159,6 +159,9 @@ type Response struct {
 	// billed: the upstream answered 2xx, so the provider billed the run,
 	// even if what followed was no answer (the attempt failed after).
 	billed bool
+	// connFailure: the attempt got no HTTP answer for a reason of the
+	// connection's (see connectionLevel).
+	connFailure bool
 }
 
 // Run is one billed provider run: its upstream and the usage it
@@ -249,9 +252,19 @@ func (r *Response) Streamed() bool { return r.Stream != nil || r.streamed }
 // it once, after Settle.
 func (r *Response) Report(v outcome.Verdict) {
 	if r.done != nil {
-		r.done(v.Breaker, string(r.Outcome.Class))
+		r.done(r.breakerResult(v.Breaker), string(r.Outcome.Class))
 		r.done = nil
 	}
+}
+
+// breakerResult is res, a ConnectionFailure when the failure is one in
+// which the upstream never answered (see connectionLevel): the breakers
+// count it against the upstream as a whole, not its model.
+func (r *Response) breakerResult(res breaker.Result) breaker.Result {
+	if res == breaker.Failure && r.connFailure {
+		return breaker.ConnectionFailure
+	}
+	return res
 }
 
 // Discard releases a response that will not be relayed.
@@ -292,13 +305,13 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 			tracing.Fallback(ctx, c.Tried[len(c.Tried)-1], u.Cfg.Name)
 		}
 		c.Tried = append(c.Tried, u.Cfg.Name)
-		done, err := p.breakers.Allow(u.Cfg.Name)
+		done, err := p.breakers.Allow(u.Cfg.Name, c.Model)
 		if err != nil {
 			var oe *breaker.OpenError
 			if errors.As(err, &oe) {
-				p.metrics.BreakerRejected(u.Cfg.Name)
+				p.metrics.BreakerRejected(u.Cfg.Name, oe.Model)
 				tracing.BreakerRejected(ctx, u.Cfg.Name, oe.RetryAfter)
-				lastErr = &apierror.BreakerOpen{Upstream: u.Cfg.Name, RetryAfter: oe.RetryAfter, Err: err}
+				lastErr = &apierror.BreakerOpen{Upstream: u.Cfg.Name, Model: oe.Model, RetryAfter: oe.RetryAfter, Err: err}
 				continue
 			}
 			return nil, err
@@ -313,7 +326,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 			// Retries ended transient: the next upstream in the chain, if
 			// any, gets its turn; the deadline still bounds the whole. This
 			// upstream's breaker learns now, by the same rule Settle uses.
-			resp.done(outcome.Breaker(resp.Outcome, outcome.EndNone, false), string(resp.Outcome.Class))
+			resp.done(resp.breakerResult(outcome.Breaker(resp.Outcome, outcome.EndNone, false)), string(resp.Outcome.Class))
 			resp.done = nil
 			c.noteRun(last)
 			last.Discard()

@@ -73,7 +73,7 @@ func messagesCall(t *testing.T, hold bool, streams ...[]byte) (*fakeAnthropic, *
 		t.Fatal(err)
 	}
 	t.Cleanup(router.Close)
-	p := New(Options{Config: cfg, Router: router, Breakers: breaker.New([]string{"anthropic"}, breaker.Settings{}),
+	p := New(Options{Config: cfg, Router: router, Breakers: breaker.New([]breaker.Upstream{{Name: "anthropic"}}, breaker.Settings{}),
 		Budget: retry.NewBudget(retry.BudgetOptions{}), Metrics: metrics.New(prometheus.NewRegistry(), nil)})
 	body := []byte(`{"model":"claude-sonnet-4-5","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"Hi"}]}`)
 	in := httptest.NewRequest(http.MethodPost, "/v1/messages", bytes.NewReader(body))

@@ -1,0 +1,206 @@
+package breaker
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestModelScopeIsolatesModels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New([]Upstream{{Name: "u", Models: []string{"a", "b", "x-*"}}}, Settings{ConsecutiveFailures: 3})
+		for range 3 {
+			done, err := r.Allow("u", "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			done(Failure, "transient")
+		}
+		_, err := r.Allow("u", "a")
+		var oe *OpenError
+		if !errors.As(err, &oe) || oe.Model != "a" || oe.Upstream != "u" {
+			t.Fatalf("Allow(u, a) after 3 failures: %v, want model a's breaker open", err)
+		}
+		for _, m := range []string{"b", "x-new", ""} {
+			done, err := r.Allow("u", m)
+			if err != nil {
+				t.Fatalf("Allow(u, %q) with only a open: %v", m, err)
+			}
+			done(Success, "")
+		}
+		if st, _ := r.Status(Key{"u", ""}); st.State != Closed || st.Covers != "connection" || st.TotalSuccesses != 6 {
+			// a's three failures were answers: the upstream itself is up.
+			t.Errorf("upstream-wide = %+v, want closed with 6 successes", st)
+		}
+		var keys []string
+		for _, k := range r.Keys() {
+			keys = append(keys, k.Upstream+"/"+k.Model)
+		}
+		if want := []string{"u/", "u/a", "u/b", "u/x-new"}; !slices.Equal(keys, want) {
+			t.Errorf("Keys() = %q, want %q (wildcards are no model)", keys, want)
+		}
+		if got := r.UpstreamState("u"); got != Open {
+			t.Errorf("UpstreamState = %s, want open (the worst of its breakers)", got)
+		}
+	})
+}
+
+func TestConnectionFailureOpensEveryModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New([]Upstream{{Name: "u", Models: []string{"a", "b"}}, {Name: "v"}}, Settings{ConsecutiveFailures: 3})
+		for range 3 {
+			done, err := r.Allow("u", "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			done(ConnectionFailure, "transient")
+		}
+		for _, m := range []string{"a", "b", "never-seen", ""} {
+			_, err := r.Allow("u", m)
+			var oe *OpenError
+			if !errors.As(err, &oe) || oe.Model != "" {
+				t.Errorf("Allow(u, %q): %v, want the upstream-wide breaker open", m, err)
+			}
+		}
+		if st, _ := r.Status(Key{"u", "a"}); st.State != Closed || st.Requests != 0 {
+			t.Errorf("a's own breaker = %+v, want closed and untouched", st)
+		}
+		st, _ := r.Status(Key{"u", ""})
+		if st.OpenedBy == nil || st.OpenedBy.Failures != 3 || st.Rejected != 4 {
+			t.Errorf("upstream-wide = %+v, want opened by 3 failures, 4 rejected", st)
+		}
+		if _, err := r.Allow("v", "a"); err != nil {
+			t.Errorf("another upstream: %v", err)
+		}
+	})
+}
+
+func TestScopeUpstreamCountsEveryModel(t *testing.T) {
+	r := New([]Upstream{{Name: "u", Models: []string{"a", "b"}}}, Settings{ConsecutiveFailures: 2, Scope: ScopeUpstream})
+	for _, m := range []string{"a", "b"} {
+		done, err := r.Allow("u", m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done(Failure, "transient")
+	}
+	if _, err := r.Allow("u", "c"); err == nil {
+		t.Fatal("scope upstream: two models' failures did not open the upstream's breaker")
+	}
+	if got := len(r.Snapshot()); got != 1 {
+		t.Errorf("%d breakers, want 1 per upstream", got)
+	}
+	if err := r.ForceOpen(Key{"u", "a"}); err == nil {
+		t.Error("ForceOpen of a model under scope upstream succeeded")
+	}
+}
+
+func TestLearnedModelsAreCapped(t *testing.T) {
+	r := New([]Upstream{{Name: "u", Models: []string{"conf"}}}, Settings{MaxLearnedModels: 2})
+	for _, m := range []string{"m1", "m2", "m3", "m4", "m1"} {
+		done, err := r.Allow("u", m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done(Success, "")
+	}
+	var models []string
+	for _, st := range r.Snapshot() {
+		models = append(models, st.Model)
+	}
+	if want := []string{"", "conf", "m1", "m2", OtherModel}; !slices.Equal(models, want) {
+		t.Fatalf("models %q, want %q", models, want)
+	}
+	if st, _ := r.Status(Key{"u", OtherModel}); st.Requests != 2 {
+		t.Errorf("other = %+v, want m3 and m4's 2 requests", st)
+	}
+	if err := r.ForceOpen(Key{"u", "m5"}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := r.Status(Key{"u", OtherModel}); !st.Forced {
+		t.Errorf("forcing a model past the cap forces %q: %+v", OtherModel, st)
+	}
+}
+
+// An open breaker turns half-open when its probe is due, with nobody
+// asking: the OnStateChange call (metrics, charts, log) comes on time.
+func TestOpenTurnsHalfOpenWhenDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		r := New(ups("a"), Settings{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second, OnStateChange: rec.on})
+		report(t, r, "a", Failure, "transient")
+		opened := time.Now()
+		time.Sleep(10*time.Second + time.Millisecond)
+		synctest.Wait()
+		if got, want := rec.take(), []string{"a: closed->open", "a: open->half-open"}; !slices.Equal(got, want) {
+			t.Fatalf("events with no request or look: %q, want %q", got, want)
+		}
+		st, _ := r.Status(Key{Upstream: "a"})
+		if st.State != HalfOpen || st.StateSince.Sub(opened) > 10*time.Second+time.Millisecond || st.StateSince.Sub(opened) < 10*time.Second {
+			t.Errorf("status = %+v, want half-open since %v", st, opened.Add(10*time.Second))
+		}
+	})
+}
+
+// What opened a breaker survives gobreaker's reset of its counts on the
+// state change, and the probes' outcomes are kept.
+func TestOpenedByAndProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(ups("a"), Settings{ConsecutiveFailures: 3, OpenTimeout: 10 * time.Second})
+		reportN(t, r, "a", 2, Failure)
+		time.Sleep(time.Second)
+		report(t, r, "a", Failure, "rate_limited")
+		opened := time.Now()
+		rejected(t, r, "a")
+		st, _ := r.Status(Key{Upstream: "a"})
+		want := Trip{Reason: "consecutive_failures", Failures: 3, Class: "rate_limited", At: opened}
+		if st.OpenedBy == nil || *st.OpenedBy != want {
+			t.Fatalf("opened_by = %+v, want %+v", st.OpenedBy, want)
+		}
+		if st.Requests != 0 || !st.CountsSince.Equal(opened) || st.Rejected != 1 || !st.StateSince.Equal(opened) {
+			t.Errorf("status = %+v, want counts since %v (0), 1 rejected", st, opened)
+		}
+		if st.ProbeAt == nil || !st.ProbeAt.Equal(opened.Add(10*time.Second)) || st.LastProbe != nil {
+			t.Errorf("probe_at = %v last_probe = %v, want %v and none", st.ProbeAt, st.LastProbe, opened.Add(10*time.Second))
+		}
+
+		time.Sleep(11 * time.Second)
+		report(t, r, "a", Failure, "server_error") // the probe fails
+		st, _ = r.Status(Key{Upstream: "a"})
+		if st.State != Open || st.OpenedBy.Reason != "probe_failed" || st.OpenedBy.Class != "server_error" ||
+			st.LastProbe == nil || st.LastProbe.Result != "failure" || st.LastProbe.Class != "server_error" {
+			t.Fatalf("after a failed probe: %+v (opened_by %+v, last_probe %+v)", st, st.OpenedBy, st.LastProbe)
+		}
+
+		time.Sleep(11 * time.Second)
+		report(t, r, "a", Success, "")
+		st, _ = r.Status(Key{Upstream: "a"})
+		if st.State != Closed || st.LastProbe.Result != "success" || st.OpenedBy.Reason != "probe_failed" {
+			t.Errorf("after a good probe: %+v (opened_by %+v, last_probe %+v), want closed, history kept", st, st.OpenedBy, st.LastProbe)
+		}
+		if err := r.ForceOpen(Key{Upstream: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := r.Status(Key{Upstream: "a"}); st.OpenedBy.Reason != "forced" {
+			t.Errorf("forced: opened_by %+v", st.OpenedBy)
+		}
+	})
+}
+
+// BenchmarkAllowModel is Allow and done for a model: the model's breaker
+// and the upstream's own.
+func BenchmarkAllowModel(b *testing.B) {
+	r := New([]Upstream{{Name: "b", Models: []string{"m"}}}, Settings{})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			done, err := r.Allow("b", "m")
+			if err != nil {
+				b.Fatal(err)
+			}
+			done(Success, "")
+		}
+	})
+}
