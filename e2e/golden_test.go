@@ -378,17 +378,20 @@ func scenarios() []scenario {
 			setup: func(r *run) {
 				r.exchange("setup: a failing request trips the breaker", r.request(fmtJSON, "Trip", nil))
 			}},
-		{name: "breaker_half_open_probe", doc: "open_timeout 30ms: after it, one probe goes through and closes the breaker",
+		{name: "breaker_half_open_probe", doc: "open_timeout 500ms: after it, one probe goes through and closes the breaker",
 			cfg: func(c *config.Config) {
 				c.Breaker.ConsecutiveFailures = 1
-				c.Breaker.OpenTimeout = config.Duration(30 * time.Millisecond)
+				// Long enough that the timer's open → half-open change
+				// never lands in the tripping step's logs, however slow
+				// the machine (it did at 30ms under -race in CI).
+				c.Breaker.OpenTimeout = config.Duration(500 * time.Millisecond)
 			},
 			setup: func(r *run) {
 				r.fake.Enqueue(times(3, fakeprovider.Step{Status: 503})...)
 				r.exchange("setup: a failing request trips the breaker", r.request(fmtJSON, "Trip", nil))
 				// Not synchronisation: the breaker's open_timeout must
 				// pass before it lets a probe through.
-				time.Sleep(60 * time.Millisecond)
+				time.Sleep(600 * time.Millisecond)
 				// The breaker turns half-open on a timer at open_timeout;
 				// a look (unrecorded) makes sure it has, however late
 				// the timer runs, so the probe's step never holds the
