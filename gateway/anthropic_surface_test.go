@@ -436,3 +436,31 @@ func uploadAnthropic(h *messagesHarness, who map[string]string, content string) 
 	}
 	return h.do(http.MethodPost, "/v1/files", buf.String(), hdr)
 }
+
+// TestMessageBatchNamesContainer: under a shared key, a Message Batches
+// create is checked as each of its requests' params would be on
+// /v1/messages: bob's batch naming alice's container (the params'
+// "container", which the body-wide scan does not read; also under a
+// member named in another case) is a 404 that never reaches the provider,
+// while alice's batch naming hers is sent.
+func TestMessageBatchNamesContainer(t *testing.T) {
+	h := anthropicTenants(t)
+	h.ant.Enqueue(fakeprovider.AnthropicStep{Body: messageWith(`"container":{"id":"container_alice9","expires_at":"2026-12-02T05:00:00Z"},`,
+		`[{"type":"text","text":"ran"}]`)})
+	tools := `"tools":[{"type":"code_execution_20250825","name":"code_execution"}]`
+	if r := h.do(http.MethodPost, "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":64,`+tools+`,"messages":[{"role":"user","content":"run"}]}`, antAlice); r.status != http.StatusOK {
+		t.Fatalf("alice's container: %d %s", r.status, r.body)
+	}
+	batch := func(requests, params, container string) string {
+		return `{"` + requests + `":[{"custom_id":"x","` + params + `":{"model":"claude-sonnet-4-5","max_tokens":64,"container":` + container +
+			`,` + tools + `,"messages":[{"role":"user","content":"cat /tmp/*"}]}}]}`
+	}
+	calls := upstreamCalls(h)
+	for _, b := range []string{batch("requests", "params", `"container_alice9"`), batch("requests", "params", `{"id":"container_alice9"}`),
+		batch("requests", "Params", `"container_alice9"`)} {
+		wantAnthropicNotFound(t, h, h.do(http.MethodPost, "/v1/messages/batches", b, antBob), calls)
+	}
+	if r := h.do(http.MethodPost, "/v1/messages/batches", batch("requests", "params", `"container_alice9"`), antAlice); r.status != http.StatusOK {
+		t.Fatalf("alice's batch naming her container: %d %s", r.status, r.body)
+	}
+}

@@ -615,3 +615,23 @@ func TestBudgetCountsAnthropicCacheTokens(t *testing.T) {
 		t.Fatalf("input spent %d, want 3084 (input, cache writes and reads)", got.Spent)
 	}
 }
+
+// TestBudgetCountTokensFree: /v1/messages/count_tokens costs nothing at
+// the provider, so a budgeted client's counts are neither refused by a
+// reservation (default_max_tokens alone is over this budget) nor charged:
+// after four counts its one message still fits.
+func TestBudgetCountTokensFree(t *testing.T) {
+	up := &metered{In: 60, Out: 40}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	h := newHarness(t, budgeted(srv.URL, config.Budget{Window: config.WindowMonth, Tokens: 100, Model: "claude-*"}))
+	hdr := with(alice, "anthropic-version", "2023-06-01")
+	for i := range 4 {
+		if r := h.do(http.MethodPost, "/v1/messages/count_tokens", `{"model":"claude-x","messages":[{"role":"user","content":"Hi"}]}`, hdr); r.status != 200 {
+			t.Fatalf("count %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if r := h.do(http.MethodPost, "/v1/messages", `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"Hi"}]}`, hdr); r.status != 200 {
+		t.Fatalf("the message after the counts: %d %s", r.status, r.body)
+	}
+}

@@ -230,3 +230,39 @@ func TestJoinedStreamFails(t *testing.T) {
 		t.Fatalf("retry after the failed stream: replayed=%q, upstream calls %d", r.header.Get("Idempotent-Replayed"), up.calls.Load())
 	}
 }
+
+// TestJoinedUnrecordableStreamIsCut: a stream past idempotency's record
+// limits is not committed (its retry gets the not-stored 410, or runs
+// again), so a duplicate that joined it is cut once the recorder gives up
+// — its response aborted, never ended as if whole — while the first
+// client, which the marker answers for, gets it all.
+func TestJoinedUnrecordableStreamIsCut(t *testing.T) {
+	up := newPacedUpstream(6, 0)
+	url := newTestServer(t, up)
+	h := newHarness(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = url + "/v1"
+		c.Idempotency.MaxRecordEvents = 4
+	})
+	first := openStream(t, h, "join-big")
+	for range 2 {
+		up.step <- struct{}{}
+		first.event()
+	}
+	joiner := openStream(t, h, "join-big")
+	joiner.event()
+	joiner.event()
+	go func() {
+		for range up.events[2:] {
+			up.step <- struct{}{}
+		}
+	}()
+	a := first.rest()
+	if !bytes.HasSuffix(a, []byte("data: [DONE]\n\n")) {
+		t.Fatalf("the first client's stream did not end whole:\n%s", a)
+	}
+	joiner.response()
+	rest, err := io.ReadAll(joiner.rd)
+	if err == nil {
+		t.Fatalf("the joiner's stream of an unrecordable answer ended cleanly:\n%s%s", joiner.read.String(), rest)
+	}
+}

@@ -1,6 +1,7 @@
 package ownership
 
 import (
+	"encoding/json"
 	"strings"
 
 	"github.com/llmgate/llmgate/classify/jsonscan"
@@ -263,4 +264,44 @@ func FromAnthropicFile(body []byte) []Ref {
 		return nil
 	}
 	return []Ref{{Kind: File, ID: id}}
+}
+
+// AnthropicBatchScheme reads Anthropic's Message Batches: its ids as the
+// OpenAI objects are read (OpenAIScheme), and a batch's body with
+// FromBatchBody.
+var AnthropicBatchScheme = Scheme{
+	Names:  FromBatchBody,
+	Answer: OpenAIScheme.Answer,
+	Event:  OpenAIScheme.Event,
+}
+
+// FromBatchBody returns the objects a Message Batches body names: what
+// FromBody finds at any depth, and, for each of its requests, what
+// FromMessagesBody finds in its params — a request's params are a whole
+// Messages body, whose "container" FromBody alone does not read. Every
+// member named like "requests" and "params" in any case is read, so a
+// body cannot show the check one member and the provider another.
+func FromBatchBody(body []byte) []Ref {
+	refs := FromBody(body)
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return refs
+	}
+	for k, v := range top {
+		if !strings.EqualFold(k, "requests") {
+			continue
+		}
+		var reqs []map[string]json.RawMessage
+		if json.Unmarshal(v, &reqs) != nil {
+			continue
+		}
+		for _, rq := range reqs {
+			for pk, params := range rq {
+				if strings.EqualFold(pk, "params") {
+					refs = append(refs, FromMessagesBody(params)...)
+				}
+			}
+		}
+	}
+	return refs
 }

@@ -28,6 +28,9 @@ type API struct {
 	// usage reads the token usage of a 2xx body that classify does not
 	// walk (embeddings); nil: the outcome's.
 	usage func(body []byte) classify.Tokens
+	// unbilled: the provider bills nothing for a call of this API (a
+	// token count), so budgets neither reserve nor charge for it.
+	unbilled bool
 	// stream is how its SSE streams are framed.
 	stream framing
 	// errorBody renders an error the gateway itself makes in the shape
@@ -116,13 +119,15 @@ var (
 	Messages = &API{Name: "anthropic.messages", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, objects: ownership.AnthropicScheme, fingerprinted: anthropicHeaders, classify: classify.FromMessages, stream: messagesFraming}
 	// CountTokens is Anthropic's /v1/messages/count_tokens: any 2xx is a
 	// success, and its input_tokens are a count, not tokens used.
-	CountTokens = &API{Name: "anthropic.count_tokens", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, objects: ownership.AnthropicScheme, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming}
+	// Counting costs nothing at the provider: no budget is reserved or
+	// charged for it (unbilled).
+	CountTokens = &API{Name: "anthropic.count_tokens", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, objects: ownership.AnthropicScheme, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming, unbilled: true}
 	// MessageBatches is Anthropic's Message Batches API under
 	// /v1/messages/batches, a passthrough: any 2xx is a success, and no
 	// answer carries token usage (a batch's results are its own). Its ids
-	// are recorded and checked as the OpenAI objects are (OpenAIScheme:
-	// a batch body's nested file ids included).
-	MessageBatches = &API{Name: "anthropic.message_batches", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, objects: ownership.OpenAIScheme, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming}
+	// are recorded and checked as the OpenAI objects are; each request's
+	// params as a Messages body (AnthropicBatchScheme).
+	MessageBatches = &API{Name: "anthropic.message_batches", provider: config.APIAnthropic, errorBody: apierror.AnthropicBody, objects: ownership.AnthropicBatchScheme, fingerprinted: anthropicHeaders, usage: noUsage, stream: messagesFraming}
 )
 
 // AnthropicPlain is the rest of Anthropic's surface the gateway relays
@@ -151,6 +156,9 @@ var messagesFraming = framing{
 }
 
 func noUsage([]byte) classify.Tokens { return classify.Tokens{} }
+
+// Billed reports whether the provider bills a call of this API.
+func (a *API) Billed() bool { return !a.unbilled }
 
 var chatFraming = framing{observer: dataOnly, cutReason: "stream ended without [DONE]", event: apierror.StreamEvent}
 

@@ -33,7 +33,7 @@ const budgetClass = "budget_exceeded"
 // BudgetUnavailable) is the client's answer, and nothing was sent.
 func (g *Handler) reserve(ctx context.Context, cl *proxy.Call, maxTokens int64) (*budget.Hold, error) {
 	client := ClientOf(cl.In)
-	if cl.Passthrough || !g.budgets.Budgeted(client) {
+	if cl.Passthrough || !cl.API.Billed() || !g.budgets.Budgeted(client) {
 		return nil, nil
 	}
 	ups := make([]string, len(cl.Hops))

@@ -225,6 +225,9 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 		stopRenew := lease.Renew(work)
 		defer stopRenew()
 		e := k.run()
+		if e.panic != nil && live != nil {
+			live.abort()
+		}
 		// Unregistered before the handler can answer: the client's next
 		// request with the key must not join a stream that has ended.
 		unlive()
@@ -590,6 +593,9 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 	rec := &sse.Recorder{MaxBytes: g.cfg.Idempotency.MaxRecordBytes, MaxEvents: g.cfg.Idempotency.MaxRecordEvents}
 	committed := false
 	defer func() { k.h.trailer(idempotency.CommittedTrailer, strconv.FormatBool(committed)) }()
+	if k.h.live != nil {
+		k.h.live.watch(rec.Over) // an unrecordable stream is not committed: joiners are cut
+	}
 	tail := g.proxy.RelayStream(k.h, resp, proxy.Relay{Recorder: rec, Start: k.start, Trailer: idempotency.CommittedTrailer, Hold: true})
 	if k.h.live != nil {
 		k.h.live.seal() // a duplicate from now on gets the settled answer from the store

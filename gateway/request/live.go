@@ -34,6 +34,13 @@ type liveStream struct {
 	trailer http.Header
 	done    bool
 	over    bool
+	// aborted: the work ended without its answer whole (a panic): a
+	// joiner's response is aborted, never ended as if whole.
+	aborted bool
+	// unrecordable, when set (watch), reports whether the call's recorder
+	// has given up (the stream is over the record limits): such a stream
+	// is not committed, so joiners are cut rather than shown its end.
+	unrecordable func() bool
 	// sealed: the upstream's stream has ended, and what the call sends
 	// from now on depends on its settlement; a duplicate arriving now
 	// waits for that in the store instead (joinable).
@@ -68,7 +75,7 @@ func (l *liveStream) write(b []byte) {
 	if l.done || l.over || len(b) == 0 {
 		return
 	}
-	if len(l.body)+len(b) > l.max {
+	if len(l.body)+len(b) > l.max || l.unrecordable != nil && l.unrecordable() {
 		l.over, l.body = true, nil
 	} else {
 		l.body = append(l.body, b...)
@@ -84,6 +91,21 @@ func (l *liveStream) setTrailer(k, v string) {
 		l.trailer = http.Header{}
 	}
 	l.trailer.Set(k, v)
+}
+
+// watch makes the live stream stop (over) once over reports true; over
+// is called on the work's goroutine, which owns it.
+func (l *liveStream) watch(over func() bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.unrecordable = over
+}
+
+// abort ends the live stream as not whole.
+func (l *liveStream) abort() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.aborted = true
 }
 
 // seal stops new joiners; those already following go on to the end.
@@ -116,14 +138,14 @@ type liveView struct {
 	header http.Header
 	more   []byte // the body's bytes past the joiner's offset
 	done   bool
-	over   bool
+	over   bool            // or aborted
 	wait   <-chan struct{} // closed at the next change
 }
 
 func (l *liveStream) view(off int) liveView {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	v := liveView{status: l.status, header: l.header, done: l.done, over: l.over, wait: l.changed}
+	v := liveView{status: l.status, header: l.header, done: l.done, over: l.over || l.aborted && l.done, wait: l.changed}
 	if !l.over && off < len(l.body) {
 		v.more = l.body[off:len(l.body):len(l.body)] // appends never touch these bytes
 	}
@@ -235,7 +257,9 @@ func (g *Handler) follow(x *exchange, kr *idempotency.Request, l *liveStream, de
 	for {
 		v := l.view(off)
 		if v.over {
-			panic(http.ErrAbortHandler) // it outgrew what is kept: never end it as if whole
+			// It outgrew what is kept or recorded, or its work broke:
+			// never end it as if whole.
+			panic(http.ErrAbortHandler)
 		}
 		if len(v.more) > 0 {
 			if _, err := w.Write(v.more); err != nil {

@@ -270,7 +270,7 @@ func (h *handoff) Write(b []byte) (int, error) {
 // for whom the work must go on writing all it would have sent; the
 // delivery has failed all the same (failed), as deliver reports.
 func (h *handoff) written(n int, err error) (int, error) {
-	if h.live != nil {
+	if h.live != nil && isStream(h.header) {
 		return n, nil
 	}
 	return n, err
