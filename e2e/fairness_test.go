@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/idempotency"
 )
@@ -288,7 +289,7 @@ func (g *fairGateway) aliceCall(key string, slow bool) aliceOutcome {
 	body := fairBody(model, "alice "+key)
 	o := aliceOutcome{key: key, slow: slow}
 	g.mu.Lock()
-	g.aliceKeys[idempotency.HashKey(key)] = true
+	g.aliceKeys[idempotency.HashKey(cache.Key{Scope: "alice", ID: key})] = true
 	g.mu.Unlock()
 	t0 := time.Now()
 	o.first = send(ctx, g.alice, g.url, "key-alice", key, strings.NewReader(body), hdr)
@@ -301,7 +302,7 @@ func (g *fairGateway) aliceCall(key string, slow bool) aliceOutcome {
 // fails, and her dead letter must be recorded.
 func (g *fairGateway) aliceDown(key string) answer {
 	g.mu.Lock()
-	g.aliceKeys[idempotency.HashKey(key)] = true
+	g.aliceKeys[idempotency.HashKey(cache.Key{Scope: "alice", ID: key})] = true
 	g.mu.Unlock()
 	body := fairBody("alice-down", key+" "+strings.Repeat("a", fairAliceDownBytes))
 	return send(context.Background(), g.alice, g.url, "key-alice", key, strings.NewReader(body), nil)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/llmgate/llmgate/cache"
 	redisstore "github.com/llmgate/llmgate/cache/redis"
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/sim"
@@ -494,7 +495,7 @@ func addObservedCalls(h *sim.History, reps []*soakReplica, faults []soakFault) {
 		sort.Slice(lost, func(i, j int) bool { return lost[i].End < lost[j].End })
 		next := map[string]int{}
 		for _, r := range lost {
-			logged := failed[r.Via+"/"+idempotency.HashKey(k)]
+			logged := failed[r.Via+"/"+idempotency.HashKey(cache.Key{ID: k})]
 			if i := next[r.Via]; i < len(logged) {
 				next[r.Via]++
 				h.AddCall(&sim.StoreCall{Method: "Commit", Key: k, Owner: r.Via, Run: r.ID, Err: logged[i], At: r.End})

@@ -220,7 +220,7 @@ func TestTracesOverOTLP(t *testing.T) {
 			"gen_ai.request.model": "gpt-4o-mini", "gen_ai.response.model": "gpt-4o-mini",
 			"gen_ai.response.finish_reasons": []any{"stop"},
 			"llmgate.upstream":               "primary", "llmgate.outcome": "success", "llmgate.attempts": 2,
-			"llmgate.idempotency.event": "commit", "llmgate.idempotency.key_hash": idempotency.HashKey(traceIdemKey),
+			"llmgate.idempotency.event": "commit", "llmgate.idempotency.key_hash": idempotency.HashKey(cache.Key{Scope: "alice", ID: traceIdemKey}),
 			"llmgate.client": "alice", "http.response.status_code": 200, "http.route": "/v1/chat/completions",
 		})
 		positiveInt(t, s, "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")

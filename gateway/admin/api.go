@@ -211,7 +211,7 @@ func (a *Admin) adminDeleteKey(c echo.Context) error {
 	if deleted == 0 {
 		return apierror.NotFound("idempotency_key_not_found", "", "No record for this key and client.")
 	}
-	a.log.Warn("idempotency key forgotten by operator", "idempotency_key", idempotency.HashKey(keys[0].ID), "client", keys[0].Scope)
+	a.log.Warn("idempotency key forgotten by operator", "idempotency_key", idempotency.HashKey(keys[0]), "client", keys[0].Scope)
 	return c.JSON(http.StatusOK, map[string]int{"deleted": deleted})
 }
 

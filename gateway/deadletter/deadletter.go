@@ -141,7 +141,7 @@ func (q *Queue) Record(ctx context.Context, k cache.Key, r Request, f *outcome.F
 		FirstAt: r.First, LastAt: q.now(),
 	}
 	if err := q.store.PutDeadLetter(ctx, k, d, q.cfg.TTL.D()); err != nil {
-		q.log.Error("recording dead letter failed", "idempotency_key", idempotency.HashKey(k.ID), "err", err)
+		q.log.Error("recording dead letter failed", "idempotency_key", idempotency.HashKey(k), "err", err)
 		return
 	}
 	q.metrics.DLQRecorded.WithLabelValues(f.Class).Inc()
@@ -149,7 +149,7 @@ func (q *Queue) Record(ctx context.Context, k cache.Key, r Request, f *outcome.F
 	if q.onRec != nil {
 		q.onRec(LastUpstream(*d))
 	}
-	q.log.Warn("dead letter recorded", "id", d.ID, "client", d.Client, "idempotency_key", idempotency.HashKey(k.ID),
+	q.log.Warn("dead letter recorded", "id", d.ID, "client", d.Client, "idempotency_key", idempotency.HashKey(k),
 		"class", f.Class, "upstreams", strings.Join(f.Tried, ","), "failures", d.Failures)
 	q.Poke()
 }
@@ -185,10 +185,10 @@ func (q *Queue) Dropped() map[string]int64 {
 func (q *Queue) Resolve(ctx context.Context, k cache.Key) {
 	err := q.store.DeleteDeadLetter(ctx, cache.DeadLetterID(k))
 	if err == nil {
-		q.log.Info("dead letter resolved by a later success", "idempotency_key", idempotency.HashKey(k.ID), "client", k.Scope)
+		q.log.Info("dead letter resolved by a later success", "idempotency_key", idempotency.HashKey(k), "client", k.Scope)
 		q.Poke()
 	} else if !errors.Is(err, cache.ErrNotFound) {
-		q.log.Warn("resolving dead letter failed", "idempotency_key", idempotency.HashKey(k.ID), "err", err)
+		q.log.Warn("resolving dead letter failed", "idempotency_key", idempotency.HashKey(k), "err", err)
 	}
 }
 

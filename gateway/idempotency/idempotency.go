@@ -146,11 +146,20 @@ func ForwardKey(secret []byte, k cache.Key) string {
 	return "llmgate-" + hex.EncodeToString(m.Sum(nil))
 }
 
-// HashKey is how an idempotency key appears in logs: enough to correlate
-// lines, not the key itself (it may embed business identifiers).
-func HashKey(k string) string {
-	s := sha256.Sum256([]byte(k))
-	return hex.EncodeToString(s[:6])
+// HashKey is how an idempotency key appears in logs and traces: enough to
+// correlate one key's lines, not the key itself (it may embed business
+// identifiers). It is scoped by client, so two tenants' equal keys log
+// different hashes; an unscoped key (no clients configured) hashes as the
+// key alone, as before. The endpoint is left out: one key's lines
+// correlate across the endpoints it is used on.
+func HashKey(k cache.Key) string {
+	h := sha256.New()
+	if k.Scope != "" {
+		h.Write([]byte(k.Scope))
+		h.Write([]byte{0})
+	}
+	h.Write([]byte(k.ID))
+	return hex.EncodeToString(h.Sum(nil)[:6])
 }
 
 // Event names what the claim ended in, for the log line.
@@ -381,7 +390,7 @@ func (l *Lease) Renew(ctx context.Context) (stop func()) {
 		err := l.k.store.Renew(octx, l.req.Key, l.owner, lease)
 		cancel()
 		if err != nil {
-			l.k.log.Warn("renewing idempotency lease failed", "idempotency_key", HashKey(l.req.Key.ID), "err", err)
+			l.k.log.Warn("renewing idempotency lease failed", "idempotency_key", HashKey(l.req.Key), "err", err)
 			if errors.Is(err, cache.ErrNotOwner) {
 				return
 			}
@@ -416,7 +425,7 @@ func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
 		return nil
 	}
 	l.k.metrics.IdemEvent("store_error")
-	l.k.log.Error("commit failed", "idempotency_key", HashKey(l.req.Key.ID), "err", err)
+	l.k.log.Error("commit failed", "idempotency_key", HashKey(l.req.Key), "err", err)
 	if !errors.Is(err, cache.ErrNotOwner) {
 		l.Release(ctx)
 	}
@@ -448,7 +457,7 @@ func (l *Lease) Release(ctx context.Context) {
 	octx, cancel := l.k.opCtx(ctx)
 	defer cancel()
 	if err := l.k.store.Release(octx, l.req.Key, l.owner); err != nil && !errors.Is(err, cache.ErrNotOwner) {
-		l.k.log.Warn("releasing idempotency key failed; it frees itself when its lease expires", "idempotency_key", HashKey(l.req.Key.ID), "err", err)
+		l.k.log.Warn("releasing idempotency key failed; it frees itself when its lease expires", "idempotency_key", HashKey(l.req.Key), "err", err)
 	}
 	l.k.metrics.IdemEvent("release")
 }

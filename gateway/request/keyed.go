@@ -119,7 +119,7 @@ func fingerprint(r *http.Request, ep endpoint, body []byte) string {
 // an in-flight duplicate, or claim the key and run the call.
 func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 	w, r, cl, dl, s := x.w, x.req, x.call, x.dl, x.sum
-	s.idemKey = idempotency.HashKey(kr.Key.ID)
+	s.idemKey = idempotency.HashKey(kr.Key)
 	kr.Model = cl.Model
 	if kr.Derived {
 		s.keySource = "derived"
