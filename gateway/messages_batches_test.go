@@ -288,6 +288,12 @@ func TestMessagesUnknownPaths(t *testing.T) {
 		{http.MethodGet, "/v1/messages/count_tokens", 404, "not_found_error"},
 		{http.MethodPut, "/v1/messages/batches", 405, "invalid_request_error"},
 		{http.MethodPost, "/v1/messages/batches/msgbatch_x", 405, "invalid_request_error"},
+		// /v1/messages itself takes POST only: another method is Anthropic's
+		// 405 too (it was a 404 in OpenAI's shape).
+		{http.MethodGet, "/v1/messages", 405, "invalid_request_error"},
+		{http.MethodPut, "/v1/messages", 405, "invalid_request_error"},
+		{http.MethodDelete, "/v1/messages", 405, "invalid_request_error"},
+		{http.MethodGet, "/v1/messages/count_tokens/", 404, "not_found_error"},
 	} {
 		r := h.batch(aliceBatchKey, tc.method, tc.path, "", nil)
 		wantAnthropicError(t, r, tc.status, tc.typ)

@@ -37,6 +37,13 @@ func (g *Handler) batchRoutes(v1 *echo.Group) {
 	passRoutes(v1, "/messages/batches/:id/results", h, http.MethodGet)
 	passRoutes(v1, "/messages/batches/:id/cancel", h, http.MethodPost)
 	v1.RouteNotFound("/messages/*", func(echo.Context) error { return unknownAnthropicURL() })
+	// /v1/messages takes POST only; another method is Anthropic's 405 (the
+	// route's API gives the shape), not the catch-all's OpenAI 404.
+	v1.Match([]string{http.MethodGet, http.MethodPut, http.MethodPatch, http.MethodDelete}, "/messages",
+		func(c echo.Context) error {
+			c.Response().Header().Set("Allow", http.MethodPost)
+			return echo.ErrMethodNotAllowed
+		})
 }
 
 // unknownAnthropicURL is the 404 for a path under /v1/messages that is
