@@ -45,6 +45,9 @@ import (
 // API) or "response-stream", under recipeOpKey(orderID, op).
 type recipeOpRunner func(op, orderID, text string) (recipeResult, error)
 
+// recipeStreamRecordBytes is the stream suite's idempotency.max_record_bytes.
+const recipeStreamRecordBytes = 1 << 20
+
 // recipeOpEndpoint is the path each op calls.
 var recipeOpEndpoint = map[string]string{
 	"stream":          "/v1/chat/completions",
@@ -70,9 +73,12 @@ func (g *recipeGateway) upstreamCallsAt(endpoint, key string) int {
 
 // recipeStreamSuite runs each of ops through a client's recipe (see the
 // top of the file), on a gateway of its own behind a recording proxy; the
-// client is given the proxy's /v1 URL as g.base.
+// client is given the proxy's /v1 URL as g.base. The gateway stores
+// answers up to recipeStreamRecordBytes: a Responses stream repeats its
+// text in its done events and its final response, ~5 KB for the fake's
+// short answer, past recipeRecordBytes.
 func recipeStreamSuite(t *testing.T, ops []string, newRunner func(g *recipeGateway) recipeOpRunner) {
-	g := startRecipeGateway(t)
+	g := startRecipeGatewayRecording(t, recipeStreamRecordBytes)
 	rp := &recordingProxy{target: g.url}
 	rp.idle.L = &rp.mu
 	front := httptest.NewServer(rp)
