@@ -69,26 +69,36 @@ func claudeCodeBin(t *testing.T) string {
 	return claudeCodePath
 }
 
-// installClaudeCode runs `npm ci` for e2e/recipes/claudecode into a
-// directory under the user's cache named by the hash of its package.json
-// and package-lock.json, unless an earlier run did — into a temporary
-// directory renamed into place, so concurrent runs never see half an
-// install — and finds the binary for this platform.
+// installClaudeCode installs e2e/recipes/claudecode (installLockedNPM)
+// and finds the binary for this platform.
 func installClaudeCode() {
+	dir, skip, err := installLockedNPM(filepath.Join("recipes", "claudecode"), "recipes-claudecode")
+	if skip != "" || err != nil {
+		claudeCodeSkip, claudeCodeErr = skip, err
+		return
+	}
+	claudeCodePath, claudeCodeSkip = claudeCodeNative(filepath.Join(dir, "node_modules", "@anthropic-ai"))
+}
+
+// installLockedNPM installs the npm project in src — its package.json and
+// package-lock.json, with `npm ci` — into a directory under the user's
+// cache named prefix and the hash of those two files, unless an earlier
+// run did, and returns that directory. It installs into a temporary
+// directory renamed into place, so concurrent runs never see half an
+// install. skip says why the tests skip (when they may): node or npm
+// missing, or npm ci failing (no registry).
+func installLockedNPM(src, prefix string) (dir, skip string, err error) {
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			claudeCodeSkip = tool + " is not installed"
-			return
+			return "", tool + " is not installed", nil
 		}
 	}
-	src := filepath.Join("recipes", "claudecode")
 	h := sha256.New()
 	files := map[string][]byte{}
 	for _, name := range []string{"package.json", "package-lock.json"} {
 		b, err := os.ReadFile(filepath.Join(src, name))
 		if err != nil {
-			claudeCodeErr = err
-			return
+			return "", "", err
 		}
 		files[name] = b
 		h.Write(b)
@@ -97,18 +107,18 @@ func installClaudeCode() {
 	if err != nil {
 		cache = os.TempDir()
 	}
-	dir := filepath.Join(cache, "llmgate-e2e", "recipes-claudecode-"+hex.EncodeToString(h.Sum(nil))[:16])
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err != nil {
-		if claudeCodeSkip, claudeCodeErr = npmCI(dir, files); claudeCodeSkip != "" || claudeCodeErr != nil {
-			return
-		}
+	dir = filepath.Join(cache, "llmgate-e2e", prefix+"-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err == nil {
+		return dir, "", nil
 	}
-	claudeCodePath, claudeCodeSkip = claudeCodeNative(filepath.Join(dir, "node_modules", "@anthropic-ai"))
+	skip, err = npmCI(src, dir, files)
+	return dir, skip, err
 }
 
-// npmCI installs files (a package.json and its lock) into dir. It returns
-// why the tests skip when npm cannot install (no registry), or an error.
-func npmCI(dir string, files map[string][]byte) (skip string, err error) {
+// npmCI installs files (a package.json and its lock, from src) into dir.
+// It returns why the tests skip when npm cannot install (no registry), or
+// an error.
+func npmCI(src, dir string, files map[string][]byte) (skip string, err error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return "", err
 	}
@@ -124,16 +134,17 @@ func npmCI(dir string, files map[string][]byte) (skip string, err error) {
 	}
 	ctx, cancel := contextWithTimeout(5 * time.Minute)
 	defer cancel()
-	// --ignore-scripts: the postinstall only copies the platform's binary
-	// over a stub; the tests run it where npm put it.
+	// --ignore-scripts: no package's install script runs (Claude Code's
+	// postinstall only copies the platform's binary over a stub; the tests
+	// run it where npm put it).
 	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error")
 	cmd.Dir = tmp
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Sprintf("npm ci in e2e/recipes/claudecode failed (no registry?): %v\n%s", err, b), nil
+		return fmt.Sprintf("npm ci in e2e/%s failed (no registry?): %v\n%s", filepath.ToSlash(src), err, b), nil
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		if _, statErr := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); statErr != nil {
-			return "", fmt.Errorf("install Claude Code: %w", err)
+			return "", fmt.Errorf("install e2e/%s: %w", filepath.ToSlash(src), err)
 		}
 	}
 	return "", nil
@@ -393,14 +404,16 @@ func leaksClientKey(r fakeprovider.AnthropicRequest) bool {
 // the gateway's whole answer (so a keyed call has committed), and then
 // drops the client's connection without a byte — an answer lost on the
 // way back. Everything else it passes through. It records the
-// x-stainless-retry-count of every request with marker.
+// x-stainless-retry-count of every request with marker, and the bytes
+// the gateway answered it (lost or passed on).
 type lossyHop struct {
-	next   string // the gateway's root
-	marker []byte
-	lose   bool // lose the first answer; false: pass everything
-	mu     sync.Mutex
-	tries  []string
-	header http.Header // the first step request's headers
+	next    string // the gateway's root
+	marker  []byte
+	lose    bool // lose the first answer; false: pass everything
+	mu      sync.Mutex
+	tries   []string
+	answers [][]byte    // the gateway's answer to each request with marker
+	header  http.Header // the first step request's headers
 }
 
 func (l *lossyHop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -427,8 +440,16 @@ func (l *lossyHop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer res.Body.Close()
+	var got bytes.Buffer
+	if step {
+		defer func() {
+			l.mu.Lock()
+			l.answers = append(l.answers, got.Bytes())
+			l.mu.Unlock()
+		}()
+	}
 	if first {
-		_, _ = io.Copy(io.Discard, res.Body)
+		_, _ = io.Copy(&got, res.Body)
 		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
 			if tc, ok := conn.(*net.TCPConn); ok {
 				_ = tc.SetLinger(0) // a reset, as a dropped connection looks
@@ -446,6 +467,7 @@ func (l *lossyHop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for {
 		n, err := res.Body.Read(buf)
 		if n > 0 {
+			got.Write(buf[:n])
 			_, _ = w.Write(buf[:n])
 			_ = rc.Flush()
 		}
@@ -463,6 +485,14 @@ func (l *lossyHop) stepHeader() http.Header {
 	return l.header.Clone()
 }
 
+// stepAnswers are the gateway's answers to the requests with marker, in
+// the order they ended.
+func (l *lossyHop) stepAnswers() [][]byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([][]byte(nil), l.answers...)
+}
+
 func (l *lossyHop) retryCounts() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -470,10 +500,11 @@ func (l *lossyHop) retryCounts() []string {
 }
 
 // TestClaudeCodeRetryReplayed: with derive_idempotency_key on for the
-// client, the answer to Claude Code's step is lost on the way back
-// (lossyHop); Claude Code retries the step itself, and the gateway
+// client, the answer to Claude Code's step (a stream) is lost on the way
+// back (lossyHop); Claude Code retries the step itself, and the gateway
 // answers the retry from its store: the provider is called once for the
-// step, the log line says replayed and derived.
+// step, the retry's stream is the lost one byte for byte, the log line
+// says replayed and derived.
 func TestClaudeCodeRetryReplayed(t *testing.T) {
 	claudeCodeBin(t) // skip before starting anything
 	g := startClaudeCodeGateway(t, 3, deriveSession)
@@ -495,6 +526,10 @@ func TestClaudeCodeRetryReplayed(t *testing.T) {
 	}
 	if n := len(stepRequests(g.ant, prompt)); n != 1 {
 		t.Errorf("the provider was called %d times for the step, want 1", n)
+	}
+	answers := hop.stepAnswers()
+	if len(answers) < 2 || !bytes.Contains(answers[0], []byte("event: message_stop")) || !bytes.Equal(answers[0], answers[len(answers)-1]) {
+		t.Errorf("the retry's stream is not the lost one byte for byte (%d answers):\n%s", len(answers), bytes.Join(answers, []byte("\n---\n")))
 	}
 	var replayed int
 	for _, line := range strings.Split(g.proc.stderr.String(), "\n") {

@@ -14,8 +14,6 @@ package e2e
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -74,77 +72,22 @@ func nodeRecipes(t *testing.T) string {
 	return dir
 }
 
-// installNodeRecipes runs `npm ci` for e2e/recipes/node into a directory
-// under the user's cache named by the hash of package.json and
-// package-lock.json, unless an earlier run did. It installs into a
-// temporary directory and renames it into place, so concurrent test runs
-// never see half an install.
+// installNodeRecipes installs e2e/recipes/node (installLockedNPM), on a
+// Node new enough for its packages.
 func installNodeRecipes() {
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			recipeNodeSkip = tool + " is not installed"
-			return
-		}
-	}
-	out, err := exec.Command("node", "--version").Output()
-	if err != nil {
-		recipeNodeSkip = fmt.Sprintf("node --version: %v", err)
-		return
-	}
-	major, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(strings.TrimSpace(string(out)), ".", 2)[0], "v"))
-	if major < 20 {
-		recipeNodeSkip = fmt.Sprintf("node %s is older than 20, which @langchain/openai needs", strings.TrimSpace(string(out)))
-		return
-	}
-	src := filepath.Join("recipes", "node")
-	h := sha256.New()
-	files := map[string][]byte{}
-	for _, name := range []string{"package.json", "package-lock.json"} {
-		b, err := os.ReadFile(filepath.Join(src, name))
+	if _, err := exec.LookPath("node"); err == nil {
+		out, err := exec.Command("node", "--version").Output()
 		if err != nil {
-			recipeNodeErr = err
+			recipeNodeSkip = fmt.Sprintf("node --version: %v", err)
 			return
 		}
-		files[name] = b
-		h.Write(b)
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	recipeNodeDir = filepath.Join(cache, "llmgate-e2e", "recipes-node-"+hex.EncodeToString(h.Sum(nil))[:16])
-	if _, err := os.Stat(filepath.Join(recipeNodeDir, "node_modules", ".package-lock.json")); err == nil {
-		return
-	}
-	if err := os.MkdirAll(filepath.Dir(recipeNodeDir), 0o755); err != nil {
-		recipeNodeErr = err
-		return
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(recipeNodeDir), "install-")
-	if err != nil {
-		recipeNodeErr = err
-		return
-	}
-	defer os.RemoveAll(tmp)
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
-			recipeNodeErr = err
+		major, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(strings.TrimSpace(string(out)), ".", 2)[0], "v"))
+		if major < 20 {
+			recipeNodeSkip = fmt.Sprintf("node %s is older than 20, which @langchain/openai needs", strings.TrimSpace(string(out)))
 			return
 		}
 	}
-	ctx, cancel := contextWithTimeout(5 * time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error")
-	cmd.Dir = tmp
-	if b, err := cmd.CombinedOutput(); err != nil {
-		recipeNodeSkip = fmt.Sprintf("npm ci in e2e/recipes/node failed (no registry?): %v\n%s", err, b)
-		return
-	}
-	if err := os.Rename(tmp, recipeNodeDir); err != nil {
-		if _, statErr := os.Stat(filepath.Join(recipeNodeDir, "node_modules", ".package-lock.json")); statErr != nil {
-			recipeNodeErr = fmt.Errorf("install Node recipes: %w", err)
-		}
-	}
+	recipeNodeDir, recipeNodeSkip, recipeNodeErr = installLockedNPM(filepath.Join("recipes", "node"), "recipes-node")
 }
 
 // recipeNodeDriver is one `node driver.mjs` process, serving a test's calls

@@ -76,6 +76,13 @@ type recipeGateway struct {
 
 func startRecipeGateway(t *testing.T) *recipeGateway {
 	t.Helper()
+	return startRecipeGatewayRecording(t, recipeRecordBytes)
+}
+
+// startRecipeGatewayRecording is startRecipeGateway with
+// idempotency.max_record_bytes at recordBytes.
+func startRecipeGatewayRecording(t *testing.T, recordBytes int) *recipeGateway {
+	t.Helper()
 	fake := fakeprovider.New(fakeprovider.Options{})
 	gate := &recipeUpstreamGate{next: fake}
 	s := httptest.NewServer(gate)
@@ -89,7 +96,7 @@ func startRecipeGateway(t *testing.T) *recipeGateway {
 idempotency:
   wait_timeout: 300ms
   max_record_bytes: %d
-`, recipeClient, recipeClientKey, recipeRecordBytes)
+`, recipeClient, recipeClientKey, recordBytes)
 	p := start(t, gatewayBin(t, ""), []string{"-config", writeConfig(t, t.TempDir(), upURL, extra)}, nil)
 	return &recipeGateway{t: t, fake: fake, gate: gate, url: p.URL, base: p.URL + "/v1"}
 }

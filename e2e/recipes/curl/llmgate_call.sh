@@ -3,9 +3,12 @@
 #
 #   . llmgate_call.sh
 #   llmgate_call KEY [CURL-ARGS...] < request.json > answer.json
+#   llmgate_stream KEY [CURL-ARGS...] < request.json   # "stream": true
 #
 # POSTs a chat completion to llmgate ($LLMGATE_BASE_URL, its /v1 URL; client
-# key $LLMGATE_API_KEY) under the Idempotency-Key KEY, and retries it, with
+# key $LLMGATE_API_KEY; $LLMGATE_PATH, /chat/completions unless set:
+# LLMGATE_PATH=/responses for the Responses API) under the Idempotency-Key
+# KEY, and retries it, with
 # the same key, only when llmgate answers x-should-retry: true (a 409
 # idempotency_key_in_flight, a 504 client_deadline_exceeded), after
 # Retry-After; at most 3 tries. The body of the last answer goes to stdout;
@@ -27,7 +30,7 @@ llmgate_call() (
       -H "Authorization: Bearer $LLMGATE_API_KEY" \
       -H 'Content-Type: application/json' \
       -H "Idempotency-Key: $key" \
-      --data-binary @"$req" "$LLMGATE_BASE_URL/chat/completions") || code=000
+      --data-binary @"$req" "$LLMGATE_BASE_URL${LLMGATE_PATH:-/chat/completions}") || code=000
     if [ "$try" -ge 3 ] || ! grep -qi '^x-should-retry: *true' "$hdr"; then
       break
     fi
@@ -41,4 +44,22 @@ llmgate_call() (
   2??) exit 0 ;;
   *) exit 22 ;;
   esac
+)
+
+# llmgate_stream is llmgate_call for a stream: curl -N prints each event as
+# llmgate sends it. The same key again is one upstream call and the same
+# bytes: the committed stream replayed, or, while the first is still
+# running on the same gateway, the events so far and then the rest live.
+# Give the stream its own key (the same key with another body is a 422).
+# One try: a non-2xx answer's JSON error is printed and the status is 22;
+# when it said x-should-retry: true (a 409, the first call not yet
+# answering), run it again with the same key.
+llmgate_stream() (
+  key=$1
+  shift
+  curl -sS -N --fail-with-body "$@" \
+    -H "Authorization: Bearer $LLMGATE_API_KEY" \
+    -H 'Content-Type: application/json' \
+    -H "Idempotency-Key: $key" \
+    --data-binary @- "$LLMGATE_BASE_URL${LLMGATE_PATH:-/chat/completions}"
 )

@@ -19,6 +19,13 @@
 // reads its results with batches.results(), which fetches the batch's
 // absolute results_url: content is the custom_ids it read, in order,
 // comma-separated; raw holds the batch as created and as retrieved.
+//
+// The streaming and Responses calls: openai-stream, openai-response,
+// openai-response-stream (recipe_openai.mjs), langchain-stream and
+// langchain-response (recipe_langchain.mjs), and langchain-stream-options,
+// what that recipe warns against (`.stream()` with the key in the call's
+// options.headers). A stream reports its id, the text its deltas
+// assemble, and raw: its chunks or events as the client decoded them.
 import { createInterface } from "node:readline";
 import OpenAI from "openai";
 import { ChatOpenAI } from "@langchain/openai";
@@ -90,9 +97,61 @@ async function runAnthropic({ variant, orderId, text }) {
   throw new Error(`unknown variant ${variant}`);
 }
 
+// chunks reads a stream to its end: the id and text part of each item by
+// part, the items (as keep holds them) as JSON.
+async function chunks(stream, part, keep = (item) => item) {
+  let id = "";
+  let content = "";
+  const items = [];
+  for await (const item of stream) {
+    const [itemId, delta] = part(item);
+    id ||= itemId ?? "";
+    content += delta ?? "";
+    items.push(keep(item));
+  }
+  return { ok: true, id, content, raw: JSON.stringify(items) };
+}
+
+const chatPart = (c) => [c.id, c.choices[0]?.delta?.content];
+const responsePart = (e) => [e.response?.id, e.type === "response.output_text.delta" ? e.delta : ""];
+const langchainPart = (c) => [c.id, typeof c.content === "string" ? c.content : ""];
+const langchainItem = (c) => ({ id: c.id, content: c.content, usage: c.usage_metadata });
+
+async function runStream({ variant, orderId, text }) {
+  const replayed = (response) => response.headers.get("idempotent-replayed") ?? "";
+  if (variant === "openai-stream") {
+    const { data, response } = await openaiRecipe.summarizeStream(client, orderId, text).withResponse();
+    return { ...(await chunks(data, chatPart)), replayed: replayed(response) };
+  }
+  if (variant === "openai-response") {
+    const { data, response } = await openaiRecipe.summarizeResponse(client, orderId, text).withResponse();
+    return { ok: true, id: data.id, content: data.output_text, raw: JSON.stringify(data), replayed: replayed(response) };
+  }
+  if (variant === "openai-response-stream") {
+    const { data, response } = await openaiRecipe.summarizeResponseStream(client, orderId, text).withResponse();
+    return { ...(await chunks(data, responsePart)), replayed: replayed(response) };
+  }
+  if (variant === "langchain-stream") {
+    return chunks(await langchainRecipe.summarizeStream(baseURL, apiKey, orderId, text), langchainPart, langchainItem);
+  }
+  if (variant === "langchain-stream-options") {
+    const headers = { "Idempotency-Key": `order-${orderId}/summarize-stream` };
+    const stream = await model.stream([{ role: "user", content: `Summarize: ${text}` }], { options: { headers } });
+    return chunks(stream, langchainPart, langchainItem);
+  }
+  if (variant === "langchain-response") {
+    const msg = await langchainRecipe.summarizeResponse(baseURL, apiKey, orderId, text);
+    return { ...message(msg), content: msg.text };
+  }
+  throw new Error(`unknown variant ${variant}`);
+}
+
 async function run({ variant, orderId, text, deadline }) {
   if (variant?.startsWith("anthropic")) {
     return runAnthropic({ variant, orderId, text });
+  }
+  if (/-(stream|response|response-stream|stream-options)$/.test(variant ?? "")) {
+    return runStream({ variant, orderId, text });
   }
   const extra = deadline ? { "X-Llmgate-Deadline": deadline } : {};
   if (variant === "openai") {

@@ -29,3 +29,35 @@ export async function summarize(model, orderId, text, headers = {}) {
     }
   }
 }
+
+// keyedModel is newModel with the key in configuration.defaultHeaders: a
+// model for one call. That is how a key reaches `.stream()`: its per-call
+// `{ options: { headers } }` sends no Idempotency-Key (measured: two
+// upstream calls, two different streams, TestRecipeLangChainJSStreamOptions),
+// while `invoke` with the same option does. useResponsesApi: true sends the
+// call to the Responses API instead.
+export function keyedModel(baseURL, apiKey, key, fields = {}) {
+  return new ChatOpenAI({
+    model: "gpt-4o-mini", apiKey, maxRetries: 0, ...fields,
+    configuration: { baseURL, defaultHeaders: { "Idempotency-Key": key } },
+  });
+}
+
+// summarizeStream streams the summary under order-<id>/summarize-stream:
+// `for await (const chunk of await summarizeStream(...))` reads the
+// AIMessageChunks. The same order streamed twice is one upstream call and
+// the same chunks. It does not retry: a 409 (x-should-retry: true, a
+// first call with the key not answering yet) is thrown as err.status 409;
+// call again with the same key. A duplicate of a stream that is already
+// answering joins it, with no 409.
+export function summarizeStream(baseURL, apiKey, orderId, text) {
+  return keyedModel(baseURL, apiKey, `order-${orderId}/summarize-stream`)
+    .stream([{ role: "user", content: `Summarize: ${text}` }]);
+}
+
+// summarizeResponse asks the Responses API (useResponsesApi: true) under
+// order-<id>/summarize-response.
+export function summarizeResponse(baseURL, apiKey, orderId, text) {
+  return keyedModel(baseURL, apiKey, `order-${orderId}/summarize-response`, { useResponsesApi: true })
+    .invoke([{ role: "user", content: `Summarize: ${text}` }]);
+}

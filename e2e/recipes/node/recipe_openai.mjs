@@ -22,3 +22,32 @@ export function summarize(client, orderId, text, options = {}) {
     { ...options, headers: { ...options.headers, "Idempotency-Key": `order-${orderId}/summarize` } },
   );
 }
+
+// The same call streamed, under a key of its own (the same key with another
+// body is a 422). `for await (const chunk of stream)` reads the chunks; the
+// same order streamed twice is one upstream call, and the second stream is
+// the first, byte for byte, from llmgate's store. A stream that fails
+// mid-way ends in an error event, so the loop throws, and is not committed.
+export function summarizeStream(client, orderId, text, options = {}) {
+  return client.chat.completions.create(
+    { model: "gpt-4o-mini", messages: [{ role: "user", content: `Summarize: ${text}` }], stream: true },
+    { ...options, headers: { ...options.headers, "Idempotency-Key": `order-${orderId}/summarize-stream` } },
+  );
+}
+
+// The Responses API, keyed the same way; a replay is the same response (id).
+export function summarizeResponse(client, orderId, text, options = {}) {
+  return client.responses.create(
+    { model: "gpt-4o-mini", input: `Summarize: ${text}` },
+    { ...options, headers: { ...options.headers, "Idempotency-Key": `order-${orderId}/summarize-response` } },
+  );
+}
+
+// The Responses API streamed: typed events (response.output_text.delta,
+// response.completed), replayed byte for byte under the key.
+export function summarizeResponseStream(client, orderId, text, options = {}) {
+  return client.responses.create(
+    { model: "gpt-4o-mini", input: `Summarize: ${text}`, stream: true },
+    { ...options, headers: { ...options.headers, "Idempotency-Key": `order-${orderId}/summarize-response-stream` } },
+  );
+}

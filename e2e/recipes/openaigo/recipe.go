@@ -12,6 +12,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/responses"
 )
 
 // NewClient returns a client for llmgate at baseURL (its /v1 URL, e.g.
@@ -30,9 +32,48 @@ func NewClient(baseURL, apiKey string) openai.Client {
 // answer is the first, byte for byte. opts are more per-call options
 // (another header, option.WithResponseInto, ...).
 func Summarize(ctx context.Context, client openai.Client, orderID, text string, opts ...option.RequestOption) (*openai.ChatCompletion, error) {
-	opts = append([]option.RequestOption{option.WithHeader("Idempotency-Key", "order-"+orderID+"/summarize")}, opts...)
-	return client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+	return client.Chat.Completions.New(ctx, chatParams(text), keyed(orderID, "summarize", opts)...)
+}
+
+// SummarizeStream is the same call streamed, under a key of its own
+// (order-<id>/summarize-stream: the same key with another body is a 422).
+// The same order streamed twice is one upstream call, and the second
+// stream is the first, byte for byte, from llmgate's store. Read it with
+// stream.Next() and stream.Current(); check stream.Err() at the end (a
+// stream that fails mid-way ends in an error, and is not committed).
+func SummarizeStream(ctx context.Context, client openai.Client, orderID, text string, opts ...option.RequestOption) *ssestream.Stream[openai.ChatCompletionChunk] {
+	return client.Chat.Completions.NewStreaming(ctx, chatParams(text), keyed(orderID, "summarize-stream", opts)...)
+}
+
+// SummarizeResponse asks the Responses API (order-<id>/summarize-response);
+// a replay is the same response, the same id.
+func SummarizeResponse(ctx context.Context, client openai.Client, orderID, text string, opts ...option.RequestOption) (*responses.Response, error) {
+	return client.Responses.New(ctx, responseParams(text), keyed(orderID, "summarize-response", opts)...)
+}
+
+// SummarizeResponseStream is SummarizeResponse streamed
+// (order-<id>/summarize-response-stream): typed events, replayed byte for
+// byte under the key.
+func SummarizeResponseStream(ctx context.Context, client openai.Client, orderID, text string, opts ...option.RequestOption) *ssestream.Stream[responses.ResponseStreamEventUnion] {
+	return client.Responses.NewStreaming(ctx, responseParams(text), keyed(orderID, "summarize-response-stream", opts)...)
+}
+
+// keyed puts the key order-<id>/<op> first, so the caller's options come
+// after it.
+func keyed(orderID, op string, opts []option.RequestOption) []option.RequestOption {
+	return append([]option.RequestOption{option.WithHeader("Idempotency-Key", "order-"+orderID+"/"+op)}, opts...)
+}
+
+func chatParams(text string) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{
 		Model:    openai.ChatModelGPT4oMini,
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Summarize: " + text)},
-	}, opts...)
+	}
+}
+
+func responseParams(text string) responses.ResponseNewParams {
+	return responses.ResponseNewParams{
+		Model: openai.ChatModelGPT4oMini,
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Summarize: " + text)},
+	}
 }
