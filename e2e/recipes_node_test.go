@@ -228,14 +228,7 @@ func TestRecipeNodeIdempotencyKeyOption(t *testing.T) {
 	if results[0].ID == results[1].ID || results[1].Replayed != "" {
 		t.Fatalf("the second call was a replay: %+v", results[1])
 	}
-	if n := g.fake.Calls("/v1/chat/completions"); n != 2 {
-		t.Fatalf("upstream calls = %d, want 2", n)
-	}
-	for _, r := range g.fake.Requests() {
-		if k := r.Header.Get("Idempotency-Key"); k != "" {
-			t.Fatalf("the gateway forwarded a key (%q): the SDK sent one", k)
-		}
-	}
+	wantTwoUnkeyedCalls(t, g, "the SDK")
 }
 
 // TestRecipeLangChainJSRetriesMultiply measures what the recipe's
@@ -273,5 +266,19 @@ func TestRecipeLangChainJSRetriesMultiply(t *testing.T) {
 	if on != 2*recipeMaxAttempts || off != recipeMaxAttempts {
 		t.Fatalf("upstream calls: %d with maxRetries 1 (want %d), %d with the recipe (want %d)",
 			on, 2*recipeMaxAttempts, off, recipeMaxAttempts)
+	}
+}
+
+// wantTwoUnkeyedCalls checks that two chat calls reached the upstream and
+// no Idempotency-Key was forwarded: who (the client) sent none.
+func wantTwoUnkeyedCalls(t *testing.T, g *recipeGateway, who string) {
+	t.Helper()
+	if n := g.fake.Calls("/v1/chat/completions"); n != 2 {
+		t.Fatalf("upstream calls = %d, want 2", n)
+	}
+	for _, r := range g.fake.Requests() {
+		if k := r.Header.Get("Idempotency-Key"); k != "" {
+			t.Fatalf("the gateway forwarded a key (%q): %s sent one", k, who)
+		}
 	}
 }

@@ -28,7 +28,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -287,15 +286,7 @@ func sseResult(text string) recipeResult {
 // stream, and a Responses stream with LLMGATE_PATH=/responses) and
 // llmgate_call for a Responses call; what curl printed is the raw answer.
 func TestRecipeCurlStreams(t *testing.T) {
-	for _, tool := range []string{"sh", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
-	script, err := filepath.Abs(filepath.Join("recipes", "curl", "llmgate_call.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := curlRecipe(t)
 	recipeStreamSuite(t, []string{"stream", "response", "response-stream"}, func(g *recipeGateway) recipeOpRunner {
 		return func(op, orderID, text string) (recipeResult, error) {
 			fn, path := "llmgate_stream", "/responses"
@@ -400,12 +391,5 @@ func TestRecipeLangChainJSStreamOptions(t *testing.T) {
 	if results[0].ID == results[1].ID || results[0].Raw == results[1].Raw {
 		t.Fatalf("the second stream was the first: %+v", results[1])
 	}
-	if n := g.fake.Calls("/v1/chat/completions"); n != 2 {
-		t.Fatalf("upstream calls = %d, want 2", n)
-	}
-	for _, r := range g.fake.Requests() {
-		if k := r.Header.Get("Idempotency-Key"); k != "" {
-			t.Fatalf("the gateway forwarded a key (%q): LangChain sent one", k)
-		}
-	}
+	wantTwoUnkeyedCalls(t, g, "LangChain")
 }

@@ -483,15 +483,7 @@ func TestRecipeOpenAIGo(t *testing.T) {
 // TestRecipeCurl runs the curl recipe, a shell function
 // (e2e/recipes/curl/llmgate_call.sh), with sh.
 func TestRecipeCurl(t *testing.T) {
-	for _, tool := range []string{"sh", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
-	script, err := filepath.Abs(filepath.Join("recipes", "curl", "llmgate_call.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := curlRecipe(t)
 	recipeSuite(t, func(g *recipeGateway) recipeRunner {
 		return func(orderID, text, deadline string) (recipeResult, error) {
 			body, _ := json.Marshal(map[string]any{"model": "gpt-4o-mini",
@@ -595,4 +587,20 @@ func TestRecipePythonParses(t *testing.T) {
 	if out, err := exec.Command("python3", args...).CombinedOutput(); err != nil {
 		t.Fatalf("python3: %v\n%s", err, out)
 	}
+}
+
+// curlRecipe is the curl recipe's absolute path; the test is skipped
+// without sh and curl.
+func curlRecipe(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"sh", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	script, err := filepath.Abs(filepath.Join("recipes", "curl", "llmgate_call.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return script
 }
