@@ -63,9 +63,17 @@ const (
 	ScopeUpstream Scope = "upstream"
 )
 
-// OtherModel is the model of the breaker every model past an upstream's
-// MaxLearnedModels shares.
-const OtherModel = "other"
+// Lane is the model of the breaker that requests naming no model count on,
+// per route family ("files", "vector_stores"): "(files)". A family's
+// failures open its lane only, never the upstream's own breaker, which
+// would refuse every model. Callers pass a fixed set of families, so lanes
+// are not bounded by MaxLearnedModels.
+func Lane(family string) string { return "(" + family + ")" }
+
+// isLane reports whether model names a lane (see Lane).
+func isLane(model string) bool {
+	return len(model) > 2 && model[0] == '(' && model[len(model)-1] == ')'
+}
 
 // Settings configures every breaker of a Registry. The zero value works.
 type Settings struct {
@@ -93,11 +101,17 @@ type Settings struct {
 	// Scope: ScopeModel or ScopeUpstream. If "", ScopeModel.
 	Scope Scope
 	// MaxLearnedModels bounds, per upstream, the models that get a breaker
-	// of their own besides the ones Upstream.Models names: a model first
-	// seen (Allow, ForceOpen) when as many have been learned shares the
-	// upstream's OtherModel breaker. Learned breakers live as long as the
-	// Registry. If 0, 64 is used.
+	// of their own besides the ones Upstream.Models names. A model first
+	// seen (Allow) when as many have been learned gets no breaker of its
+	// own: only the upstream-wide one guards it (connection failures), so
+	// no two untracked models share a fate, and a tenant naming many
+	// models cannot make one breaker refuse them all. Learned breakers
+	// live as long as the Registry. If 0, 64 is used.
 	MaxLearnedModels int
+	// OnUntracked, if not nil, is called the first time per upstream a
+	// model gets no breaker because MaxLearnedModels were learned, with
+	// that model's key (for a warning log). Called without a lock held.
+	OnUntracked func(k Key)
 	// OnStateChange, if not nil, is called whenever the state a breaker
 	// shows changes, forced changes and a timed open → half-open included.
 	// It is called without any lock of the registry held, so it may call

@@ -39,9 +39,10 @@ type upstream struct {
 	// under ScopeModel the upstream-wide one for connection failures.
 	own *entry
 
-	mu      sync.RWMutex
-	models  map[string]*entry
-	learned int // models added after New, OtherModel not counted
+	mu        sync.RWMutex
+	models    map[string]*entry
+	learned   int  // models added after New, lanes not counted
+	untracked bool // a model was refused a breaker (OnUntracked called)
 }
 
 // New returns a Registry with closed breakers for ups. Duplicate names
@@ -80,31 +81,49 @@ func (r *Registry) upstream(name string) (*upstream, error) {
 	return set, nil
 }
 
-// model returns the breaker of model, making it if it is new: its own
-// while fewer than MaxLearnedModels were learned, else OtherModel's.
-func (r *Registry) model(set *upstream, model string) *entry {
+// model returns the breaker of model, making it if it is new: a lane's
+// always, a learned model's while fewer than MaxLearnedModels were
+// learned; else nil (the model has no breaker of its own).
+// A model whose name looks like a lane but is not asked for as one (a
+// client's body naming "(files)") has none: it cannot share a lane's fate
+// nor make lanes past the bound.
+func (r *Registry) model(set *upstream, model string, lane bool) *entry {
+	if isLane(model) != lane {
+		return nil
+	}
 	set.mu.RLock()
 	e := set.models[model]
 	set.mu.RUnlock()
 	if e != nil {
 		return e
 	}
+	e, first := r.learn(set, model)
+	if e == nil && first && r.s.OnUntracked != nil {
+		r.s.OnUntracked(Key{Upstream: set.name, Model: model})
+	}
+	return e
+}
+
+// learn makes model's breaker under set's lock; first reports the first
+// model of set refused one.
+func (r *Registry) learn(set *upstream, model string) (e *entry, first bool) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	if e := set.models[model]; e != nil {
-		return e
+		return e, false
 	}
-	if set.learned >= r.s.MaxLearnedModels {
-		model = OtherModel
-		if e := set.models[model]; e != nil {
-			return e
+	covers := "lane"
+	if !isLane(model) {
+		if set.learned >= r.s.MaxLearnedModels {
+			first, set.untracked = !set.untracked, true
+			return nil, first
 		}
-	} else {
 		set.learned++
+		covers = "model"
 	}
-	e = r.newEntry(Key{Upstream: set.name, Model: model}, "model")
+	e = r.newEntry(Key{Upstream: set.name, Model: model}, covers)
 	set.models[model] = e
-	return e
+	return e, false
 }
 
 // find returns k's breaker without making one; nil if it has none.
@@ -124,7 +143,9 @@ func (r *Registry) find(k Key) *entry {
 // Allow asks the breakers of upstream and model for permission to send a
 // request. Under ScopeModel both the upstream-wide breaker and the
 // model's must allow it (a request naming no model, model "", asks the
-// upstream's only); under ScopeUpstream model is ignored.
+// upstream's only; a model past MaxLearnedModels, too, but only its
+// connection failures count there); under ScopeUpstream model is ignored.
+// A request naming no model should name its lane (see Lane) instead.
 //
 // If it is given, done must be called exactly once, when the request's
 // outcome is known — for a stream, when the stream ends — with the result
@@ -136,6 +157,17 @@ func (r *Registry) find(k Key) *entry {
 // which breaker). An unknown upstream gives an error wrapping
 // ErrUnknownUpstream.
 func (r *Registry) Allow(upstream, model string) (done func(res Result, class string), err error) {
+	return r.allowFor(upstream, model, false)
+}
+
+// AllowLane is Allow for a request that names no model, on the lane of its
+// route family (see Lane): its failures open the lane, never the
+// upstream's own breaker. Under ScopeUpstream it is Allow(upstream, "").
+func (r *Registry) AllowLane(upstream, family string) (done func(res Result, class string), err error) {
+	return r.allowFor(upstream, Lane(family), true)
+}
+
+func (r *Registry) allowFor(upstream, model string, lane bool) (done func(res Result, class string), err error) {
 	set, err := r.upstream(upstream)
 	if err != nil {
 		return nil, err
@@ -147,7 +179,11 @@ func (r *Registry) Allow(upstream, model string) (done func(res Result, class st
 	if r.s.Scope == ScopeUpstream || model == "" {
 		return own.done, nil // done counts a ConnectionFailure as a Failure
 	}
-	m, err := r.allow(r.model(set, model))
+	e := r.model(set, model, lane)
+	if e == nil {
+		return func(res Result, class string) { own.done(ownResult(res), class) }, nil
+	}
+	m, err := r.allow(e)
 	if err != nil {
 		own.done(Excluded, "") // frees a half-open probe slot
 		return nil, err
@@ -257,8 +293,8 @@ func rank(s State) int {
 
 // ForceOpen makes k's breaker reject every request until ForceClose: an
 // operator draining a provider (k.Model "") or one model of it. A model
-// not seen yet gets its breaker now, within MaxLearnedModels. Requests
-// already let through still report their outcome.
+// not seen yet gets its breaker now, within MaxLearnedModels; past it the
+// error says so. Requests already let through still report their outcome.
 func (r *Registry) ForceOpen(k Key) error {
 	set, err := r.upstream(k.Upstream)
 	if err != nil {
@@ -269,7 +305,9 @@ func (r *Registry) ForceOpen(k Key) error {
 		if r.s.Scope == ScopeUpstream {
 			return fmt.Errorf("breaker: upstream %q has one breaker for every model (scope upstream)", k.Upstream)
 		}
-		e = r.model(set, k.Model)
+		if e = r.model(set, k.Model, isLane(k.Model)); e == nil {
+			return fmt.Errorf("breaker: upstream %q already keeps breakers for %d learned models, the most it keeps; model %q has no breaker of its own to force open (name it in the upstream's models, or force the upstream's own)", k.Upstream, r.s.MaxLearnedModels, k.Model)
+		}
 	}
 	r.forceOpen(e)
 	return nil

@@ -3,6 +3,7 @@ package breaker
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -98,29 +99,48 @@ func TestScopeUpstreamCountsEveryModel(t *testing.T) {
 }
 
 func TestLearnedModelsAreCapped(t *testing.T) {
-	r := New([]Upstream{{Name: "u", Models: []string{"conf"}}}, Settings{MaxLearnedModels: 2})
-	for _, m := range []string{"m1", "m2", "m3", "m4", "m1"} {
+	var untracked []Key
+	r := New([]Upstream{{Name: "u", Models: []string{"conf"}}}, Settings{MaxLearnedModels: 2, ConsecutiveFailures: 2,
+		OnUntracked: func(k Key) { untracked = append(untracked, k) }})
+	for _, m := range []string{"m1", "m2", "m3", "m4", "m1", "(forged)"} {
 		done, err := r.Allow("u", m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		done(Success, "")
 	}
+	done, err := r.AllowLane("u", "files")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done(Success, "")
 	var models []string
 	for _, st := range r.Snapshot() {
 		models = append(models, st.Model)
 	}
-	if want := []string{"", "conf", "m1", "m2", OtherModel}; !slices.Equal(models, want) {
-		t.Fatalf("models %q, want %q", models, want)
+	if want := []string{"", "(files)", "conf", "m1", "m2"}; !slices.Equal(models, want) {
+		t.Fatalf("models %q, want %q (lanes outside the cap, no shared breaker past it, no lane a body names)", models, want)
 	}
-	if st, _ := r.Status(Key{"u", OtherModel}); st.Requests != 2 {
-		t.Errorf("other = %+v, want m3 and m4's 2 requests", st)
+	if want := []Key{{"u", "m3"}}; !slices.Equal(untracked, want) {
+		t.Errorf("OnUntracked calls %v, want %v (once per upstream)", untracked, want)
 	}
-	if err := r.ForceOpen(Key{"u", "m5"}); err != nil {
-		t.Fatal(err)
+	// Past the cap, two models share no fate: m3's failures open nothing,
+	// and m4 is still let through.
+	for range 3 {
+		done, err := r.Allow("u", "m3")
+		if err != nil {
+			t.Fatalf("m3 after its failures: %v", err)
+		}
+		done(Failure, "transient")
 	}
-	if st, _ := r.Status(Key{"u", OtherModel}); !st.Forced {
-		t.Errorf("forcing a model past the cap forces %q: %+v", OtherModel, st)
+	if _, err := r.Allow("u", "m4"); err != nil {
+		t.Errorf("m4 after m3 failed: %v", err)
+	}
+	if st, _ := r.Status(Key{"u", ""}); st.State != Closed {
+		t.Errorf("upstream's own breaker after an untracked model's failures: %s", st.State)
+	}
+	if err := r.ForceOpen(Key{"u", "m5"}); err == nil || !strings.Contains(err.Error(), "m5") {
+		t.Errorf("forcing a model past the cap: %v, want an error naming it", err)
 	}
 }
 

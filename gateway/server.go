@@ -267,6 +267,10 @@ func (g *Gateway) newBreakers(r *proxy.Router) *breaker.Registry {
 			g.timeline.BreakerState(k.Upstream, reg.UpstreamState(k.Upstream))
 			g.log.Warn("circuit breaker state changed", "upstream", k.Upstream, "model", k.Model, "from", from, "to", to)
 		},
+		OnUntracked: func(k breaker.Key) {
+			g.log.Warn("model gets no circuit breaker of its own: the upstream already keeps 64 learned models; only connection failures guard it (name the model in the upstream's models to give it one)",
+				"upstream", k.Upstream, "model", k.Model)
+		},
 	})
 	for _, k := range reg.Keys() {
 		g.metrics.BreakerChange(k, breaker.Closed, breaker.Closed)

@@ -93,6 +93,11 @@ func (e *BreakerOpen) Error() string {
 
 // what names what the breaker refused, for the client.
 func (e *BreakerOpen) what() string {
+	if m := e.Model; len(m) > 2 && m[0] == '(' && m[len(m)-1] == ')' {
+		// A lane (breaker.Lane): the requests of a route family that name
+		// no model.
+		return fmt.Sprintf("Requests to %s on upstream %s", m[1:len(m)-1], e.Upstream)
+	}
 	if e.Model != "" {
 		return fmt.Sprintf("Model %s on upstream %s", e.Model, e.Upstream)
 	}

@@ -100,8 +100,12 @@ type Call struct {
 	// Passthrough: the answer is no completion or embedding, and carries
 	// no token usage to count.
 	Passthrough bool
-	// Model is the body's model, for logs and dead letters.
-	Model  string
+	// Model is the body's model, for logs, dead letters and its breaker.
+	Model string
+	// Lane is the route family ("files") of a request whose body names no
+	// model: its breaker (breaker.Lane), so that such failures never open
+	// the upstream's own breaker, which refuses every model.
+	Lane   string
 	Stream bool
 	// IdemKey is forwarded to the upstream when set.
 	IdemKey string
@@ -185,6 +189,15 @@ func (c *Call) noteRun(r *Response) {
 		u = c.api().Usage(r.Body, r.Outcome)
 	}
 	c.Runs = append(c.Runs, Run{Upstream: r.Upstream.Cfg.Name, Usage: u})
+}
+
+// allow asks upstream's breakers to let c through: its model's, else its
+// lane's, else the upstream's own.
+func (c *Call) allow(b *breaker.Registry, upstream string) (func(breaker.Result, string), error) {
+	if c.Model == "" && c.Lane != "" {
+		return b.AllowLane(upstream, c.Lane)
+	}
+	return b.Allow(upstream, c.Model)
 }
 
 // Result is the settle input for this response (after a stream's end).
@@ -305,7 +318,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 			tracing.Fallback(ctx, c.Tried[len(c.Tried)-1], u.Cfg.Name)
 		}
 		c.Tried = append(c.Tried, u.Cfg.Name)
-		done, err := p.breakers.Allow(u.Cfg.Name, c.Model)
+		done, err := c.allow(p.breakers, u.Cfg.Name)
 		if err != nil {
 			var oe *breaker.OpenError
 			if errors.As(err, &oe) {
