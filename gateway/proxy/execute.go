@@ -332,6 +332,10 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 		resp, stop := p.runUpstream(ctx, c, hop)
 		resp.done, resp.reqCtx = done, ctx
 		if resp.Stream != nil {
+			// A billed run of an upstream before it (a stream cut before
+			// its first event) is charged too.
+			c.noteRun(last)
+			last.Discard()
 			return resp, nil
 		}
 		resp.end = p.endOf(ctx, c, stop, resp.Outcome)
