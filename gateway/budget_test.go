@@ -674,3 +674,41 @@ func TestBudgetFallbackStreamChargesThePrimarysRun(t *testing.T) {
 		t.Fatalf("counter = %+v, want %d (the primary's cut run, by its reservation) + 250 (the fallback's usage)", got, reserved)
 	}
 }
+
+// A request asking for n choices (or best_of) is reserved for n times its
+// max_tokens, as the provider may bill every choice: under a budget of 500
+// tokens, n=5 with max_tokens 100 does not fit and never reaches the
+// provider; an embedding, which has no output, is reserved for its input
+// only.
+func TestBudgetReservesEveryChoiceAndNoOutputForEmbeddings(t *testing.T) {
+	up := &metered{In: 10, Out: 10}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	day := config.Budget{Window: config.WindowDay, Tokens: 500}
+	h := newHarness(t, budgeted(srv.URL, day))
+	for _, body := range []string{
+		`{"model":"gpt-4o-mini","n":5,"max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"gpt-4o-mini","best_of":5,"max_tokens":100,"prompt":"hi"}`,
+	} {
+		path := "/v1/chat/completions"
+		if strings.Contains(body, "prompt") {
+			path = "/v1/completions"
+		}
+		r := h.do(http.MethodPost, path, body, alice)
+		if e := wantOpenAIError(t, r, 429); e["code"] != "budget_exceeded" {
+			t.Fatalf("%s: %v", body, e)
+		}
+	}
+	if n := up.calls.Load(); n != 0 {
+		t.Fatalf("provider calls = %d, want 0", n)
+	}
+	if r := h.chat(`{"model":"gpt-4o-mini","n":3,"max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`, alice); r.status != 200 {
+		t.Fatalf("n=3, max_tokens 100 under 500: %d %s", r.status, r.body)
+	}
+	// An embedding reserves its input only (default_max_tokens is 4096,
+	// which would not fit what is left).
+	r := h.do(http.MethodPost, "/v1/embeddings", `{"model":"gpt-embed-small","input":"hello"}`, alice)
+	if r.status != 200 {
+		t.Fatalf("embedding under the budget: %d %s", r.status, r.body)
+	}
+}

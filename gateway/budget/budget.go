@@ -350,17 +350,38 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// Output is what a request may produce, for its reservation.
+type Output struct {
+	// MaxTokens is max_tokens, max_completion_tokens or max_output_tokens;
+	// 0 when the request set none: budgets.default_max_tokens.
+	MaxTokens int64
+	// Choices is n or best_of: each may be billed MaxTokens. If <= 0, 1.
+	Choices int64
+	// None: the endpoint produces no output tokens (embeddings).
+	None bool
+}
+
 // Estimate is what one run of a request is reserved for: its body's
-// bytes over bytes_per_token (rounded up) as input, and its maxTokens
-// (max_tokens, max_completion_tokens or max_output_tokens; 0 when it set
-// none: default_max_tokens) as output.
-func Estimate(s config.Budgets, bodyBytes int, maxTokens int64) classify.Tokens {
+// bytes over bytes_per_token (rounded up) as input, and out's MaxTokens
+// (or default_max_tokens) for each of its choices as output.
+func Estimate(s config.Budgets, bodyBytes int, out Output) classify.Tokens {
 	per := max(s.BytesPerToken, 1)
-	out := maxTokens
-	if out <= 0 {
-		out = s.DefaultMaxTokens
+	t := classify.Tokens{In: (int64(bodyBytes) + per - 1) / per, Reported: true}
+	if out.None {
+		return t
 	}
-	return classify.Tokens{In: (int64(bodyBytes) + per - 1) / per, Out: out, Reported: true}
+	t.Out = out.MaxTokens
+	if t.Out <= 0 {
+		t.Out = s.DefaultMaxTokens
+	}
+	if n := out.Choices; n > 1 {
+		if hi, lo := bits.Mul64(uint64(t.Out), uint64(n)); hi != 0 || lo > math.MaxInt64 {
+			t.Out = math.MaxInt64
+		} else {
+			t.Out = int64(lo)
+		}
+	}
+	return t
 }
 
 // describe is b in words, for the refusal's message.

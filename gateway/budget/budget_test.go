@@ -58,10 +58,22 @@ func TestCost(t *testing.T) {
 
 func TestEstimate(t *testing.T) {
 	s := config.Budgets{BytesPerToken: 4, DefaultMaxTokens: 4096}
-	if got := Estimate(s, 401, 100); got.In != 101 || got.Out != 100 {
+	if got := Estimate(s, 401, Output{MaxTokens: 100}); got.In != 101 || got.Out != 100 {
 		t.Errorf("Estimate(401 bytes, max 100) = %+v, want in 101 (rounded up), out 100", got)
 	}
-	if got := Estimate(s, 8, 0); got.Out != 4096 {
+	if got := Estimate(s, 8, Output{}); got.Out != 4096 {
 		t.Errorf("no max_tokens: out %d, want default_max_tokens 4096", got.Out)
+	}
+	if got := Estimate(s, 8, Output{MaxTokens: 100, Choices: 3}); got.Out != 300 {
+		t.Errorf("n=3, max 100: out %d, want 300", got.Out)
+	}
+	if got := Estimate(s, 8, Output{Choices: 2}); got.Out != 8192 {
+		t.Errorf("n=2, no max_tokens: out %d, want 2 × 4096", got.Out)
+	}
+	if got := Estimate(s, 8, Output{MaxTokens: 1 << 62, Choices: 8}); got.Out != math.MaxInt64 {
+		t.Errorf("overflowing n × max: out %d, want MaxInt64 (never fits)", got.Out)
+	}
+	if got := Estimate(s, 8, Output{MaxTokens: 100, None: true}); got.Out != 0 || got.In != 2 {
+		t.Errorf("embedding: %+v, want in 2, out 0", got)
 	}
 }

@@ -31,7 +31,7 @@ const budgetClass = "budget_exceeded"
 // reserve reserves a call's budget before it runs: nil when its client
 // has no budget that applies. The refusal (apierror.BudgetExceeded, or
 // BudgetUnavailable) is the client's answer, and nothing was sent.
-func (g *Handler) reserve(ctx context.Context, cl *proxy.Call, maxTokens int64) (*budget.Hold, error) {
+func (g *Handler) reserve(ctx context.Context, cl *proxy.Call, out budget.Output) (*budget.Hold, error) {
 	client := ClientOf(cl.In)
 	if cl.Passthrough || !cl.API.Billed() || !g.budgets.Budgeted(client) {
 		return nil, nil
@@ -43,7 +43,7 @@ func (g *Handler) reserve(ctx context.Context, cl *proxy.Call, maxTokens int64) 
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Store.OpTimeout.D())
 	defer cancel()
 	return g.budgets.Reserve(ctx, budget.Request{Client: client, Model: cl.Model, Upstreams: ups,
-		Estimate: budget.Estimate(g.cfg.Budgets, len(cl.Body), maxTokens)})
+		Estimate: budget.Estimate(g.cfg.Budgets, len(cl.Body), out)})
 }
 
 // settleBudget charges a call's billed runs to its hold: the ones a

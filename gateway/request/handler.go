@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/budget"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/limits"
 	"github.com/llmgate/llmgate/gateway/outcome"
@@ -63,9 +64,9 @@ func (g *Handler) handlePost(ep endpoint) echo.HandlerFunc {
 			return err
 		}
 		if kr != nil {
-			return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}, maxTokens: rt.MaxTokens}, kr)
+			return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}, out: ep.output(rt)}, kr)
 		}
-		return g.serveUnkeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, maxTokens: rt.MaxTokens})
+		return g.serveUnkeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, out: ep.output(rt)})
 	})
 }
 
@@ -76,13 +77,13 @@ func (g *Handler) handlePost(ep endpoint) echo.HandlerFunc {
 // takes along when it outlives its handler), and the output it allows
 // (its budget reservation's).
 type exchange struct {
-	w         http.ResponseWriter
-	req       *http.Request
-	call      *proxy.Call
-	dl        deadlines
-	sum       *summary
-	held      hold
-	maxTokens int64
+	w    http.ResponseWriter
+	req  *http.Request
+	call *proxy.Call
+	dl   deadlines
+	sum  *summary
+	held hold
+	out  budget.Output
 }
 
 // admitClient applies the client's concurrency and rate limits, before anything
@@ -115,7 +116,7 @@ func (g *Handler) serveUnkeyed(x *exchange) error {
 		ctx, cancel = context.WithDeadlineCause(ctx, dl.client, outcome.ErrClientDeadline)
 		defer cancel()
 	}
-	hold, err := g.reserve(ctx, cl, x.maxTokens)
+	hold, err := g.reserve(ctx, cl, x.out)
 	if err != nil {
 		s.class = budgetClass
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
+	"github.com/llmgate/llmgate/gateway/budget"
 	"github.com/llmgate/llmgate/gateway/deadletter"
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/limits"
@@ -214,7 +215,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 	hk := hooksOf(r.Context())
 	live, unlive := g.goLive(cl, kr)
 	k := &keyedCall{g: g, h: newHandoff(w, r.Context(), live), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk,
-		maxTokens: x.maxTokens}
+		out: x.out}
 	ended := make(chan workEnd, 1)
 	cl.Source.Hold() // a spooled body outlives the handler while the call runs on
 	go func() {
@@ -426,8 +427,8 @@ type keyedCall struct {
 	resp *proxy.Response
 	// hooks are a test's (CallHooks); none otherwise.
 	hooks *CallHooks
-	// maxTokens sizes the call's budget reservation.
-	maxTokens int64
+	// out sizes the call's budget reservation.
+	out budget.Output
 }
 
 func (k *keyedCall) run() (e workEnd) {
@@ -450,7 +451,7 @@ func (k *keyedCall) run() (e workEnd) {
 		}
 	}()
 	failpoint("before-upstream")
-	hold, err := k.g.reserve(k.work, k.cl, k.maxTokens)
+	hold, err := k.g.reserve(k.work, k.cl, k.out)
 	if err != nil {
 		// Refused before any upstream call: the key is released, with no
 		// dead letter (a replay would be refused the same way).

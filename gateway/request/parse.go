@@ -21,6 +21,10 @@ type routing struct {
 	// max_completion_tokens or max_output_tokens (the largest set, as a
 	// count); 0 when none is. Its budget reservation is sized by it.
 	MaxTokens int64
+	// Choices is how many answers the request asks for: the larger of n
+	// and best_of when set (a count), else 1. Its reservation covers
+	// MaxTokens for each.
+	Choices int64
 	// IncludeUsage is stream_options.include_usage == true.
 	IncludeUsage bool
 	// PreviousResponseID is previous_response_id when it is a string.
@@ -49,7 +53,7 @@ const (
 // once, in any case: the gateway and the upstream must not read different
 // values.
 var routingKeys = jsonscan.NewKeys("model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation",
-	"max_tokens", "max_completion_tokens", "max_output_tokens")
+	"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of")
 
 var (
 	streamOptionsKeys = jsonscan.NewKeys("include_usage")
@@ -123,6 +127,10 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 	case "max_tokens", "max_completion_tokens", "max_output_tokens":
 		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && n > r.MaxTokens {
 			r.MaxTokens = n
+		}
+	case "n", "best_of":
+		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && n > r.Choices {
+			r.Choices = n
 		}
 	case "previous_response_id":
 		r.Raw.PreviousResponseID = v

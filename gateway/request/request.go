@@ -150,12 +150,20 @@ type endpoint struct {
 	// query: the client's query string is forwarded (Claude Code posts
 	// /v1/messages?beta=true).
 	query bool
+	// noOutput: its answers have no output tokens (embeddings), so its
+	// budget reservation is its input's.
+	noOutput bool
+}
+
+// output is what a request to ep may produce, for its reservation.
+func (ep endpoint) output(rt routing) budget.Output {
+	return budget.Output{MaxTokens: rt.MaxTokens, Choices: rt.Choices, None: ep.noOutput}
 }
 
 var postEndpoints = []endpoint{
 	{path: "/v1/chat/completions", suffix: "/chat/completions", label: "chat_completions", api: proxy.ChatCompletions},
 	{path: "/v1/completions", suffix: "/completions", label: "completions", api: proxy.Completions},
-	{path: "/v1/embeddings", suffix: "/embeddings", label: "embeddings", api: proxy.Plain},
+	{path: "/v1/embeddings", suffix: "/embeddings", label: "embeddings", api: proxy.Plain, noOutput: true},
 	{path: "/v1/responses", suffix: "/responses", label: "responses", api: proxy.Responses},
 	// Anthropic's base_url is its API root without /v1, as its docs give it.
 	{path: "/v1/messages", suffix: "/v1/messages", label: "messages", api: proxy.Messages, query: true},
