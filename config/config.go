@@ -80,6 +80,7 @@ func Default() Config {
 			ReadBodyTimeout:                Duration(5 * time.Minute),
 			UnauthenticatedReadBodyTimeout: Duration(10 * time.Second),
 			IdleTimeout:                    Duration(120 * time.Second),
+			WriteStallTimeout:              Duration(30 * time.Second),
 			ShutdownGrace:                  Duration(30 * time.Second),
 			CookieSecure:                   CookieSecureAuto,
 		},
@@ -644,6 +645,11 @@ type Server struct {
 	UnauthenticatedReadBodyTimeout Duration `yaml:"unauthenticated_read_body_timeout"`
 	// IdleTimeout for keep-alive connections. Default 120s.
 	IdleTimeout Duration `yaml:"idle_timeout"`
+	// WriteStallTimeout bounds one write of a keyed stream to its client
+	// while duplicates may be joining it: a client that stops reading for
+	// this long is dropped, and the call goes on for the joiners and the
+	// commit instead of waiting on it. Default 30s.
+	WriteStallTimeout Duration `yaml:"write_stall_timeout"`
 	// ShutdownGrace is how long in-flight requests and streams get to
 	// finish after SIGTERM. Default 30s. Env GATEWAY_SHUTDOWN_GRACE.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`

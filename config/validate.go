@@ -417,6 +417,7 @@ func (c *Config) validateDurations(p *problems) {
 		{"server.read_body_timeout", c.Server.ReadBodyTimeout, true},
 		{"server.unauthenticated_read_body_timeout", c.Server.UnauthenticatedReadBodyTimeout, true},
 		{"server.idle_timeout", c.Server.IdleTimeout, false},
+		{"server.write_stall_timeout", c.Server.WriteStallTimeout, true},
 		{"server.shutdown_grace", c.Server.ShutdownGrace, false},
 		{"dead_letters.ttl", c.DeadLetters.TTL, true},
 		{"dead_letters.webhook_timeout", c.DeadLetters.WebhookTimeout, true},

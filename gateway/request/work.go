@@ -216,10 +216,41 @@ type handoff struct {
 	// live, when not nil, records what the work writes for duplicates
 	// that join it (live.go), also after the handler has ended.
 	live *liveStream
+	// stall bounds each write to the client while live is set
+	// (server.write_stall_timeout): a client that stopped reading must
+	// not hold back the joiners, who follow the work, not the client.
+	stall time.Duration
+	rc    *http.ResponseController
 }
 
-func newHandoff(w http.ResponseWriter, client context.Context, live *liveStream) *handoff {
-	return &handoff{w: w, client: client, header: http.Header{}, live: live}
+func newHandoff(w http.ResponseWriter, client context.Context, live *liveStream, stall time.Duration) *handoff {
+	h := &handoff{w: w, client: client, header: http.Header{}, live: live}
+	if live != nil && stall > 0 {
+		h.stall, h.rc = stall, http.NewResponseController(w)
+	}
+	return h
+}
+
+// guard bounds the client write about to start by h.stall, if set; the
+// write then fails (and the client is dropped: stalled) once it has been
+// stuck that long. unguard lifts the bound.
+func (h *handoff) guard() {
+	if h.rc != nil {
+		_ = h.rc.SetWriteDeadline(time.Now().Add(h.stall))
+	}
+}
+
+func (h *handoff) unguard() {
+	if h.rc != nil {
+		_ = h.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// stalled reports that the client of a stream duplicates may follow can no
+// longer be written to: a write or flush of it failed. The work's later
+// writes skip it (each would fail, a stuck one only after h.stall).
+func (h *handoff) stalled() bool {
+	return h.failed && h.live != nil && isStream(h.header)
 }
 
 func (h *handoff) Header() http.Header { return h.header }
@@ -256,8 +287,13 @@ func (h *handoff) Write(b []byte) (int, error) {
 		h.failed = true
 		return h.written(len(b), http.ErrHandlerTimeout)
 	}
+	if h.stalled() {
+		return len(b), nil
+	}
 	h.writeHeader(http.StatusOK)
+	h.guard()
 	n, err := h.w.Write(b)
+	h.unguard()
 	if err != nil {
 		h.failed = true
 		return h.written(n, err)
@@ -328,7 +364,12 @@ func (h *handoff) FlushError() error {
 		_, err := h.written(0, http.ErrHandlerTimeout)
 		return err
 	}
+	if h.stalled() {
+		return nil
+	}
+	h.guard()
 	err := proxy.FlushClient(h.w)
+	h.unguard()
 	if err != nil && !errors.Is(err, http.ErrNotSupported) {
 		h.failed = true
 		_, err = h.written(0, err)
