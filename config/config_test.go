@@ -299,6 +299,7 @@ func TestGoodConfig(t *testing.T) {
 			ReadBodyTimeout:                Duration(2 * time.Minute),
 			UnauthenticatedReadBodyTimeout: Duration(5 * time.Second),
 			IdleTimeout:                    Duration(90 * time.Second),
+			WriteStallTimeout:              Duration(30 * time.Second),
 			ShutdownGrace:                  Duration(time.Minute),
 			TrustedProxies:                 []string{"10.0.0.5", "172.18.0.0/16", "::ffff:192.0.2.1", "2001:db8::/48"},
 			CookieSecure:                   CookieSecureTrue,
