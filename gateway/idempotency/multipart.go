@@ -11,6 +11,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // maxFieldValue bounds a form field value MultipartFingerprint returns.
@@ -22,11 +23,16 @@ const maxFieldValue = 1 << 10
 // its boundary. What counts, in order: each part's form name, file name,
 // Content-Type and bytes. Part bytes stream through a hash and are never
 // held. It also returns the values of the named fields (up to 1 KiB each),
-// e.g. the model an audio transcription names.
-func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (string, map[string]string, error) {
+// e.g. the model an audio transcription names, and under FileIDs the
+// values of every field whose name holds "file_id" in any case
+// (images[][file_id], mask[file_id]): stored objects the form names, for
+// the ownership check. A field value over 1 KiB is left out, but a file
+// id that long is an error (it could not be checked).
+func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (string, map[string]string, []string, error) {
 	mr := multipart.NewReader(r, boundary)
 	outer := sha256.New()
 	var values map[string]string
+	var ids []string
 	inner := sha256.New()
 	for parts := 0; ; parts++ {
 		p, err := mr.NextRawPart()
@@ -34,10 +40,10 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 			break
 		}
 		if errors.Is(err, io.EOF) {
-			return "", nil, errors.New("multipart body: no parts (is the boundary in Content-Type the body's?)")
+			return "", nil, nil, errors.New("multipart body: no parts (is the boundary in Content-Type the body's?)")
 		}
 		if err != nil {
-			return "", nil, fmt.Errorf("multipart body: %w", err)
+			return "", nil, nil, fmt.Errorf("multipart body: %w", err)
 		}
 		name := p.FormName()
 		for _, s := range []string{name, p.FileName(), p.Header.Get("Content-Type")} {
@@ -46,13 +52,20 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		inner.Reset()
 		var w io.Writer = inner
 		var val *limitedBuf
-		if wanted(fields, name) && p.FileName() == "" {
+		isID := p.FileName() == "" && strings.Contains(strings.ToLower(name), "file_id")
+		if (isID || wanted(fields, name)) && p.FileName() == "" {
 			val = &limitedBuf{max: maxFieldValue}
 			w = io.MultiWriter(inner, val)
 		}
 		n, err := io.Copy(w, p)
 		if err != nil {
-			return "", nil, fmt.Errorf("multipart body: part %q: %w", name, err)
+			return "", nil, nil, fmt.Errorf("multipart body: part %q: %w", name, err)
+		}
+		if isID && val.over {
+			return "", nil, nil, fmt.Errorf("multipart body: part %q: a file id over %d bytes", name, maxFieldValue)
+		}
+		if isID {
+			ids = append(ids, string(val.b))
 		}
 		_ = binary.Write(outer, binary.BigEndian, n)
 		outer.Write(inner.Sum(nil))
@@ -63,7 +76,7 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 			values[name] = string(val.b)
 		}
 	}
-	return hex.EncodeToString(outer.Sum(nil)), values, nil
+	return hex.EncodeToString(outer.Sum(nil)), values, ids, nil
 }
 
 // writeString writes s to h prefixed with its length, so that no two lists

@@ -42,7 +42,7 @@ func TestMultipartFingerprint(t *testing.T) {
 	base := []part{{"model", "", "", "whisper-1"}, {"file", "a.wav", "audio/wav", "RIFF0123"}}
 	fp := func(boundary string, parts []part) string {
 		t.Helper()
-		got, fields, err := MultipartFingerprint(bytes.NewReader(encodeParts(t, boundary, parts)), boundary, "model")
+		got, fields, _, err := MultipartFingerprint(bytes.NewReader(encodeParts(t, boundary, parts)), boundary, "model")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestMultipartFingerprint(t *testing.T) {
 			t.Errorf("changing the %s did not change the fingerprint", name)
 		}
 	}
-	if _, _, err := MultipartFingerprint(bytes.NewReader([]byte("not multipart")), "b1"); err == nil {
+	if _, _, _, err := MultipartFingerprint(bytes.NewReader([]byte("not multipart")), "b1"); err == nil {
 		t.Error("a body that is not multipart was fingerprinted")
 	}
 }
@@ -79,7 +79,7 @@ func TestMultipartFingerprint(t *testing.T) {
 func FuzzMultipartFingerprint(f *testing.F) {
 	f.Add("model", "", "whisper-1", "file", "a.wav", "RIFF")
 	f.Fuzz(func(t *testing.T, n1, f1, b1, n2, f2, b2 string) {
-		_, _, _ = MultipartFingerprint(bytes.NewReader([]byte(b1+b2)), "x")
+		_, _, _, _ = MultipartFingerprint(bytes.NewReader([]byte(b1+b2)), "x")
 		for _, s := range []string{n1, f1, n2, f2} {
 			for _, c := range []byte(s) {
 				if c < 0x20 || c == '"' || c == '\\' || c > 0x7e {
@@ -88,8 +88,8 @@ func FuzzMultipartFingerprint(f *testing.F) {
 			}
 		}
 		parts := []part{{n1, f1, "", b1}, {n2, f2, "text/plain", b2}}
-		a, _, errA := MultipartFingerprint(bytes.NewReader(encodeParts(t, "boundary-a", parts)), "boundary-a")
-		b, _, errB := MultipartFingerprint(bytes.NewReader(encodeParts(t, "zz-boundary-b", parts)), "zz-boundary-b")
+		a, _, _, errA := MultipartFingerprint(bytes.NewReader(encodeParts(t, "boundary-a", parts)), "boundary-a")
+		b, _, _, errB := MultipartFingerprint(bytes.NewReader(encodeParts(t, "zz-boundary-b", parts)), "zz-boundary-b")
 		if (errA == nil) != (errB == nil) || a != b {
 			t.Fatalf("boundaries disagree: %v %v", errA, errB)
 		}

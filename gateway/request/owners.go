@@ -203,15 +203,20 @@ func (g *Handler) passView(r *http.Request, pb passBody) sharedView {
 // upstream may read it as JSON whatever its Content-Type says: held in
 // memory and valid JSON, it is scanned; else it is refused (415, or 413
 // when streamed unread). A multipart body is passed on the upload paths
-// only (ownership.UploadPath), whose form fields name no stored objects
-// (file, purpose, model, prompt, ...): their values are not scanned.
+// only (ownership.UploadPath). Of its form fields only those named for a
+// file id (images[][file_id], mask[file_id]) name stored objects: they are
+// scanned as a JSON body's file_ids would be; the rest (file, purpose,
+// model, prompt, ...) are not.
 func (g *Handler) passBodyJSON(path string, pb passBody) ([]byte, error) {
 	if pb.json != nil {
 		return pb.json, nil
 	}
 	switch {
 	case pb.mediaType == "multipart/form-data" && ownership.UploadPath(path):
-		return nil, nil
+		if len(pb.fileIDs) == 0 {
+			return nil, nil
+		}
+		return json.Marshal(map[string][]string{"file_ids": pb.fileIDs})
 	case pb.once:
 		return nil, &apierror.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 			Message: fmt.Sprintf("This body is over passthrough.spool_max_bytes (%d), so it would go upstream unread, and clients of this gateway "+

@@ -28,6 +28,9 @@ type passBody struct {
 	once        bool   // streamed to the upstream unread
 	model       string
 	fingerprint string
+	// fileIDs are the stored files a multipart form names by id
+	// (images[][file_id]), for the ownership check.
+	fileIDs []string
 }
 
 // readPassBody reads a passthrough body. A JSON body is held in memory, as
@@ -101,7 +104,7 @@ func readSpooled(body io.Reader, sp *spool, limit int64, mediaType, boundary str
 	var err error
 	if mediaType == "multipart/form-data" && boundary != "" {
 		var fields map[string]string
-		pb.fingerprint, fields, err = idempotency.MultipartFingerprint(tee, boundary, "model")
+		pb.fingerprint, fields, pb.fileIDs, err = idempotency.MultipartFingerprint(tee, boundary, "model")
 		if err == nil {
 			_, err = io.Copy(io.Discard, tee) // the epilogue, if any: the spool must hold every byte
 		}
