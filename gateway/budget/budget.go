@@ -239,10 +239,20 @@ func (l *Ledger) amountForEstimate(b config.Budget, req Request) int64 {
 	var most int64
 	for _, name := range req.Upstreams {
 		if p, ok := l.o.Upstreams[name].PriceOf(req.Model); ok {
-			most = max(most, Cost(b.CountOrTotal(), req.Estimate, p))
+			most = max(most, Cost(b.CountOrTotal(), req.Estimate, EstimatePrice(p)))
 		}
 	}
 	return most
+}
+
+// EstimatePrice is p for pricing an estimate, whose input tokens may turn
+// out cached or written to the prompt cache: every input token at the
+// dearest of p's input prices (Anthropic's cache writes cost more than
+// fresh input), so a reservation is never priced below what its prompt can
+// cost.
+func EstimatePrice(p config.Price) config.Price {
+	p.Input = max(p.Input, p.CachedInput, p.CacheWrite)
+	return p
 }
 
 func limitOf(b config.Budget) int64 {

@@ -77,3 +77,17 @@ func TestEstimate(t *testing.T) {
 		t.Errorf("embedding: %+v, want in 2, out 0", got)
 	}
 }
+
+// An estimate's prompt may all be written to the prompt cache: it is
+// priced at the dearest input price, never below what it can cost.
+func TestEstimatePriceCoversCacheWrites(t *testing.T) {
+	p := config.Price{Input: 3_000_000, CacheWrite: 3_750_000, CachedInput: 300_000, Output: 15_000_000}
+	est := classify.Tokens{In: 1000, Out: 100, Reported: true}
+	written := classify.Tokens{In: 0, CacheCreation: 1000, Out: 100, Reported: true}
+	if got, most := Cost(config.CountTotal, est, EstimatePrice(p)), Cost(config.CountTotal, written, p); got < most {
+		t.Fatalf("estimate priced %d, below the %d its prompt costs when written to the cache", got, most)
+	}
+	if got := Cost(config.CountTotal, est, EstimatePrice(config.Price{Input: 2, Output: 4})); got != Cost(config.CountTotal, est, config.Price{Input: 2, Output: 4}) {
+		t.Errorf("without cache prices, the estimate's price changed: %d", got)
+	}
+}
