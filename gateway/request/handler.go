@@ -84,6 +84,10 @@ type exchange struct {
 	sum  *summary
 	held hold
 	out  budget.Output
+	// live is a keyed stream's registration for duplicates to join, made
+	// before its claim (goLive); unlive ends it.
+	live   *liveStream
+	unlive func()
 }
 
 // admitClient applies the client's concurrency and rate limits, before anything

@@ -163,7 +163,11 @@ func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 		}
 		return g.serveUnkeyed(x)
 	}
+	x.live, x.unlive = g.goLive(cl, kr)
 	lease, ev, err := g.keeper.Claim(w, r, kr, dl.client)
+	if lease == nil || err != nil {
+		x.unlive() // the call is not this request's to run
+	}
 	if ev.Class != "" {
 		s.replay(ev, kr)
 	}
@@ -213,7 +217,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 		cl.IdemKey = idempotency.ForwardKey(g.forwardSecret, kr.Key)
 	}
 	hk := hooksOf(r.Context())
-	live, unlive := g.goLive(cl, kr)
+	live, unlive := x.live, x.unlive
 	k := &keyedCall{g: g, h: newHandoff(w, r.Context(), live, g.cfg.Server.WriteStallTimeout.D()), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk,
 		out: x.out}
 	ended := make(chan workEnd, 1)

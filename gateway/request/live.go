@@ -158,12 +158,17 @@ type liveSet struct {
 	m  map[cache.Key]*liveStream
 }
 
-// add registers l under k; remove unregisters it (if it is still k's).
-func (s *liveSet) add(k cache.Key, l *liveStream) (remove func()) {
+// add registers l under k, unless k has a stream already (ok false: a
+// duplicate of that one, which did not find it a moment ago); remove
+// unregisters it.
+func (s *liveSet) add(k cache.Key, l *liveStream) (remove func(), ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
 		s.m = map[cache.Key]*liveStream{}
+	}
+	if s.m[k] != nil {
+		return func() {}, false
 	}
 	s.m[k] = l
 	return func() {
@@ -172,7 +177,7 @@ func (s *liveSet) add(k cache.Key, l *liveStream) (remove func()) {
 		if s.m[k] == l {
 			delete(s.m, k)
 		}
-	}
+	}, true
 }
 
 func (s *liveSet) get(k cache.Key) *liveStream {
@@ -309,15 +314,23 @@ func (g *Handler) savedByJoin(kr *idempotency.Request, upstream string, body []b
 	g.metrics.UsageSaved(upstream, kr.Model, kr.Key.Scope, idempotency.RecordUsage(rec, kr.StreamUsage))
 }
 
-// goLive registers a keyed stream's call for duplicates to join; the
-// function returned ends the registration and then the stream's record,
-// when the call's writes are over. A call that is not a stream gets nil.
+// goLive registers a keyed stream's call for duplicates to join, before
+// its claim, so that a duplicate arriving while the claim is taken joins
+// too (it waits for the status line; if the claim goes to another request,
+// the registration ends with no status and the duplicate waits for the
+// store instead). The function returned ends the registration and then
+// the stream's record, when the call's writes are over (or its claim
+// failed). A call that is not a stream, or whose key has a stream here
+// already, gets nil.
 func (g *Handler) goLive(cl *proxy.Call, kr *idempotency.Request) (*liveStream, func()) {
 	if !cl.Stream {
 		return nil, func() {}
 	}
 	l := newLiveStream(kr.Fingerprint, g.liveMax())
-	remove := g.live.add(kr.Key, l)
+	remove, ok := g.live.add(kr.Key, l)
+	if !ok {
+		return nil, func() {}
+	}
 	return l, func() {
 		remove()
 		l.finish()
