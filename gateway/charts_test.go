@@ -131,4 +131,3 @@ func TestChartGroupsMatchMetrics(t *testing.T) {
 		t.Errorf("the chart draws %s requests as %v; metrics count %d as %v", svg[1], bars, total, wantGroups)
 	}
 }
-
