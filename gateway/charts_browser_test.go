@@ -245,8 +245,8 @@ func TestAdminChartsInBrowser(t *testing.T) {
 	if got.P99[m0] < got.P50[m0] {
 		t.Errorf("%s: p99 %.3f ms under p50 %.3f ms", m0, got.P99[m0], got.P50[m0])
 	}
-	if c := got.Classes[m1]; len(c) != 1 || c["gateway_error"] != 2 {
-		t.Errorf("%s: classes %v, want 2 gateway_error (refused by the open breaker)", m1, c)
+	if c := got.Classes[m1]; len(c) != 1 || c["breaker_open"] != 2 {
+		t.Errorf("%s: groups %v, want 2 breaker_open (refused by the open breaker)", m1, c)
 	}
 	if got.Retry[m1] != 0 || got.Dead[m1] != 1 {
 		t.Errorf("%s: %d retries, %d dead letters; want 0, 1", m1, got.Retry[m1], got.Dead[m1])
@@ -269,7 +269,7 @@ func TestAdminChartsInBrowser(t *testing.T) {
 	if got.Store < 9 {
 		t.Errorf("%d store samples, want one per minute with traffic and one for the page", got.Store)
 	}
-	if strings.Join(got.Legend, ",") != "success,transient,gateway_error" {
+	if strings.Join(got.Legend, ",") != "success,transient,breaker_open" {
 		t.Errorf("legend %v", got.Legend)
 	}
 

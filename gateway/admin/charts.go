@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/breaker"
+	"github.com/llmgate/llmgate/classify"
+	"github.com/llmgate/llmgate/gateway/outcome"
 	"github.com/llmgate/llmgate/gateway/timeline"
 )
 
@@ -30,26 +32,20 @@ const (
 	axisHeight = 18.0
 )
 
-// classColors are the fills of the requests lane, by outcome class: greens
-// for answers, blues and purples for the client's or the account's
-// problems, warm colours for the upstream failing, greys for the gateway's
-// own outcomes.
-var classColors = map[string]string{
-	"success":         "#2da44e",
-	"content_filter":  "#54aeff",
-	"empty_output":    "#0969da",
-	"client_error":    "#8250df",
-	"quota":           "#bf3989",
-	"auth":            "#6639ba",
-	"unauthorized":    "#a40e26",
-	"rate_limited":    "#d4a72c",
-	"server_error":    "#e16f24",
-	"transient":       "#fa4549",
-	"gateway_error":   "#57606a",
-	"client_deadline": "#9a6700",
-	"client_limited":  "#8c959f",
-	"canceled":        "#d0d7de",
-	timeline.Other:    "#24292f",
+// groupColors are the fills of the requests lane, by chart group
+// (outcome.Groups): greens for answers, blues and purples for the
+// client's or the account's problems, warm colours for the upstream
+// failing, greys for the client leaving and the gateway's own errors.
+var groupColors = map[outcome.Group]string{
+	outcome.GroupSuccess:     "#2da44e",
+	outcome.GroupReplay:      "#8dd6a0",
+	outcome.GroupNotRetried:  "#54aeff",
+	outcome.GroupClientError: "#8250df",
+	outcome.GroupRefused:     "#bf3989",
+	outcome.GroupTransient:   "#fb8f44",
+	outcome.GroupBreakerOpen: "#cf222e",
+	outcome.GroupClientLeft:  "#d0d7de",
+	outcome.GroupGateway:     "#57606a",
 }
 
 const (
@@ -69,20 +65,22 @@ type chartsView struct {
 	Window    string // "14:03–15:02:41 UTC"
 	Width     string // "1 minute"
 	MemoryKiB int
-	Legend    []legendItem // the outcome classes seen in the window
+	Legend    []legendItem // the chart groups seen in the window
 	Series    []legendItem // the other lanes' colours
 	Upstreams []upstreamChart
 	Store     storeChart
 }
 
-type legendItem struct{ Name, Fill string }
+// legendItem is a key of the legend: a chart group's (Title: what it
+// holds) or another lane's.
+type legendItem struct{ Name, Fill, Title string }
 
 // upstreamChart is one upstream's SVG: five lanes over one time axis.
 type upstreamChart struct {
 	Name        string
 	W, H        float64
 	Requests    int
-	Failed      int // not success
+	Groups      []groupCount // the requests by chart group, in the page's order; none empty
 	Retries     int
 	DeadLetters int
 	OpenFor     string // time open in the window, "" if never
@@ -127,6 +125,64 @@ type barGroup struct {
 	Total  int
 	Title  string
 	Segs   []barSeg
+}
+
+// groupCount is how many requests of a window ended in a chart group, and
+// of which classes.
+type groupCount struct {
+	Group   outcome.Group
+	Count   int
+	Classes []classCount
+}
+
+type classCount struct {
+	Class string
+	Count int
+}
+
+// groupCounts sums buckets' class counts into chart groups, in
+// outcome.Groups order, leaving out the empty ones.
+func groupCounts(buckets ...timeline.Bucket) []groupCount {
+	var out []groupCount
+	for _, g := range outcome.Groups() {
+		gc := groupCount{Group: g.Group}
+		for _, b := range buckets {
+			for _, cc := range b.Classes {
+				if outcome.GroupOf(classify.Class(cc.Class)) == g.Group {
+					gc.Count += cc.Count
+					gc.Classes = addClass(gc.Classes, cc)
+				}
+			}
+		}
+		if gc.Count > 0 {
+			out = append(out, gc)
+		}
+	}
+	return out
+}
+
+func addClass(cs []classCount, cc timeline.ClassCount) []classCount {
+	for i := range cs {
+		if cs[i].Class == cc.Class {
+			cs[i].Count += cc.Count
+			return cs
+		}
+	}
+	return append(cs, classCount{cc.Class, cc.Count})
+}
+
+// String is "replay 2" or, for a group of other classes, "transient 3
+// (rate_limited 1, transient 2)".
+func (g groupCount) String() string {
+	s := fmt.Sprintf("%s %d", g.Group, g.Count)
+	if len(g.Classes) == 1 && g.Classes[0].Class == string(g.Group) {
+		return s
+	}
+	parts := make([]string, len(g.Classes))
+	for i, c := range g.Classes {
+		parts[i] = fmt.Sprintf("%s %d", c.Class, c.Count)
+	}
+	return s + " (" + strings.Join(parts, ", ") + ")"
 }
 
 type barSeg struct {
@@ -226,24 +282,37 @@ func buildCharts(s timeline.Snapshot, memBytes int) chartsView {
 	if s.Width == time.Minute {
 		v.Width = "1 minute"
 	}
-	seen := map[string]bool{}
+	seen := map[outcome.Group]bool{}
 	for _, u := range s.Upstreams {
-		for _, b := range u.Buckets {
-			for _, c := range b.Classes {
-				seen[c.Class] = true
-			}
+		c := upstreamChartOf(u, g, s)
+		for _, gc := range c.Groups {
+			seen[gc.Group] = true
 		}
-		v.Upstreams = append(v.Upstreams, upstreamChartOf(u, g, s))
+		v.Upstreams = append(v.Upstreams, c)
 	}
-	for _, c := range timeline.Classes() {
-		if seen[c] {
-			v.Legend = append(v.Legend, legendItem{Name: c, Fill: classColors[c]})
-		}
-	}
-	v.Series = []legendItem{{"p50", colorP50}, {"p99", colorP99}, {"retries", colorRetries}, {"dead letters", colorDead},
-		{"closed", colorClosed}, {"half-open", colorHalfOpen}, {"open", colorOpen}}
+	v.Legend = groupLegend(seen)
+	v.Series = []legendItem{{"p50", colorP50, ""}, {"p99", colorP99, ""}, {"retries", colorRetries, ""}, {"dead letters", colorDead, ""},
+		{"closed", colorClosed, ""}, {"half-open", colorHalfOpen, ""}, {"open", colorOpen, ""}}
 	v.Store = storeChartOf(s, g)
 	return v
+}
+
+// groupLegend is the legend's keys for the chart groups seen, in the
+// page's order, each titled with what it holds.
+func groupLegend(seen map[outcome.Group]bool) []legendItem {
+	var out []legendItem
+	for _, g := range outcome.Groups() {
+		if !seen[g.Group] {
+			continue
+		}
+		classes := make([]string, len(g.Classes))
+		for i, c := range g.Classes {
+			classes[i] = string(c)
+		}
+		out = append(out, legendItem{Name: string(g.Group), Fill: groupColors[g.Group],
+			Title: g.Label + " — " + strings.Join(classes, ", ")})
+	}
+	return out
 }
 
 func upstreamChartOf(u timeline.Upstream, g geometry, s timeline.Snapshot) upstreamChart {
@@ -264,11 +333,11 @@ func upstreamChartOf(u timeline.Upstream, g geometry, s timeline.Snapshot) upstr
 	var open time.Duration
 	for _, b := range u.Buckets {
 		c.Requests += b.Requests
-		c.Failed += b.Requests - b.Count("success")
 		c.Retries += b.Retries
 		c.DeadLetters += b.DeadLetters
 		open += b.Open
 	}
+	c.Groups = groupCounts(u.Buckets...)
 	if open > 0 {
 		c.OpenFor = preciseDuration(open)
 	}
@@ -281,21 +350,22 @@ func requestsLane(u timeline.Upstream, g geometry, top, h float64) barLane {
 		peak = max(peak, b.Requests)
 	}
 	scale := niceCeil(peak)
-	l := barLane{frame: newFrame("Requests", "by outcome class", top, h)}
+	l := barLane{frame: newFrame("Requests", "by outcome", top, h)}
 	l.Grid = []gridLine{grid(top, strconv.Itoa(scale)+"/min"), grid(top+h/2, "")}
 	for i, b := range u.Buckets {
 		if b.Requests == 0 {
 			continue
 		}
 		grp := barGroup{Minute: minuteLabel(b.Start), Total: b.Requests}
-		parts := make([]string, 0, len(b.Classes))
+		gcs := groupCounts(b)
+		parts := make([]string, 0, len(gcs))
 		base := top + h
-		for _, cc := range b.Classes {
-			hh := h * float64(cc.Count) / float64(scale)
+		for _, gc := range gcs {
+			hh := h * float64(gc.Count) / float64(scale)
 			grp.Segs = append(grp.Segs, barSeg{X: g.barX(i), Y: r1(base - hh), W: g.barW(), H: r1(hh),
-				Fill: classColors[cc.Class], Class: cc.Class, Count: cc.Count})
+				Fill: groupColors[gc.Group], Class: string(gc.Group), Count: gc.Count})
 			base -= hh
-			parts = append(parts, fmt.Sprintf("%s %d", cc.Class, cc.Count))
+			parts = append(parts, gc.String())
 		}
 		grp.Title = fmt.Sprintf("%s · %d request%s: %s", grp.Minute, b.Requests, plural(b.Requests), strings.Join(parts, ", "))
 		l.Bars = append(l.Bars, grp)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/gateway/outcome"
 	"github.com/llmgate/llmgate/gateway/timeline"
 )
 
@@ -100,10 +101,27 @@ func TestChartsRender(t *testing.T) {
 		}
 	}
 	for _, want := range []string{`data-upstream="odd&lt;name&gt;&amp;&#34;"`, `data-class="success" data-count="1"`,
-		`data-class="other" data-count="1"`, `data-retries="1"`, `<svg class="chart" id="chart-store"`} {
+		`data-class="gateway_error" data-count="1"`, `data-group="success" data-count="1"`, `data-retries="1"`, `<svg class="chart" id="chart-store"`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %s", want)
 		}
+	}
+}
+
+// TestGroupColors: every chart group has a fill of its own.
+func TestGroupColors(t *testing.T) {
+	fills := map[string]outcome.Group{}
+	for _, g := range outcome.Groups() {
+		f := groupColors[g.Group]
+		if f == "" {
+			t.Errorf("group %s has no colour", g.Group)
+		} else if o, dup := fills[f]; dup {
+			t.Errorf("groups %s and %s share %s", o, g.Group, f)
+		}
+		fills[f] = g.Group
+	}
+	if len(groupColors) != len(outcome.Groups()) {
+		t.Errorf("%d colours for %d groups", len(groupColors), len(outcome.Groups()))
 	}
 }
 

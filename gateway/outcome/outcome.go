@@ -126,7 +126,7 @@ type Failure struct {
 // Settle decides how the request that produced r ends.
 func Settle(r Result) Verdict {
 	if r.Err != nil {
-		return Verdict{Class: classify.Class("gateway_error"), Breaker: breaker.Excluded, DeadLetter: errorFailure(r)}
+		return Verdict{Class: ErrorClass(r.Err), Breaker: breaker.Excluded, DeadLetter: errorFailure(r)}
 	}
 	o := r.Outcome
 	v := Verdict{Class: o.Class, Breaker: Breaker(o, r.End, r.Streamed)}
@@ -192,7 +192,7 @@ func retryAfter(o classify.Outcome) time.Duration {
 // part, and the client gets the gateway's error), and the breaker learns
 // nothing.
 func Dropped() Verdict {
-	return Verdict{Class: classify.Class("gateway_error"), Breaker: breaker.Excluded}
+	return Verdict{Class: GatewayError, Breaker: breaker.Excluded}
 }
 
 // afterDelivery is what becomes of the key of an answer served but too

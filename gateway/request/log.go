@@ -15,6 +15,7 @@ import (
 	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/metrics"
+	"github.com/llmgate/llmgate/gateway/outcome"
 	"github.com/llmgate/llmgate/gateway/tracing"
 )
 
@@ -93,7 +94,7 @@ func (g *Handler) logRequest(c echo.Context, s *summary, end requestEnd) classif
 	class := s.class
 	switch {
 	case class == "" && err != nil:
-		class = "gateway_error"
+		class = outcome.ErrorClass(err)
 	case class == "":
 		class = classify.Success
 	}

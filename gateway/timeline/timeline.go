@@ -17,11 +17,11 @@
 // holds the minute asked for. A write for a minute older than what its
 // cell holds (the clock stepped back by more than the window) is dropped.
 //
-// A cell is a fixed-size struct of 880 bytes (a latency histogram of 194
+// A cell is a fixed-size struct of 896 bytes (a latency histogram of 194
 // uint32 counters, one counter per outcome class, retries, dead letters,
 // three state durations), all allocated when the Timeline is made:
 //
-//	Buckets × upstreams × 880 B  +  Buckets × 64 B (store samples)
+//	Buckets × upstreams × 896 B  +  Buckets × 64 B (store samples)
 //
 // 60 × 10 upstreams ≈ 0.5 MiB; MemoryBytes says it exactly. Upstreams not
 // named in Options.Upstreams are not kept, and unknown outcome classes
@@ -47,6 +47,7 @@ import (
 
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/gateway/outcome"
 )
 
 // Options configure a Timeline. The zero value keeps no upstreams.
@@ -64,21 +65,26 @@ type Options struct {
 }
 
 // classNames are the outcome classes a bucket counts, in the order the
-// page stacks them: classify's classes and the gateway's own, then "other"
-// for any class not in the list.
-var classNames = [...]string{
-	"success", "content_filter", "empty_output",
-	"client_error", "quota", "auth", "unauthorized",
-	"rate_limited", "server_error", "transient",
-	"gateway_error", "client_deadline", "client_limited", "canceled",
-	Other,
-}
+// page stacks them: every class a request can end with (outcome.Classes,
+// group by group), then "other" for any class not in the list.
+var classNames = func() []string {
+	var out []string
+	for _, c := range outcome.Classes() {
+		out = append(out, string(c))
+	}
+	out = append(out, Other)
+	if len(out) != numClasses {
+		panic("timeline: numClasses is not the number of outcome classes + 1")
+	}
+	return out
+}()
 
-const numClasses = len(classNames)
+// numClasses is how many counters a cell has: len(outcome.Classes()) + 1.
+const numClasses = 20
 
 // Classes returns the outcome classes a bucket counts, in the order the
 // page stacks them.
-func Classes() []string { return slices.Clone(classNames[:]) }
+func Classes() []string { return slices.Clone(classNames) }
 
 // Other is the class an unlisted class is counted as.
 const Other = "other"

@@ -147,17 +147,25 @@ func TestClassesAndUpstreamsBounded(t *testing.T) {
 	if Classes()[0] != "success" {
 		t.Fatal("Classes() returns the package's own array")
 	}
+	// The gateway's own classes are counted as themselves, not as other.
+	for _, c := range []string{"replayed", "breaker_open", "budget_exceeded", "idempotency_mismatch"} {
+		tl.Request("b", c, time.Millisecond, 0)
+	}
+	b := last(tl.Snapshot(), 1, 1)[0]
+	if b.Requests != 4 || b.Count(Other) != 0 || b.Count("replayed") != 1 || b.Count("breaker_open") != 1 {
+		t.Fatalf("the gateway's classes: %+v", b)
+	}
 }
 
 func TestMemoryBound(t *testing.T) {
-	if got := unsafe.Sizeof(cell{}); got != 880 {
-		t.Errorf("a cell is %d bytes; the package doc says 880", got)
+	if got := unsafe.Sizeof(cell{}); got != 896 {
+		t.Errorf("a cell is %d bytes; the package doc says 896", got)
 	}
 	if got := unsafe.Sizeof(storeCell{}); got != 64 {
 		t.Errorf("a store cell is %d bytes; the package doc says 64", got)
 	}
 	tl := New(Options{Upstreams: []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}})
-	if got := tl.MemoryBytes(); got != 60*10*880+60*64 {
+	if got := tl.MemoryBytes(); got != 60*10*896+60*64 {
 		t.Errorf("MemoryBytes = %d for 60 buckets × 10 upstreams", got)
 	}
 	if got := tl.MemoryBytes(); got > 600<<10 {
