@@ -845,6 +845,7 @@ func TestAlertRules(t *testing.T) {
 		"llmgate_idempotency_events_total":      false,
 		"llmgate_store_full":                    false,
 		"llmgate_store_live_bytes":              false,
+		"llmgate_budget_spent":                  false,
 	}
 	seen := map[string]bool{}
 	for _, r := range rules {
@@ -999,6 +1000,7 @@ func TestDashboard(t *testing.T) {
 		"llmgate_upstream_attempts_total", "llmgate_upstream_retries_total",
 		"llmgate_breaker_state", "llmgate_idempotency_events_total",
 		"llmgate_stream_ttfb_seconds_bucket", "llmgate_deadletters", "llmgate_requests_in_flight",
+		"llmgate_budget_spent", "llmgate_budget_limit",
 	} {
 		if !used[n] {
 			t.Errorf("no panel shows %s", n)

@@ -191,12 +191,14 @@ func New(o Options) (*Gateway, error) {
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now,
 		OnRecord: g.timeline.DeadLetter})
 	ledger := g.newLedger(o)
+	budgets := budget.NewView(ledger, budget.ViewOptions{Timeout: o.Config.Store.OpTimeout.D()})
+	g.registry.MustRegister(budgets)
 	g.requests = request.New(request.Options{Config: o.Config, Logger: g.log, Now: g.now, Router: r, Proxy: g.proxy, Keeper: g.keeper,
 		Metrics: g.metrics, Timeline: g.timeline, Tracer: o.Tracer, DeadLetters: g.dlq, Limits: g.limits, Owners: g.owners,
 		Admit: g.admit, Spooled: g.spooled, Space: g.space, ForwardSecret: g.forwardSecret, Budgets: ledger})
 	g.admin = admin.New(admin.Options{Config: o.Config, Store: o.Store, Breakers: g.breakers, Metrics: g.metrics,
 		DeadLetters: g.dlq, Endpoints: request.Endpoints(), Logger: g.log, Now: g.now, SignInCode: o.AdminSignInCode, Timeline: g.timeline,
-		Budgets: ledger})
+		Budgets: budgets})
 	g.echo = g.routes()
 	g.dlq.SetHandler(g.echo)
 	g.ready.Store(true)
@@ -349,6 +351,7 @@ func (g *Gateway) routes() *echo.Echo {
 	g.admin.Routes(e)
 	e.DELETE("/admin/clients/:name/data", g.admin.PurgeClientData(g), g.admin.Auth)
 	e.GET("/admin/clients", g.admin.Clients, g.admin.Auth)
+	e.GET("/admin/clients/:name", g.admin.Client, g.admin.Auth)
 	// GET only: a signed-in page's cookie opens it (admin.MetricsAuth).
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})), g.admin.MetricsAuth)
 	e.RouteNotFound("/*", func(echo.Context) error { return echo.ErrNotFound })

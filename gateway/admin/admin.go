@@ -66,7 +66,8 @@ type Options struct {
 	DeadLetters *deadletter.Queue
 	// Timeline holds the page's charts; if nil, the page has none.
 	Timeline *timeline.Timeline
-	// Budgets, if set, show each client's budgets in GET /admin/clients.
+	// Budgets, if set, show each client's budgets in GET /admin/clients
+	// and on the page.
 	Budgets Budgets
 	// Endpoints are the keyed POST paths, for looking a key up on each.
 	Endpoints []string

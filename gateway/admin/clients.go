@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -81,22 +82,64 @@ type clientView struct {
 	Budgets []budget.Status `json:"budgets,omitempty"`
 }
 
-// Budgets reads a client's budgets (package budget's Ledger).
+// Budgets are what operators see of the clients' budgets
+// (budget.View): one read of the store, shared by /metrics, this API and
+// the page for a second.
 type Budgets interface {
-	Status(ctx context.Context, client string) ([]budget.Status, error)
+	Snapshot(ctx context.Context) budget.Snapshot
+	Chart(ctx context.Context) (series []budget.Series, failed []string)
 }
 
 // Clients is the handler of GET /admin/clients: every configured client,
 // and every other name that has dead letters (a client removed from the
-// config), with its dead letters against their bound. Register it behind
-// Auth.
+// config), with its dead letters against their bound and its budgets.
+// Register it behind Auth.
 func (a *Admin) Clients(c echo.Context) error {
-	all, err := a.store.ListDeadLetters(c.Request().Context(), cache.DeadLetterFilter{})
+	views, err := a.clientViews(c.Request().Context(), "")
 	if err != nil {
-		return storeErr(err)
+		return err
+	}
+	out := make([]clientView, 0, len(views))
+	for _, v := range views {
+		out = append(out, *v)
+	}
+	slices.SortFunc(out, func(x, y clientView) int { return strings.Compare(x.Client, y.Client) })
+	return c.JSON(http.StatusOK, struct {
+		Clients []clientView `json:"clients"`
+	}{out})
+}
+
+// Client is the handler of GET /admin/clients/{name}: one client as GET
+// /admin/clients lists it, or 404 client_not_found when it is neither
+// configured nor has dead letters. Register it behind Auth.
+func (a *Admin) Client(c echo.Context) error {
+	name, err := url.PathUnescape(c.Param("name"))
+	if err != nil || name == "" {
+		return apierror.Invalid("name", "Name the client: /admin/clients/<name> (URL-escaped).")
+	}
+	views, err := a.clientViews(c.Request().Context(), name)
+	if err != nil {
+		return err
+	}
+	v := views[name]
+	if v == nil {
+		return apierror.NotFound("client_not_found", "", "No client is named "+quoteName(name)+": it is not configured and has no dead letters.")
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+// clientViews are the clients GET /admin/clients lists, by name; only
+// the one named only, when only is not "".
+func (a *Admin) clientViews(ctx context.Context, only string) (map[string]*clientView, error) {
+	all, err := a.store.ListDeadLetters(ctx, cache.DeadLetterFilter{Client: only})
+	if err != nil {
+		return nil, storeErr(err)
 	}
 	views := map[string]*clientView{}
 	view := func(name string) *clientView {
+		if only != "" && name != only {
+			return &clientView{} // not listed
+		}
 		v := views[name]
 		if v == nil {
 			v = &clientView{Client: name, MaxDeadLetters: a.cfg.DeadLetters.MaxPerClient,
@@ -116,21 +159,21 @@ func (a *Admin) Clients(c echo.Context) error {
 	for name, n := range a.dlq.Dropped() {
 		view(name).DeadLettersDropped = n
 	}
-	if a.budgets != nil {
-		for _, cl := range a.cfg.Clients {
-			st, err := a.budgets.Status(c.Request().Context(), cl.Name)
-			if err != nil {
-				return storeErr(err)
+	if a.budgets == nil {
+		return views, nil
+	}
+	snap := a.budgets.Snapshot(ctx)
+	for _, cl := range a.cfg.Clients {
+		if v := views[cl.Name]; v != nil {
+			if snap.Failed[cl.Name] {
+				return nil, storeErr(errBudgetsUnread)
 			}
-			view(cl.Name).Budgets = st
+			v.Budgets = snap.Clients[cl.Name]
 		}
 	}
-	out := make([]clientView, 0, len(views))
-	for _, v := range views {
-		out = append(out, *v)
-	}
-	slices.SortFunc(out, func(x, y clientView) int { return strings.Compare(x.Client, y.Client) })
-	return c.JSON(http.StatusOK, struct {
-		Clients []clientView `json:"clients"`
-	}{out})
+	return views, nil
 }
+
+// errBudgetsUnread is the error of a client whose budgets could not be
+// read (budget.View logged why).
+var errBudgetsUnread = errors.New("the budget store could not be read")

@@ -299,6 +299,9 @@ type pageView struct {
 
 	// Charts is the last hour (nil without a timeline).
 	Charts *chartsView
+
+	// Budgets are the budgeted clients' charts (nil: none budgeted).
+	Budgets *budgetChartsView
 }
 
 // breakerRow is one breaker's Status, exactly as /admin/breakers has it,
@@ -424,6 +427,7 @@ func (a *Admin) pageIndex(c echo.Context) error {
 		v.IdemEvents = append(v.IdemEvents, idemEvent{Name: name, Count: counts[name]})
 	}
 	v.Tokens = a.metrics.TokenTotals()
+	v.Budgets = a.budgetCharts(c.Request().Context())
 	return a.render(c, http.StatusOK, "page", v)
 }
 
