@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,5 +96,45 @@ func deadLetterReleases(t *testing.T, fail func(w http.ResponseWriter)) {
 	}
 	if got := spent(t, h.store, day); got != (cache.BudgetCount{Spent: 15}) {
 		t.Fatalf("counter after the next request = %+v, want its 15 spent", got)
+	}
+}
+
+// The refusal says why in figures and when it ends in words: with one
+// run in flight holding 40 of a 70-token budget, the next request (which
+// needs 40) is refused with 0 spent, 40 held, the limit and what it
+// needs, and the reset time with how long until it. A chained llmgate
+// and any client reading X-Llmgate-Outcome see quota.
+func TestBudgetRefusalSaysWhy(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	up := &metered{In: 10, Out: 5}
+	up.Script = func(n int64, _ http.ResponseWriter, _ *http.Request) bool {
+		if n == 1 {
+			close(entered)
+			<-release
+		}
+		return false
+	}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	day := config.Budget{Window: config.WindowDay, Tokens: 70}
+	h := newHarness(t, budgeted(srv.URL, day))
+	first := h.chatAsync(budgetChat, alice)
+	<-entered
+	r := h.chat(budgetChat, alice)
+	close(release)
+	if a := h.await(first); a.status != 200 {
+		t.Fatalf("the run in flight: %d %s", a.status, a.body)
+	}
+	e := wantOpenAIError(t, r, 429)
+	_, reset := budget.Window(config.WindowDay, time.Now())
+	msg, _ := e["message"].(string)
+	for _, want := range []string{"(70 total tokens per day)", "0 spent", "40 held by requests in flight", "limit of 70", "this request needs 40",
+		"resets at " + reset.Format(time.RFC3339) + " (in ", "when the next UTC day starts"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q:\n%s", want, msg)
+		}
+	}
+	if got := r.header.Get("X-Llmgate-Outcome"); got != "quota" {
+		t.Errorf("X-Llmgate-Outcome = %q, want quota", got)
 	}
 }

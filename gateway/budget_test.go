@@ -196,7 +196,7 @@ func TestBudgetRefusalAnthropicShape(t *testing.T) {
 		!strings.Contains(e.Error.Message, "per month for models claude-*") {
 		t.Fatalf("refusal = %d %s, want 429 in Anthropic's shape naming the budget", r.status, r.body)
 	}
-	if r.header.Get("X-Should-Retry") != "false" || r.header.Get("X-Llmgate-Budget-Reset") == "" {
+	if r.header.Get("X-Should-Retry") != "false" || r.header.Get("X-Llmgate-Budget-Reset") == "" || r.header.Get("X-Llmgate-Outcome") != "quota" {
 		t.Fatalf("headers = %v", r.header)
 	}
 	// The budget is scoped to claude-*: gpt-* requests pass it by.
@@ -579,8 +579,8 @@ func TestBudgetRefusedKeyIsReleased(t *testing.T) {
 		t.Fatalf("first: %d %s", r.status, r.body)
 	}
 	key := with(alice, "Idempotency-Key", "order-9/summary")
-	if r := h.chat(budgetChat, key); r.status != 429 {
-		t.Fatalf("keyed over the budget: %d %s", r.status, r.body)
+	if r := h.chat(budgetChat, key); r.status != 429 || r.header.Get("X-Llmgate-Outcome") != "quota" {
+		t.Fatalf("keyed over the budget: %d %v %s, want 429 with X-Llmgate-Outcome: quota", r.status, r.header, r.body)
 	}
 	if r := h.admin(http.MethodGet, "/admin/deadletters"); r.status != 200 || strings.Contains(string(r.body), "order-9") {
 		t.Fatalf("dead letters: %d %s, want none for a budget refusal", r.status, r.body)

@@ -259,10 +259,36 @@ func (e *ClientLimited) Error() string {
 // starts again; the request never reached an upstream.
 type BudgetExceeded struct {
 	Client string
-	// Budget is its id (window.unit.count[.model]); What says it in words.
-	Budget, What string
-	Reset        time.Time
-	RetryAfter   time.Duration
+	// Budget is its id (window.unit.count[.model]); What says it in words;
+	// Window is its kind (minute, day, month).
+	Budget, What, Window string
+	Reset                time.Time
+	RetryAfter           time.Duration
+	// Figures, when the counter could be read after the refusal, are why
+	// the request did not fit; nil when it could not.
+	Figures *BudgetFigures
+}
+
+// BudgetFigures are a refused budget's counter in its window: tokens, or
+// micro-units of money when Cost.
+type BudgetFigures struct {
+	Spent, Held, Limit int64
+	// Needs is the refused request's reservation.
+	Needs int64
+	Cost  bool
+}
+
+// amount writes v as the message shows it: tokens as an integer, money
+// in currency units with six decimals.
+func (f *BudgetFigures) amount(v int64) string {
+	if !f.Cost {
+		return strconv.FormatInt(v, 10)
+	}
+	sign := ""
+	if v < 0 {
+		sign, v = "-", -v
+	}
+	return fmt.Sprintf("%s%d.%06d", sign, v/1_000_000, v%1_000_000)
 }
 
 func (e *BudgetExceeded) Error() string {
@@ -493,19 +519,48 @@ func clientLimited(cl *ClientLimited) *Error {
 // budgetRefused is a spent budget's 429, or the 503 of a budget store
 // that cannot be reached. A spent budget frees itself only when its
 // window resets (Retry-After, often hours): x-should-retry is false, so
-// no SDK retries it, and the gateway never does.
+// no SDK retries it, and the gateway never does; X-Llmgate-Outcome says
+// quota, so a chained llmgate does not either.
 func budgetRefused(err error) *Error {
 	var be *BudgetExceeded
 	if errors.As(err, &be) {
 		reset := be.Reset.UTC().Format(time.RFC3339)
 		return &Error{Status: http.StatusTooManyRequests, Type: "budget", Code: "budget_exceeded", RetryAfter: be.RetryAfter, Err: err,
-			Header: http.Header{BudgetResetHeader: {reset}},
-			Message: fmt.Sprintf("This API key's budget at the gateway (%s) is spent until %s, when its window resets. "+
-				"The request was not sent to any provider; retrying before then will not help.", be.What, reset)}
+			Header:  http.Header{BudgetResetHeader: {reset}, OutcomeHeader: {OutcomeQuota}},
+			Message: budgetMessage(be, reset)}
 	}
 	return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "budget_store_unavailable", RetryAfter: time.Second, Err: err,
 		Message: "The gateway's budget store is unavailable, so this API key's spend cannot be checked against its budget and the request was not run. Retry later."}
 }
+
+// budgetMessage says why be's request did not fit (its figures, when
+// known) and when the budget resets, in words.
+func budgetMessage(be *BudgetExceeded, reset string) string {
+	why := "is spent"
+	if f := be.Figures; f != nil {
+		why = fmt.Sprintf("has no room for this request: %s spent and %s held by requests in flight, of a limit of %s; this request needs %s",
+			f.amount(f.Spent), f.amount(f.Held), f.amount(f.Limit), f.amount(f.Needs))
+	}
+	in := be.RetryAfter.Round(time.Second)
+	if in < be.RetryAfter {
+		in += time.Second
+	}
+	msg := fmt.Sprintf("This API key's budget at the gateway (%s) %s. It resets at %s (in %s), when the next UTC %s starts. "+
+		"The request was not sent to any provider", be.What, why, reset, in, be.Window)
+	if be.Figures != nil && be.Figures.Held > 0 {
+		return msg + "; unless the requests in flight settle below what they hold, retrying before then will not help."
+	}
+	return msg + "; retrying before then will not help."
+}
+
+// OutcomeHeader says how the gateway classified the answer it sends
+// (classify.Outcome.Header); on the gateway's own refusals that no retry
+// fixes it is OutcomeQuota, which a chained llmgate reads as a quota
+// error whatever the status.
+const (
+	OutcomeHeader = "X-Llmgate-Outcome"
+	OutcomeQuota  = "quota"
+)
 
 // Body renders e in OpenAI's error shape.
 func Body(e *Error) []byte {

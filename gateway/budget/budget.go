@@ -153,10 +153,21 @@ func (l *Ledger) Reserve(ctx context.Context, req Request) (*Hold, error) {
 	if refused > 0 {
 		ln := h.lines[refused-1]
 		l.o.Metrics.BudgetRefused(req.Client, ln.budget.ID())
-		return nil, &apierror.BudgetExceeded{Client: req.Client, Budget: ln.budget.ID(), What: describe(ln.budget),
-			Reset: ln.reset, RetryAfter: ln.reset.Sub(now)}
+		return nil, &apierror.BudgetExceeded{Client: req.Client, Budget: ln.budget.ID(), What: describe(ln.budget), Window: ln.budget.Window,
+			Reset: ln.reset, RetryAfter: ln.reset.Sub(now), Figures: l.figures(ctx, req.Client, ln)}
 	}
 	return h, nil
+}
+
+// figures reads a refused line's counter for the refusal's message: nil
+// when the store cannot say (the refusal stands without them). They are
+// read after the refusal, so a run that settled in between shows.
+func (l *Ledger) figures(ctx context.Context, client string, ln line) *apierror.BudgetFigures {
+	got, err := l.o.Store.ReadBudgets(ctx, client, []string{ln.counter})
+	if err != nil || len(got) != 1 {
+		return nil
+	}
+	return &apierror.BudgetFigures{Spent: got[0].Spent, Held: got[0].Held, Limit: limitOf(ln.budget), Needs: ln.reserved, Cost: ln.budget.Cost > 0}
 }
 
 // until is how long a counter whose window ends at reset is kept: past
