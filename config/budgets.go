@@ -96,6 +96,12 @@ type Budgets struct {
 	// is a promise to the operator) or "allow" (the request runs
 	// uncharged, counted in llmgate_budget_store_errors_total).
 	OnStoreError string `yaml:"on_store_error"`
+	// AllowUnmetered lets budgeted clients make the passthrough calls that
+	// spend at the provider without usage the gateway can charge as they
+	// run (SpendsUnmetered: images, audio, batches); they run uncharged.
+	// If false (the default), such a call is refused with 403
+	// budget_unmetered_endpoint. A client's own allow_unmetered wins.
+	AllowUnmetered bool `yaml:"allow_unmetered"`
 }
 
 // Budget store failure policies (Budgets.OnStoreError).
@@ -267,6 +273,10 @@ func (c *Config) validateBudgets(p *problems) {
 	for i, cl := range c.Clients {
 		if n := cl.Limits.TokensPerMinute; n < -1 {
 			p.add(fmt.Sprintf("clients[%d].limits.tokens_per_minute", i), "%d is not %s", n, limitRange(-1))
+		}
+		if cl.AllowUnmetered != nil && len(cl.AllBudgets(c.ClientLimits)) == 0 {
+			p.add(fmt.Sprintf("clients[%d].allow_unmetered", i),
+				"set, but the client has no budgets and no tokens_per_minute, so none of its calls is refused as unmetered (remove it, or give the client a budget)")
 		}
 		seen := map[string]int{}
 		for j, bu := range cl.Budgets {

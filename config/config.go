@@ -269,6 +269,10 @@ type Client struct {
 	// Budgets cap what this client spends per window, in tokens or money
 	// (see Budget); none by default.
 	Budgets []Budget `yaml:"budgets"`
+	// AllowUnmetered, when set, decides for this client whether its
+	// passthrough calls that spend unmetered (SpendsUnmetered) run while
+	// it has a budget, over budgets.allow_unmetered. If nil, that.
+	AllowUnmetered *bool `yaml:"allow_unmetered"`
 	// DeriveIdempotencyKey, when its FromHeader is set, gives this client's
 	// keyed endpoints an idempotency key when a request comes without an
 	// Idempotency-Key: derived from the named header and the request's
