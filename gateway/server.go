@@ -584,21 +584,21 @@ const DeadlineHeader = request.DeadlineHeader
 // with no clients, the shared scope's tokens_per_minute), priced by the
 // upstreams' prices, kept in the store.
 func (g *Gateway) newLedger(o Options) *budget.Ledger {
-	budgets := map[string][]config.Budget{}
-	for _, c := range o.Config.Clients {
+	budgets, allow := map[string][]config.Budget{}, map[string]bool{}
+	clients := o.Config.Clients
+	if len(clients) == 0 {
+		clients = []config.Client{{}} // the one shared scope, ""
+	}
+	for _, c := range clients {
 		if b := c.AllBudgets(o.Config.ClientLimits); len(b) > 0 {
 			budgets[c.Name] = b
-		}
-	}
-	if len(o.Config.Clients) == 0 {
-		if b := (config.Client{}).AllBudgets(o.Config.ClientLimits); len(b) > 0 {
-			budgets[""] = b
+			allow[c.Name] = c.UnmeteredAllowed(o.Config.Budgets.AllowUnmetered)
 		}
 	}
 	ups := make(map[string]config.Upstream, len(o.Config.Upstreams))
 	for _, u := range o.Config.Upstreams {
 		ups[u.Name] = u
 	}
-	return budget.New(budget.Options{Budgets: budgets, Upstreams: ups, Settings: o.Config.Budgets, Deadline: o.Config.Retry.Deadline.D(),
+	return budget.New(budget.Options{Budgets: budgets, AllowUnmetered: allow, Upstreams: ups, Settings: o.Config.Budgets, Deadline: o.Config.Retry.Deadline.D(),
 		Store: o.Store, Metrics: g.metrics, Now: g.now, Logger: g.log})
 }

@@ -295,6 +295,19 @@ func (e *BudgetExceeded) Error() string {
 	return fmt.Sprintf("client %q: budget %s spent until %s", e.Client, e.Budget, e.Reset.UTC().Format(time.RFC3339))
 }
 
+// UnmeteredRefused: a budgeted client's passthrough call that the
+// provider bills without usage the gateway can charge as it runs
+// (config.SpendsUnmetered); the operator has not allowed such calls
+// (budgets.allow_unmetered, clients[].allow_unmetered). It never reached
+// an upstream.
+type UnmeteredRefused struct {
+	Client, Method, Path string
+}
+
+func (e *UnmeteredRefused) Error() string {
+	return fmt.Sprintf("client %q: %s %s spends unmetered", e.Client, e.Method, e.Path)
+}
+
 // BudgetUnavailable: the budget store could not be reached, and a
 // budgeted client's request is refused (budgets.on_store_error: refuse).
 type BudgetUnavailable struct{ Err error }
@@ -447,6 +460,8 @@ func clientWire(err error) *Error {
 		return clientLimited(cl)
 	case errors.As(err, new(*BudgetExceeded)) || errors.As(err, new(*BudgetUnavailable)):
 		return budgetRefused(err)
+	case errors.As(err, new(*UnmeteredRefused)):
+		return unmeteredRefused(err)
 	case errors.Is(err, ClientGone):
 		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request",
 			Message: "The client closed the request.", Err: context.Canceled}
@@ -531,6 +546,20 @@ func budgetRefused(err error) *Error {
 	}
 	return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "budget_store_unavailable", RetryAfter: time.Second, Err: err,
 		Message: "The gateway's budget store is unavailable, so this API key's spend cannot be checked against its budget and the request was not run. Retry later."}
+}
+
+// unmeteredRefused is the 403 of a budgeted client's call that would
+// spend where no budget sees it. Only the operator's config changes
+// that: x-should-retry false, X-Llmgate-Outcome quota.
+func unmeteredRefused(err error) *Error {
+	var ur *UnmeteredRefused
+	errors.As(err, &ur)
+	return &Error{Status: http.StatusForbidden, Type: "budget", Code: "budget_unmetered_endpoint", Err: err,
+		Header: http.Header{OutcomeHeader: {OutcomeQuota}},
+		Message: fmt.Sprintf("%s %s makes the provider spend without usage the gateway can charge to a budget as the call runs "+
+			"(it reports it later, or not at all), and this API key has a budget at the gateway, so the request was not sent to any provider. "+
+			"The gateway's operator can allow such calls with budgets.allow_unmetered: true (every budgeted key) or "+
+			"clients[].allow_unmetered: true (this key); they then run uncharged.", ur.Method, ur.Path)}
 }
 
 // budgetMessage says why be's request did not fit (its figures, when

@@ -62,6 +62,9 @@ type Options struct {
 	// Upstreams price the runs (config.Upstream.PriceOf), by name.
 	Upstreams map[string]config.Upstream
 	Settings  config.Budgets
+	// AllowUnmetered are the budgeted clients, by name, whose passthrough
+	// calls that spend unmetered run (config.Client.UnmeteredAllowed).
+	AllowUnmetered map[string]bool
 	// Deadline is retry.deadline: the reservation ttl is derived from it
 	// when Settings.ReservationTTL is 0.
 	Deadline time.Duration
@@ -92,6 +95,22 @@ func New(o Options) *Ledger {
 
 // Budgeted reports whether client has any budget.
 func (l *Ledger) Budgeted(client string) bool { return l != nil && len(l.o.Budgets[client]) > 0 }
+
+// Unmetered refuses a budgeted client's passthrough call that spends
+// where no budget can charge it (config.SpendsUnmetered), unless the
+// client may (Options.AllowUnmetered): an *apierror.UnmeteredRefused,
+// counted as a refusal of budget "unmetered". nil for any other call.
+func (l *Ledger) Unmetered(client, method, path string) error {
+	if !l.Budgeted(client) || l.o.AllowUnmetered[client] || !config.SpendsUnmetered(method, path) {
+		return nil
+	}
+	l.o.Metrics.BudgetRefused(client, UnmeteredBudget)
+	return &apierror.UnmeteredRefused{Client: client, Method: method, Path: path}
+}
+
+// UnmeteredBudget is the budget label of Unmetered's refusals in
+// llmgate_budget_refused_total.
+const UnmeteredBudget = "unmetered"
 
 // Request is what one request's runs are reserved for.
 type Request struct {

@@ -14,7 +14,8 @@ type budgetMetrics struct {
 func (m *Metrics) budgetSeries() []prometheus.Collector {
 	m.budgetRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgate_budget_refused_total",
-		Help: "Requests refused with 429 budget_exceeded before any upstream call, by client and budget (window.unit.count[.model]).",
+		Help: "Requests refused by their client's budgets before any upstream call, by client and budget: 429 budget_exceeded by the budget " +
+			"(window.unit.count[.model]), 403 budget_unmetered_endpoint as budget=\"unmetered\".",
 	}, []string{"client", "budget"})
 	m.budgetCharged = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgate_budget_charged_total",

@@ -28,6 +28,10 @@ import (
 // budgetClass is the log line's class of a request its budget refused.
 const budgetClass = "budget_exceeded"
 
+// unmeteredClass is the log line's class of a budgeted client's
+// passthrough call refused as unmetered (budget.Ledger.Unmetered).
+const unmeteredClass = "budget_unmetered_endpoint"
+
 // reserve reserves a call's budget before it runs: nil when its client
 // has no budget that applies. The refusal (apierror.BudgetExceeded, or
 // BudgetUnavailable) is the client's answer, and nothing was sent.

@@ -146,6 +146,12 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 			return err
 		}
 		s.endpoint = rt.label
+		// Before its body is read or it takes a slot: a call whose spend
+		// no budget would see is refused to a budgeted client outright.
+		if err := g.budgets.Unmetered(ClientOf(r), r.Method, r.URL.Path); err != nil {
+			s.class = unmeteredClass
+			return err
+		}
 		slot, err := g.admitClient(r, s)
 		if err != nil {
 			return err
