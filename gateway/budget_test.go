@@ -695,8 +695,8 @@ func TestBudgetReservesEveryChoiceAndNoOutputForEmbeddings(t *testing.T) {
 			path = "/v1/completions"
 		}
 		r := h.do(http.MethodPost, path, body, alice)
-		if e := wantOpenAIError(t, r, 429); e["code"] != "budget_exceeded" {
-			t.Fatalf("%s: %v", body, e)
+		if e := wantOpenAIError(t, r, http.StatusBadRequest); e["code"] != "budget_request_too_large" {
+			t.Fatalf("%s: %v, want the 400 of a request over the whole budget", body, e)
 		}
 	}
 	if n := up.calls.Load(); n != 0 {
@@ -710,5 +710,42 @@ func TestBudgetReservesEveryChoiceAndNoOutputForEmbeddings(t *testing.T) {
 	r := h.do(http.MethodPost, "/v1/embeddings", `{"model":"gpt-embed-small","input":"hello"}`, alice)
 	if r.status != 200 {
 		t.Fatalf("embedding under the budget: %d %s", r.status, r.body)
+	}
+}
+
+// A request whose reservation is larger than its budget's whole limit can
+// never fit, in this window or any other: it is a 400 that says so and how
+// to fix it, with no Retry-After (not a 429 telling the client to wait a
+// day for a reset that will not help), and no upstream call.
+func TestBudgetRequestThatNeverFits(t *testing.T) {
+	up := &metered{In: 10, Out: 10}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	day := config.Budget{Window: config.WindowDay, Tokens: 500}
+	h := newHarness(t, budgeted(srv.URL, day))
+	r := h.chat(`{"model":"gpt-4o-mini","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`, alice)
+	e := wantOpenAIError(t, r, http.StatusBadRequest)
+	msg, _ := e["message"].(string)
+	if e["code"] != "budget_request_too_large" || e["type"] != "budget" || e["param"] != "max_tokens" ||
+		!strings.Contains(msg, "500") || !strings.Contains(msg, "max_tokens") {
+		t.Fatalf("error = %v", e)
+	}
+	if ra := r.header.Get("Retry-After"); ra != "" {
+		t.Errorf("Retry-After = %q, want none (waiting does not help)", ra)
+	}
+	if r.header.Get("X-Should-Retry") != "false" || r.header.Get("X-Llmgate-Outcome") != "quota" {
+		t.Errorf("headers: %v", r.header)
+	}
+	if n := up.calls.Load(); n != 0 {
+		t.Fatalf("provider calls = %d, want 0", n)
+	}
+	if got := spent(t, h.store, day); got != (cache.BudgetCount{}) {
+		t.Fatalf("counter = %+v, want untouched", got)
+	}
+	// On /v1/messages, in Anthropic's shape.
+	r = h.do(http.MethodPost, "/v1/messages", `{"model":"claude-x","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`,
+		map[string]string{"x-api-key": "key-alice", "anthropic-version": "2023-06-01"})
+	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `"type":"error"`) || !strings.Contains(string(r.body), "invalid_request_error") {
+		t.Fatalf("messages: %d %s", r.status, r.body)
 	}
 }

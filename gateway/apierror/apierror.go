@@ -267,6 +267,9 @@ type BudgetExceeded struct {
 	// Figures, when the counter could be read after the refusal, are why
 	// the request did not fit; nil when it could not.
 	Figures *BudgetFigures
+	// Never: the request's reservation (Figures.Needs) is over the
+	// budget's whole limit, so no reset makes room for it.
+	Never bool
 }
 
 // BudgetFigures are a refused budget's counter in its window: tokens, or
@@ -538,6 +541,18 @@ func clientLimited(cl *ClientLimited) *Error {
 // quota, so a chained llmgate does not either.
 func budgetRefused(err error) *Error {
 	var be *BudgetExceeded
+	if errors.As(err, &be) && be.Never {
+		f := be.Figures
+		needs := f.amount(f.Needs)
+		if !f.Cost {
+			needs += " tokens"
+		}
+		return &Error{Status: http.StatusBadRequest, Type: "budget", Code: "budget_request_too_large", Param: "max_tokens", Err: err,
+			Header: http.Header{OutcomeHeader: {OutcomeQuota}},
+			Message: fmt.Sprintf("This request needs %s of this API key's budget at the gateway (%s), more than the whole budget, so it can never fit, "+
+				"in this window or the next. Lower max_tokens (or n), or send a shorter prompt. The request was not sent to any provider.",
+				needs, be.What)}
+	}
 	if errors.As(err, &be) {
 		reset := be.Reset.UTC().Format(time.RFC3339)
 		return &Error{Status: http.StatusTooManyRequests, Type: "budget", Code: "budget_exceeded", RetryAfter: be.RetryAfter, Err: err,

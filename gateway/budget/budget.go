@@ -161,6 +161,15 @@ func (l *Ledger) Reserve(ctx context.Context, req Request) (*Hold, error) {
 	if len(h.lines) == 0 {
 		return nil, nil
 	}
+	for _, ln := range h.lines {
+		if limit := limitOf(ln.budget); ln.reserved > limit {
+			// It can never fit, in this window or the next: no store
+			// call, no reset to wait for.
+			l.o.Metrics.BudgetRefused(req.Client, ln.budget.ID())
+			return nil, &apierror.BudgetExceeded{Client: req.Client, Budget: ln.budget.ID(), What: describe(ln.budget), Window: ln.budget.Window,
+				Reset: ln.reset, Never: true, Figures: &apierror.BudgetFigures{Limit: limit, Needs: ln.reserved, Cost: ln.budget.Cost > 0}}
+		}
+	}
 	hold := cache.BudgetHold{ID: h.id, TTL: l.ttl, Lines: make([]cache.BudgetLine, len(h.lines))}
 	for i, ln := range h.lines {
 		hold.Lines[i] = cache.BudgetLine{Counter: ln.counter, Limit: limitOf(ln.budget), Amount: ln.reserved, Until: l.until(ln.reset)}
