@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -17,6 +18,8 @@ import (
 // upstream. A generated stream is 10 events (role, 6 content chunks,
 // finish, usage, [DONE]). The figures to watch in review are allocs/op and
 // B/op; ns/op includes the fake upstream, which runs in this process.
+// The loopback legs put a real client connection in front of the handler
+// (their allocations include the test's HTTP client).
 func BenchmarkRequestPath(b *testing.B) {
 	up := httptest.NewServer(fakeprovider.New(fakeprovider.Options{KeepRequests: -1, Chunks: 6}))
 	defer up.Close()
@@ -70,6 +73,35 @@ func BenchmarkRequestPath(b *testing.B) {
 					key = newKey()
 				}
 				call(b, c.body, key)
+			}
+		})
+	}
+	// The stream legs again over a loopback client connection, where a
+	// flush is a write to a socket (in process it is free).
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	for _, keyed := range []bool{false, true} {
+		name := "loopback/stream/unkeyed"
+		if keyed {
+			name = "loopback/stream/keyed"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(streamBody))
+				req.Header.Set("Content-Type", "application/json")
+				if keyed {
+					req.Header.Set("Idempotency-Key", newKey())
+				}
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d, %v", resp.StatusCode, err)
+				}
 			}
 		})
 	}
