@@ -191,7 +191,7 @@ func (r *report) mdHeader(b *strings.Builder) {
 		s.Duration, s.Warmup, s.ContentBytes)
 	b.WriteString("The load generator, the fake upstream, the floor proxy and the gateway share this machine's CPUs. ")
 	b.WriteString("Latency is send → last byte (streams: TTFB is send → first body byte); percentiles over successful requests; ")
-	b.WriteString("req/s counts successes. Proxy columns are the process on the path (floor or llmgate): peak RSS during the leg (in brackets its anonymous part, sampled every 50 ms; the rest is file-mapped), CPU seconds used in it.\n\n")
+	b.WriteString("req/s counts successes. Proxy columns are the process on the path (floor or llmgate): peak RSS during the leg (in brackets its anonymous part, sampled every 50 ms; the rest is file-mapped), CPU seconds used in it, and those per request served in µs.\n\n")
 
 	fmt.Fprintf(b, "1-minute load average %s when the legs began, %s when they ended. ", r.LoadAvgStart, r.LoadAvgEnd)
 	b.WriteString("\"Other CPU s\" is the CPU time processes other than this tool and its children took during the leg; ")
@@ -200,8 +200,8 @@ func (r *report) mdHeader(b *strings.Builder) {
 
 // mdLegs is the table of every leg.
 func (r *report) mdLegs(b *strings.Builder) {
-	b.WriteString("| leg | requests | errors | req/s | p50 ms | p99 ms | p99.9 ms | TTFB p50 ms | TTFB p99 ms | proxy peak RSS MiB (anon) | proxy CPU s | other CPU s |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| leg | requests | errors | req/s | p50 ms | p99 ms | p99.9 ms | TTFB p50 ms | TTFB p99 ms | proxy peak RSS MiB (anon) | proxy CPU s | proxy CPU µs/req | other CPU s |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, l := range r.Legs {
 		p50, p99, p999 := "—", "—", "—"
 		if l.Latency != nil {
@@ -211,9 +211,12 @@ func (r *report) mdLegs(b *strings.Builder) {
 		if l.TTFB != nil {
 			t50, t99 = f3(l.TTFB.P50), f3(l.TTFB.P99)
 		}
-		rss, cpu := "", ""
+		rss, cpu, perReq := "", "", ""
 		if l.Proxy != nil {
 			rss, cpu = fmt.Sprintf("%.1f (%.1f)", l.Proxy.PeakRSSMiB, l.Proxy.PeakAnonMiB), fmt.Sprintf("%.2f", l.Proxy.CPUSeconds)
+			if l.Requests > 0 {
+				perReq = fmt.Sprintf("%.0f", cpuPerRequest(&l))
+			}
 		}
 		other := "?"
 		if l.ForeignCPUSeconds >= 0 {
@@ -223,8 +226,8 @@ func (r *report) mdLegs(b *strings.Builder) {
 		if r.contended(l) {
 			name += " †"
 		}
-		fmt.Fprintf(b, "| %s | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			name, l.Requests, l.Errors, l.RPS, p50, p99, p999, t50, t99, rss, cpu, other)
+		fmt.Fprintf(b, "| %s | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			name, l.Requests, l.Errors, l.RPS, p50, p99, p999, t50, t99, rss, cpu, perReq, other)
 	}
 }
 

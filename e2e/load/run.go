@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := measure(ctx, s, rep, stderr); err != nil {
 		return err
 	}
-	rep.Targets = append(targets(rep), memTargets(rep)...)
+	rep.Targets = append(append(targets(rep), memTargets(rep)...), cpuTargets(rep)...)
 
 	md := rep.markdown()
 	if _, err := io.WriteString(stdout, md); err != nil {

@@ -229,9 +229,13 @@ func (r *relay) event(ev []byte) {
 	data := sse.Data(ev)
 	r.obs.Observe(data)
 	r.span.Observe(data)
-	r.rec.Add(ev)
+	kept := r.rec.Add(ev)
 	if r.hold && r.obs.tailStarted() {
-		r.tail.events = append(r.tail.events, append([]byte(nil), ev...))
+		if kept == nil { // not recorded (no recorder, or over its limits)
+			kept = append([]byte(nil), ev...)
+		}
+		// The recorder's copy is never written again: the tail shares it.
+		r.tail.events = append(r.tail.events, kept)
 		return
 	}
 	r.out.send(ev)

@@ -1,0 +1,118 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	badgerstore "github.com/llmgate/llmgate/cache/badger"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
+)
+
+// BenchmarkRequestPath is the request path in process: the real handler
+// (echo, auth, limits, plan, proxy, idempotency on Badger) called with an
+// httptest.ResponseRecorder as the client, against a real loopback fake
+// upstream. A generated stream is 10 events (role, 6 content chunks,
+// finish, usage, [DONE]). The figures to watch in review are allocs/op and
+// B/op; ns/op includes the fake upstream, which runs in this process.
+// The loopback legs put a real client connection in front of the handler
+// (their allocations include the test's HTTP client).
+func BenchmarkRequestPath(b *testing.B) {
+	up := httptest.NewServer(fakeprovider.New(fakeprovider.Options{KeepRequests: -1, Chunks: 6}))
+	defer up.Close()
+	cfg := testConfig(up.URL)
+	cfg.DataDir = b.TempDir()
+	store, err := badgerstore.Open(badgerstore.Options{Dir: cfg.DataDir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	gw, err := New(Options{Config: cfg, Store: store})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gw.Close()
+	h := gw.Handler()
+	call := func(b *testing.B, body, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+		return w
+	}
+	n := 0
+	newKey := func() string { n++; return "bench-" + strconv.Itoa(n) }
+	for _, c := range []struct {
+		name, body string
+		keyed      bool
+	}{
+		{"json/unkeyed", chatBody, false},
+		{"json/keyed", chatBody, true},
+		{"stream/unkeyed", streamBody, false},
+		{"stream/keyed", streamBody, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if c.body == streamBody {
+				if w := call(b, c.body, ""); strings.Count(w.Body.String(), "\n\n") != 10 {
+					b.Fatalf("want a 10-event stream, got:\n%s", w.Body)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				key := ""
+				if c.keyed {
+					key = newKey()
+				}
+				call(b, c.body, key)
+			}
+		})
+	}
+	// The stream legs again over a loopback client connection, where a
+	// flush is a write to a socket (in process it is free).
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	for _, keyed := range []bool{false, true} {
+		name := "loopback/stream/unkeyed"
+		if keyed {
+			name = "loopback/stream/keyed"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(streamBody))
+				req.Header.Set("Content-Type", "application/json")
+				if keyed {
+					req.Header.Set("Idempotency-Key", newKey())
+				}
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d, %v", resp.StatusCode, err)
+				}
+			}
+		})
+	}
+	b.Run("json/replay", func(b *testing.B) {
+		key := newKey()
+		first := call(b, chatBody, key).Body.String()
+		b.ReportAllocs()
+		for b.Loop() {
+			if w := call(b, chatBody, key); w.Body.String() != first {
+				b.Fatalf("replay differs:\n%s\n%s", w.Body, first)
+			}
+		}
+	})
+}
