@@ -391,6 +391,17 @@ log: {level: warn}
     models: [%q]
     timeout: 30s
 `, fake, modelMessages)
+	// Two clients: the legs' own, and one with budgets that never run out
+	// (a day and a minute of total tokens), for the budgeted legs: what
+	// reserving and settling costs, beside the same legs without.
+	fmt.Fprintf(&b, `clients:
+  - {name: load, key: %q}
+  - name: load-budgeted
+    key: %q
+    budgets:
+      - {window: day, tokens: 1000000000000000}
+      - {window: minute, tokens: 1000000000000000}
+`, loadClientKey, budgetedClientKey)
 	b.WriteString(`retry: {max_attempts: 1}
 idempotency: {wait_timeout: 60s}
 limits: {}

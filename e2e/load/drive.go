@@ -74,7 +74,17 @@ type shot struct {
 	streamEnd []byte
 	keys      keyMode
 	key       string // the replayed key, or the prefix of fresh ones
+	// auth is the gateway client key it sends; if "", loadClientKey. The
+	// fakes and floors ignore it.
+	auth string
 }
+
+// The gateway's client keys (gatewayConfig): the legs' own client, and
+// the budgeted one of the budgeted legs.
+const (
+	loadClientKey     = "sk-gw-load"
+	budgetedClientKey = "sk-gw-load-budgeted"
+)
 
 // sample is one request's outcome.
 type sample struct {
@@ -92,6 +102,11 @@ func (s *shot) do(ctx context.Context, c *http.Client, seq string, buf []byte) s
 		return sample{err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	auth := s.auth
+	if auth == "" {
+		auth = loadClientKey
+	}
+	req.Header.Set("Authorization", "Bearer "+auth)
 	switch s.keys {
 	case freshKey:
 		req.Header.Set("Idempotency-Key", s.key+seq)

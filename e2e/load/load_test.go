@@ -56,6 +56,7 @@ func TestQuick(t *testing.T) {
 			want = append(want, api+" direct", api+" floor", api+" llmgate", api+" llmgate keyed", api+" llmgate replay",
 				api+" stream direct", api+" stream floor", api+" stream llmgate", api+" stream llmgate keyed")
 		}
+		want = append(want, c+" llmgate budgeted", c+" llmgate keyed budgeted", c+" stream llmgate budgeted", c+" stream llmgate keyed budgeted")
 	}
 	want = append(want, "sustained c=16 llmgate keyed", "sustained c=16 stream llmgate keyed",
 		"open 400/s direct", "open 400/s floor", "open 400/s llmgate")
@@ -68,6 +69,9 @@ func TestQuick(t *testing.T) {
 	}
 	if _, cmp, ok := strings.Cut(md, "## /v1/messages against /v1/chat/completions"); !ok || !strings.Contains(cmp, "| c=16 stream llmgate keyed | ") {
 		t.Error("results.md does not compare the /v1/messages legs with the chat legs")
+	}
+	if _, cmp, ok := strings.Cut(md, "## Budgets on against off"); !ok || !strings.Contains(cmp, "| c=16 stream llmgate keyed | ") {
+		t.Error("results.md does not compare the budgeted legs with the unbudgeted ones")
 	}
 	for _, name := range want {
 		l := rep.leg(name)

@@ -50,11 +50,13 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // Leg is one measured leg.
 type Leg struct {
-	Name        string     `json:"name"`
-	Path        string     `json:"path"` // direct, floor or llmgate
-	Kind        string     `json:"kind"` // json, stream or big
-	API         string     `json:"api"`  // chat or messages (only closed-loop legs call messages)
-	Keys        keyMode    `json:"keys"`
+	Name string  `json:"name"`
+	Path string  `json:"path"` // direct, floor or llmgate
+	Kind string  `json:"kind"` // json, stream or big
+	API  string  `json:"api"`  // chat or messages (only closed-loop legs call messages)
+	Keys keyMode `json:"keys"`
+	// Budgeted: the requests are the budgeted client's (gatewayConfig).
+	Budgeted    bool       `json:"budgeted,omitempty"`
 	Mode        string     `json:"mode"` // closed or open
 	Concurrency int        `json:"concurrency,omitempty"`
 	Rate        int        `json:"rate,omitempty"`
@@ -432,13 +434,18 @@ func (m *measurement) closedLegs() error {
 // closedLegsOf runs the closed-loop legs of one API, kind and concurrency.
 func (m *measurement) closedLegsOf(api, kind string, conc int) error {
 	for _, leg := range []struct {
-		path string
-		keys keyMode
-	}{{"direct", noKey}, {"floor", noKey}, {"llmgate", noKey}, {"llmgate", freshKey}, {"llmgate", replay}} {
+		path     string
+		keys     keyMode
+		budgeted bool
+	}{{"direct", noKey, false}, {"floor", noKey, false}, {"llmgate", noKey, false}, {"llmgate", freshKey, false}, {"llmgate", replay, false},
+		{"llmgate", noKey, true}, {"llmgate", freshKey, true}} {
 		if kind == "stream" && leg.keys == replay {
 			continue // a replayed stream is the replayed JSON's cousin; not asked for
 		}
-		l := Leg{Path: leg.path, Kind: kind, API: api, Keys: leg.keys, Mode: "closed", Concurrency: conc}
+		if leg.budgeted && api != apiChat {
+			continue // what a budget costs does not depend on the API
+		}
+		l := Leg{Path: leg.path, Kind: kind, API: api, Keys: leg.keys, Budgeted: leg.budgeted, Mode: "closed", Concurrency: conc}
 		l.Name = legName(l)
 		if !m.s.runs(l.Name) {
 			continue
@@ -461,7 +468,10 @@ func (m *measurement) closedLeg(l Leg) error {
 	}
 	url, proxy := p.base(l.Path, model)
 	sh := &shot{url: url, body: body, stream: kind == "stream", streamEnd: end, keys: l.Keys,
-		key: fmt.Sprintf("load-%s-c%d-%s-%s-", m.runID, conc, l.API, kind)}
+		key: fmt.Sprintf("load-%s-c%d-%s-%s-%v-", m.runID, conc, l.API, kind, l.Budgeted)}
+	if l.Budgeted {
+		sh.auth = budgetedClientKey
+	}
 	c := newClient(conc)
 	if l.Keys == replay {
 		sh.key = fmt.Sprintf("load-%s-c%d-%s-%s-replayed", m.runID, conc, l.API, kind)
@@ -644,6 +654,9 @@ func legName(l Leg) string {
 		name += " keyed"
 	case replay:
 		name += " replay"
+	}
+	if l.Budgeted {
+		name += " budgeted"
 	}
 	return name
 }

@@ -170,6 +170,7 @@ func (r *report) markdown() string {
 	r.mdHeader(&b)
 	r.mdLegs(&b)
 	r.mdAPIs(&b)
+	r.mdBudgets(&b)
 	r.mdOpenLoop(&b)
 	r.mdBigStream(&b)
 	r.mdGateway(&b)
@@ -254,6 +255,33 @@ func (r *report) mdAPIs(b *strings.Builder) {
 			b.WriteString("|---|--:|--:|--:|\n")
 		}
 		fmt.Fprintf(b, "| %s | %s / %s | %s / %s | %.0f / %.0f |\n", c.Name,
+			latQ(c, 0.5), latQ(&m, 0.5), latQ(c, 0.99), latQ(&m, 0.99), cpuPerRequest(c), cpuPerRequest(&m))
+	}
+}
+
+// mdBudgets compares each budgeted leg (the client with budgets that
+// never run out) with the same leg of the unbudgeted client, same run:
+// what reserving before and settling after each call costs. Without
+// budgeted legs it writes nothing.
+func (r *report) mdBudgets(b *strings.Builder) {
+	header := false
+	for _, m := range r.Legs {
+		if !m.Budgeted || m.Proxy == nil {
+			continue
+		}
+		c := r.leg(strings.TrimSuffix(m.Name, " budgeted"))
+		if c == nil || c.Proxy == nil {
+			continue
+		}
+		if !header {
+			header = true
+			b.WriteString("\n## Budgets on against off\n\n")
+			b.WriteString("Each budgeted leg (a client with a day and a minute token budget that never run out: a reservation before ")
+			b.WriteString("and a settlement after every call) beside the same leg of a client without budgets, same run.\n\n")
+			b.WriteString("| leg | req/s off / on | p50 ms off / on | p99 ms off / on | proxy CPU µs per request off / on |\n")
+			b.WriteString("|---|--:|--:|--:|--:|\n")
+		}
+		fmt.Fprintf(b, "| %s | %.0f / %.0f | %s / %s | %s / %s | %.0f / %.0f |\n", c.Name, c.RPS, m.RPS,
 			latQ(c, 0.5), latQ(&m, 0.5), latQ(c, 0.99), latQ(&m, 0.99), cpuPerRequest(c), cpuPerRequest(&m))
 	}
 }
