@@ -1,6 +1,7 @@
 package request
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/llmgate/llmgate/classify/jsonscan"
@@ -125,11 +126,11 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 			r.IncludeUsage = string(sub.Value()) == "true"
 		}
 	case "max_tokens", "max_completion_tokens", "max_output_tokens":
-		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && n > r.MaxTokens {
+		if n, ok := count(v); ok && n > r.MaxTokens {
 			r.MaxTokens = n
 		}
 	case "n", "best_of":
-		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && n > r.Choices {
+		if n, ok := count(v); ok && n > r.Choices {
 			r.Choices = n
 		}
 	case "previous_response_id":
@@ -175,3 +176,17 @@ func (e *fieldError) Error() string { return e.Msg }
 
 // syntaxError is a malformed body, with the byte offset where it went wrong.
 type syntaxError = jsonscan.SyntaxError
+
+// count reads a JSON number as a count, as a provider's decoder would:
+// 8, 8.0 and 8e0 are 8 (a budget reservation must not read "8.0" as "not
+// set"); a fraction, a negative or a number past 2⁶² is not a count.
+func count(v []byte) (int64, bool) {
+	if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+		return n, n >= 0
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil || f < 0 || f != math.Trunc(f) || f > 1<<62 {
+		return 0, false
+	}
+	return int64(f), true
+}

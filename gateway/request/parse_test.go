@@ -79,6 +79,11 @@ func TestParseRoutingFields(t *testing.T) {
 		{`{"model":"m","max_completion_tokens":100,"max_tokens":50}`, `model=m max=100`},
 		{`{"model":"m","max_output_tokens":64}`, `model=m max=64`},
 		{`{"model":"m","max_tokens":null,"max_completion_tokens":"9","max_output_tokens":-3}`, `model=m`},
+		// A count written as a float is that count, as a decoder reads it
+		// (a reservation must not take "8.0" for "not set"); a fraction
+		// is no count.
+		{`{"model":"m","max_tokens":1e2,"n":8.0}`, `model=m max=100 n=8`},
+		{`{"model":"m","max_tokens":10.5,"best_of":3,"n":2}`, `model=m n=3`},
 	}
 	for _, c := range cases {
 		r, err := parseRouting([]byte(c.body), 64)
@@ -101,6 +106,7 @@ func TestParseRoutingFields(t *testing.T) {
 		add(r.Store == optFalse, "store=false")
 		add(r.ConversationID != "", "conv="+r.ConversationID)
 		add(r.MaxTokens != 0, fmt.Sprintf("max=%d", r.MaxTokens))
+		add(r.Choices != 0, fmt.Sprintf("n=%d", r.Choices))
 		if g := strings.Join(got, " "); g != c.want {
 			t.Errorf("%s: %s, want %s", c.body, g, c.want)
 		}
