@@ -28,6 +28,20 @@ func TestMultipartFileIDsOfOthersRefused(t *testing.T) {
 		r := h.do(http.MethodPost, "/v1/images/edits", body, map[string]string{"Authorization": asBob["Authorization"], "Content-Type": ct})
 		wantNotFound(t, r, up, "file_not_found")
 	}
+	// A part whose disposition Go might read no name from, but a
+	// provider's parser might: refused (400) or checked (404) before the
+	// upstream, never passed on unchecked.
+	for _, cd := range []string{`attachment; name="images[][file_id]"`, `form-data; name="mask[file_id]"; name="mask[file_id]"`} {
+		raw := "--x\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-image-1\r\n" +
+			"--x\r\nContent-Disposition: " + cd + "\r\n\r\n" + file + "\r\n--x--\r\n"
+		r := h.do(http.MethodPost, "/v1/images/edits", raw, map[string]string{"Authorization": asBob["Authorization"], "Content-Type": "multipart/form-data; boundary=x"})
+		if r.status != http.StatusBadRequest && r.status != http.StatusNotFound {
+			t.Fatalf("%s: %d %s, want 400 or the ownership 404", cd, r.status, r.body)
+		}
+		if seen := up.requests(); len(seen) != 0 {
+			t.Fatalf("%s: the upstream was called: %+v", cd, seen)
+		}
+	}
 	body, ct := form("images[][file_id]")
 	h.do(http.MethodPost, "/v1/images/edits", body, map[string]string{"Authorization": asAlice["Authorization"], "Content-Type": ct})
 	if seen := up.requests(); len(seen) != 1 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"mime"
 	"mime/multipart"
 	"net/http"
 	"strconv"
@@ -52,7 +53,18 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		inner.Reset()
 		var w io.Writer = inner
 		var val *limitedBuf
-		isID := p.FileName() == "" && strings.Contains(strings.ToLower(name), "file_id")
+		// A provider's parser may take a part's name whatever its
+		// disposition says: a file id in a part Go reads no name from (not
+		// form-data, a malformed or repeated parameter) is refused, never
+		// passed on unchecked.
+		rawName, err := dispositionName(p.Header.Get("Content-Disposition"))
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("multipart body: %w", err)
+		}
+		isID := p.FileName() == "" && strings.Contains(strings.ToLower(rawName), "file_id")
+		if isID && name != rawName {
+			return "", nil, nil, fmt.Errorf("multipart body: part %q names a file id but is not a form-data field", rawName)
+		}
 		if (isID || wanted(fields, name)) && p.FileName() == "" {
 			val = &limitedBuf{max: maxFieldValue}
 			w = io.MultiWriter(inner, val)
@@ -147,4 +159,18 @@ func WithHeaders(fingerprint string, hdr http.Header, names []string) string {
 		return fingerprint
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// dispositionName is the name parameter of a part's Content-Disposition,
+// whatever its type; an error if the header does not parse (a repeated
+// parameter, say), which Go's FormName reads as no name at all.
+func dispositionName(cd string) (string, error) {
+	if cd == "" {
+		return "", nil
+	}
+	_, params, err := mime.ParseMediaType(cd)
+	if err != nil {
+		return "", fmt.Errorf("a part's Content-Disposition %q does not parse: %v", cd, err)
+	}
+	return params["name"], nil
 }
