@@ -2,10 +2,14 @@ package gateway
 
 import (
 	"bytes"
+	"context"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
@@ -51,5 +55,36 @@ func TestDuplicateDuringClaimJoins(t *testing.T) {
 	}
 	if n := up.calls.Load(); n != 1 {
 		t.Fatalf("upstream calls: %d, want 1", n)
+	}
+}
+
+// panicClaim panics in the next Claim once armed, as a store driver's bug
+// would.
+type panicClaim struct {
+	Store
+	armed atomic.Bool
+}
+
+func (p *panicClaim) Claim(ctx context.Context, k cache.Key, fp string, lease time.Duration) (cache.Claim, error) {
+	if p.armed.CompareAndSwap(true, false) {
+		panic("claim failed")
+	}
+	return p.Store.Claim(ctx, k, fp, lease)
+}
+
+// A keyed stream whose claim panics leaves no registration for joiners
+// behind: the next request with the key runs (before, it found the dead
+// registration, waited for a status line that never came and got 409).
+func TestClaimPanicLeavesNoLiveStream(t *testing.T) {
+	pc := &panicClaim{}
+	h := newHarnessStore(t, func(c *config.Config) { c.Idempotency.WaitTimeout = config.Duration(300 * time.Millisecond) },
+		func(s Store) Store { pc.Store = s; return pc }, fakeprovider.Options{})
+	pc.armed.Store(true)
+	if r := h.chat(streamBody, map[string]string{"Idempotency-Key": "claim-panic"}); r.status != http.StatusInternalServerError {
+		t.Fatalf("the panicking claim: %d %s", r.status, r.body)
+	}
+	r := h.chat(streamBody, map[string]string{"Idempotency-Key": "claim-panic"})
+	if r.status != http.StatusOK || !strings.Contains(string(r.body), "[DONE]") {
+		t.Fatalf("the next request with the key: %d %s", r.status, r.body)
 	}
 }

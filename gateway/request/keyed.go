@@ -164,10 +164,14 @@ func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 		return g.serveUnkeyed(x)
 	}
 	x.live, x.unlive = g.goLive(cl, kr)
+	claimed := false
+	defer func() {
+		if !claimed {
+			x.unlive() // the call is not this request's to run (or Claim panicked)
+		}
+	}()
 	lease, ev, err := g.keeper.Claim(w, r, kr, dl.client)
-	if lease == nil || err != nil {
-		x.unlive() // the call is not this request's to run
-	}
+	claimed = lease != nil && err == nil
 	if ev.Class != "" {
 		s.replay(ev, kr)
 	}

@@ -221,6 +221,9 @@ type handoff struct {
 	// not hold back the joiners, who follow the work, not the client.
 	stall time.Duration
 	rc    *http.ResponseController
+	// ending is set by end before it cuts a blocked write short; guard
+	// then never sets a later deadline over end's.
+	ending atomic.Bool
 }
 
 func newHandoff(w http.ResponseWriter, client context.Context, live *liveStream, stall time.Duration) *handoff {
@@ -237,6 +240,11 @@ func newHandoff(w http.ResponseWriter, client context.Context, live *liveStream,
 func (h *handoff) guard() {
 	if h.rc != nil {
 		_ = h.rc.SetWriteDeadline(time.Now().Add(h.stall))
+		if h.ending.Load() {
+			// end set its deadline of now before or while this one was
+			// set: keep end's, so the write it cuts is cut at once.
+			_ = h.rc.SetWriteDeadline(time.Now())
+		}
 	}
 }
 
@@ -397,6 +405,7 @@ func (h *handoff) trailer(k, v string) {
 // (deliver), it ends nothing and reports delivered: the handler waits for
 // the work, which has nothing left to write but its trailer.
 func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool)) (abort, delivered bool) {
+	h.ending.Store(true)
 	rc := http.NewResponseController(h.w)
 	_ = rc.SetWriteDeadline(time.Now())
 	h.mu.Lock()
