@@ -312,36 +312,56 @@ func TestBudgetKeyedChargedOnce(t *testing.T) {
 	}
 }
 
-// A stream the provider cut before its first event (200, then nothing)
-// is retried by the gateway; the provider billed both runs, and both are
-// charged: the cut one its reservation (it reported no usage), the
-// second its reported usage.
+// A stream cut before its first event (the provider billed it) and then
+// served again — by the gateway's retry, or by a fallback upstream — is
+// charged for both runs: the cut one by its reservation (it reported no
+// usage), the second by its usage.
 func TestBudgetCutStreamRetriedChargedForBothRuns(t *testing.T) {
-	up := &metered{In: 100, Out: 150}
-	up.Script = func(n int64, w http.ResponseWriter, r *http.Request) bool {
-		if n == 1 {
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.WriteHeader(200)
-			w.(http.Flusher).Flush()
-			return true // the stream ends before its first event
-		}
-		return false
-	}
-	srv := httptest.NewServer(up)
-	t.Cleanup(srv.Close)
-	day := config.Budget{Window: config.WindowDay, Tokens: 100000}
-	h := newHarness(t, budgeted(srv.URL, day))
-	body := `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"max_tokens":20,"messages":[{"role":"user","content":"Hello"}]}`
-	r := h.chat(body, alice)
-	if r.status != 200 || !strings.Contains(string(r.body), "[DONE]") {
-		t.Fatalf("stream: %d %s", r.status, r.body)
-	}
-	if n := up.calls.Load(); n != 2 {
-		t.Fatalf("provider calls = %d, want 2 (the cut run, then its retry)", n)
-	}
-	reserved := int64((len(body)+3)/4) + 20
-	if got := spent(t, h.store, day); got != (cache.BudgetCount{Spent: reserved + 250}) {
-		t.Fatalf("counter = %+v, want %d (the cut run's reservation) + 250 (the retry's usage)", got, reserved)
+	for _, tc := range []struct {
+		name   string
+		second string // what served the second run
+		mutate func(c *config.Config, url string)
+	}{
+		{"retried", "its retry", func(*config.Config, string) {}},
+		{"fallback", "the fallback", func(c *config.Config, url string) {
+			c.Retry.MaxAttempts = 1
+			c.Upstreams = []config.Upstream{
+				{Name: "primary", BaseURL: url + "/v1", Models: []string{"gpt-*"}, Fallbacks: []string{"secondary"}, Timeout: config.Duration(5 * time.Second)},
+				{Name: "secondary", BaseURL: url + "/v1", Models: []string{"gpt-*"}, Timeout: config.Duration(5 * time.Second)},
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &metered{In: 100, Out: 150}
+			up.Script = func(n int64, w http.ResponseWriter, r *http.Request) bool {
+				if n == 1 {
+					w.Header().Set("Content-Type", "text/event-stream")
+					w.WriteHeader(200)
+					w.(http.Flusher).Flush()
+					return true // the stream ends before its first event
+				}
+				return false
+			}
+			srv := httptest.NewServer(up)
+			t.Cleanup(srv.Close)
+			day := config.Budget{Window: config.WindowDay, Tokens: 100000}
+			h := newHarness(t, func(c *config.Config) {
+				budgeted(srv.URL, day)(c)
+				tc.mutate(c, srv.URL)
+			})
+			body := `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"max_tokens":20,"messages":[{"role":"user","content":"Hello"}]}`
+			r := h.chat(body, alice)
+			if r.status != 200 || !strings.Contains(string(r.body), "[DONE]") {
+				t.Fatalf("stream: %d %s", r.status, r.body)
+			}
+			if n := up.calls.Load(); n != 2 {
+				t.Fatalf("provider calls = %d, want 2 (the cut run, then %s)", n, tc.second)
+			}
+			reserved := int64((len(body)+3)/4) + 20
+			if got := spent(t, h.store, day); got != (cache.BudgetCount{Spent: reserved + 250}) {
+				t.Fatalf("counter = %+v, want %d (the cut run's reservation) + 250 (%s's usage)", got, reserved, tc.second)
+			}
+		})
 	}
 }
 
@@ -633,45 +653,6 @@ func TestBudgetCountTokensFree(t *testing.T) {
 	}
 	if r := h.do(http.MethodPost, "/v1/messages", `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"Hi"}]}`, hdr); r.status != 200 {
 		t.Fatalf("the message after the counts: %d %s", r.status, r.body)
-	}
-}
-
-// A stream cut before its first event on the primary, then served by a
-// fallback, is charged for both runs: the provider billed the primary's
-// too (by its reservation, as it reported no usage).
-func TestBudgetFallbackStreamChargesThePrimarysRun(t *testing.T) {
-	up := &metered{In: 100, Out: 150}
-	up.Script = func(n int64, w http.ResponseWriter, r *http.Request) bool {
-		if n == 1 {
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.WriteHeader(200)
-			w.(http.Flusher).Flush()
-			return true // the stream ends before its first event
-		}
-		return false
-	}
-	srv := httptest.NewServer(up)
-	t.Cleanup(srv.Close)
-	day := config.Budget{Window: config.WindowDay, Tokens: 100000}
-	h := newHarness(t, func(c *config.Config) {
-		budgeted(srv.URL, day)(c)
-		c.Retry.MaxAttempts = 1
-		c.Upstreams = []config.Upstream{
-			{Name: "primary", BaseURL: srv.URL + "/v1", Models: []string{"gpt-*"}, Fallbacks: []string{"secondary"}, Timeout: config.Duration(5 * time.Second)},
-			{Name: "secondary", BaseURL: srv.URL + "/v1", Models: []string{"gpt-*"}, Timeout: config.Duration(5 * time.Second)},
-		}
-	})
-	body := `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"max_tokens":20,"messages":[{"role":"user","content":"Hello"}]}`
-	r := h.chat(body, alice)
-	if r.status != 200 || !strings.Contains(string(r.body), "[DONE]") {
-		t.Fatalf("stream: %d %s", r.status, r.body)
-	}
-	if n := up.calls.Load(); n != 2 {
-		t.Fatalf("provider calls = %d, want 2 (the primary's cut run, then the fallback)", n)
-	}
-	reserved := int64((len(body)+3)/4) + 20
-	if got := spent(t, h.store, day); got != (cache.BudgetCount{Spent: reserved + 250}) {
-		t.Fatalf("counter = %+v, want %d (the primary's cut run, by its reservation) + 250 (the fallback's usage)", got, reserved)
 	}
 }
 

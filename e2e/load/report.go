@@ -237,26 +237,19 @@ func (r *report) mdLegs(b *strings.Builder) {
 // seconds in the leg over the leg's requests). Without messages legs it
 // writes nothing.
 func (r *report) mdAPIs(b *strings.Builder) {
-	header := false
-	for _, m := range r.Legs {
-		if m.API != apiMessages || m.Proxy == nil {
-			continue
-		}
-		c := r.leg(strings.Replace(m.Name, " messages", "", 1))
-		if c == nil || c.Proxy == nil {
-			continue
-		}
-		if !header {
-			header = true
-			b.WriteString("\n## /v1/messages against /v1/chat/completions\n\n")
-			b.WriteString("Each /v1/messages leg beside its chat twin, same run, same fake (same content, same chunks). ")
-			b.WriteString("CPU per request is the proxy process's CPU time in the leg over the leg's requests.\n\n")
-			b.WriteString("| leg | p50 ms chat / messages | p99 ms chat / messages | proxy CPU µs per request chat / messages |\n")
-			b.WriteString("|---|--:|--:|--:|\n")
-		}
-		fmt.Fprintf(b, "| %s | %s / %s | %s / %s | %.0f / %.0f |\n", c.Name,
-			latQ(c, 0.5), latQ(&m, 0.5), latQ(c, 0.99), latQ(&m, 0.99), cpuPerRequest(c), cpuPerRequest(&m))
-	}
+	r.mdTwins(b, twinTable{
+		is:   func(l Leg) bool { return l.API == apiMessages },
+		twin: func(name string) string { return strings.Replace(name, " messages", "", 1) },
+		head: "\n## /v1/messages against /v1/chat/completions\n\n" +
+			"Each /v1/messages leg beside its chat twin, same run, same fake (same content, same chunks). " +
+			"CPU per request is the proxy process's CPU time in the leg over the leg's requests.\n\n" +
+			"| leg | p50 ms chat / messages | p99 ms chat / messages | proxy CPU µs per request chat / messages |\n" +
+			"|---|--:|--:|--:|\n",
+		row: func(c, m *Leg) string {
+			return fmt.Sprintf("| %s | %s / %s | %s / %s | %.0f / %.0f |\n", c.Name,
+				latQ(c, 0.5), latQ(m, 0.5), latQ(c, 0.99), latQ(m, 0.99), cpuPerRequest(c), cpuPerRequest(m))
+		},
+	})
 }
 
 // mdBudgets compares each budgeted leg (the client with budgets that
@@ -264,25 +257,47 @@ func (r *report) mdAPIs(b *strings.Builder) {
 // what reserving before and settling after each call costs. Without
 // budgeted legs it writes nothing.
 func (r *report) mdBudgets(b *strings.Builder) {
+	r.mdTwins(b, twinTable{
+		is:   func(l Leg) bool { return l.Budgeted },
+		twin: func(name string) string { return strings.TrimSuffix(name, " budgeted") },
+		head: "\n## Budgets on against off\n\n" +
+			"Each budgeted leg (a client with a day and a minute token budget that never run out: a reservation before " +
+			"and a settlement after every call) beside the same leg of a client without budgets, same run.\n\n" +
+			"| leg | req/s off / on | p50 ms off / on | p99 ms off / on | proxy CPU µs per request off / on |\n" +
+			"|---|--:|--:|--:|--:|\n",
+		row: func(c, m *Leg) string {
+			return fmt.Sprintf("| %s | %.0f / %.0f | %s / %s | %s / %s | %.0f / %.0f |\n", c.Name, c.RPS, m.RPS,
+				latQ(c, 0.5), latQ(m, 0.5), latQ(c, 0.99), latQ(m, 0.99), cpuPerRequest(c), cpuPerRequest(m))
+		},
+	})
+}
+
+// twinTable is a table of legs beside their twins of the same run: the
+// legs is picks, each beside the leg named twin(its name), under head
+// (written once, before the first row), a row each.
+type twinTable struct {
+	is   func(Leg) bool
+	twin func(name string) string
+	head string
+	row  func(twin, leg *Leg) string
+}
+
+// mdTwins writes t; with no leg and twin both through a proxy, nothing.
+func (r *report) mdTwins(b *strings.Builder, t twinTable) {
 	header := false
 	for _, m := range r.Legs {
-		if !m.Budgeted || m.Proxy == nil {
+		if !t.is(m) || m.Proxy == nil {
 			continue
 		}
-		c := r.leg(strings.TrimSuffix(m.Name, " budgeted"))
+		c := r.leg(t.twin(m.Name))
 		if c == nil || c.Proxy == nil {
 			continue
 		}
 		if !header {
 			header = true
-			b.WriteString("\n## Budgets on against off\n\n")
-			b.WriteString("Each budgeted leg (a client with a day and a minute token budget that never run out: a reservation before ")
-			b.WriteString("and a settlement after every call) beside the same leg of a client without budgets, same run.\n\n")
-			b.WriteString("| leg | req/s off / on | p50 ms off / on | p99 ms off / on | proxy CPU µs per request off / on |\n")
-			b.WriteString("|---|--:|--:|--:|--:|\n")
+			b.WriteString(t.head)
 		}
-		fmt.Fprintf(b, "| %s | %.0f / %.0f | %s / %s | %s / %s | %.0f / %.0f |\n", c.Name, c.RPS, m.RPS,
-			latQ(c, 0.5), latQ(&m, 0.5), latQ(c, 0.99), latQ(&m, 0.99), cpuPerRequest(c), cpuPerRequest(&m))
+		b.WriteString(t.row(c, &m))
 	}
 }
 
