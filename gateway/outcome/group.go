@@ -18,6 +18,12 @@ const (
 	BreakerOpen classify.Class = "breaker_open"
 	// GatewayError: the gateway failed the request itself.
 	GatewayError classify.Class = "gateway_error"
+	// BudgetExceeded: the client's budget refused the request before any
+	// upstream call (429 budget_exceeded, or 400 budget_request_too_large).
+	BudgetExceeded classify.Class = "budget_exceeded"
+	// BudgetUnmetered: a budgeted client's passthrough call that spends
+	// where no budget sees it was refused (403 budget_unmetered_endpoint).
+	BudgetUnmetered classify.Class = "budget_unmetered_endpoint"
 )
 
 // Group is how the operator's page charts a request: one of a few groups
@@ -56,7 +62,7 @@ var groups = []GroupInfo{
 	{GroupClientError, "the request was wrong: 4xx, a key reused with another body or still in flight",
 		[]classify.Class{classify.ClientError, "idempotency_mismatch", "idempotency_in_flight"}},
 	{GroupRefused, "refused by the provider (quota, credentials) or by the client's budget or limits",
-		[]classify.Class{classify.Quota, classify.Auth, classify.Unauthorized, "budget_exceeded", "client_limited"}},
+		[]classify.Class{classify.Quota, classify.Auth, classify.Unauthorized, BudgetExceeded, BudgetUnmetered, "client_limited"}},
 	{GroupTransient, "the upstream failed transiently and the retries ran out (503, 429, 5xx, timeouts, cut streams)",
 		[]classify.Class{classify.Transient, classify.RateLimited, classify.ServerError}},
 	{GroupBreakerOpen, "refused at once by an open circuit breaker", []classify.Class{BreakerOpen}},

@@ -45,7 +45,7 @@ func classifyClasses(t *testing.T) []classify.Class {
 // TestGroupsCoverEveryClass: every class classify can give and every class
 // the gateway logs of its own is in exactly one chart group.
 func TestGroupsCoverEveryClass(t *testing.T) {
-	gateway := []classify.Class{Replayed, BreakerOpen, GatewayError, "budget_exceeded", "client_limited",
+	gateway := []classify.Class{Replayed, BreakerOpen, GatewayError, BudgetExceeded, BudgetUnmetered, "client_limited",
 		"client_deadline", "idempotency_mismatch", "idempotency_in_flight"}
 	seen := map[classify.Class]int{}
 	for _, c := range Classes() {
@@ -62,7 +62,7 @@ func TestGroupsCoverEveryClass(t *testing.T) {
 	}{
 		{classify.Success, GroupSuccess}, {Replayed, GroupReplay}, {classify.ContentFilter, GroupNotRetried},
 		{classify.Empty, GroupNotRetried}, {classify.ClientError, GroupClientError}, {classify.Quota, GroupRefused},
-		{"budget_exceeded", GroupRefused}, {classify.Transient, GroupTransient}, {classify.RateLimited, GroupTransient},
+		{"budget_exceeded", GroupRefused}, {"budget_unmetered_endpoint", GroupRefused}, {classify.Transient, GroupTransient}, {classify.RateLimited, GroupTransient},
 		{BreakerOpen, GroupBreakerOpen}, {classify.Canceled, GroupClientLeft}, {GatewayError, GroupGateway},
 		{"no_such_class", GroupGateway},
 	} {

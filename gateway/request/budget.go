@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/llmgate/llmgate/gateway/budget"
+	"github.com/llmgate/llmgate/gateway/outcome"
 	"github.com/llmgate/llmgate/gateway/proxy"
 )
 
@@ -26,11 +27,11 @@ import (
 // the next request is refused.
 
 // budgetClass is the log line's class of a request its budget refused.
-const budgetClass = "budget_exceeded"
+const budgetClass = outcome.BudgetExceeded
 
 // unmeteredClass is the log line's class of a budgeted client's
 // passthrough call refused as unmetered (budget.Ledger.Unmetered).
-const unmeteredClass = "budget_unmetered_endpoint"
+const unmeteredClass = outcome.BudgetUnmetered
 
 // reserve reserves a call's budget before it runs: nil when its client
 // has no budget that applies. The refusal (apierror.BudgetExceeded, or

@@ -17,11 +17,11 @@
 // holds the minute asked for. A write for a minute older than what its
 // cell holds (the clock stepped back by more than the window) is dropped.
 //
-// A cell is a fixed-size struct of 896 bytes (a latency histogram of 194
+// A cell is a fixed-size struct of 904 bytes (a latency histogram of 194
 // uint32 counters, one counter per outcome class, retries, dead letters,
 // three state durations), all allocated when the Timeline is made:
 //
-//	Buckets × upstreams × 896 B  +  Buckets × 64 B (store samples)
+//	Buckets × upstreams × 904 B  +  Buckets × 64 B (store samples)
 //
 // 60 × 10 upstreams ≈ 0.5 MiB; MemoryBytes says it exactly. Upstreams not
 // named in Options.Upstreams are not kept, and unknown outcome classes
@@ -80,7 +80,7 @@ var classNames = func() []string {
 }()
 
 // numClasses is how many counters a cell has: len(outcome.Classes()) + 1.
-const numClasses = 20
+const numClasses = 21
 
 // Classes returns the outcome classes a bucket counts, in the order the
 // page stacks them.
