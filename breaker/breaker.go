@@ -70,10 +70,23 @@ const (
 // are not bounded by MaxLearnedModels.
 func Lane(family string) string { return "(" + family + ")" }
 
+// LaneFamily is the route family of a lane's model ("files" of
+// "(files)"), and whether model names a lane at all (see Lane).
+func LaneFamily(model string) (family string, ok bool) {
+	if len(model) > 2 && model[0] == '(' && model[len(model)-1] == ')' {
+		return model[1 : len(model)-1], true
+	}
+	return "", false
+}
+
 // isLane reports whether model names a lane (see Lane).
 func isLane(model string) bool {
-	return len(model) > 2 && model[0] == '(' && model[len(model)-1] == ')'
+	_, ok := LaneFamily(model)
+	return ok
 }
+
+// DefaultMaxLearnedModels is Settings.MaxLearnedModels when it is 0.
+const DefaultMaxLearnedModels = 64
 
 // Settings configures every breaker of a Registry. The zero value works.
 type Settings struct {
@@ -106,7 +119,7 @@ type Settings struct {
 	// own: only the upstream-wide one guards it (connection failures), so
 	// no two untracked models share a fate, and a tenant naming many
 	// models cannot make one breaker refuse them all. Learned breakers
-	// live as long as the Registry. If 0, 64 is used.
+	// live as long as the Registry. If 0, DefaultMaxLearnedModels is used.
 	MaxLearnedModels int
 	// OnUntracked, if not nil, is called the first time per upstream a
 	// model gets no breaker because MaxLearnedModels were learned, with
@@ -140,7 +153,7 @@ func (s Settings) withDefaults() Settings {
 		s.Scope = ScopeModel
 	}
 	if s.MaxLearnedModels <= 0 {
-		s.MaxLearnedModels = 64
+		s.MaxLearnedModels = DefaultMaxLearnedModels
 	}
 	return s
 }

@@ -97,23 +97,23 @@ func (r *Registry) model(set *upstream, model string, lane bool) *entry {
 	if e != nil {
 		return e
 	}
-	e, first := r.learn(set, model)
+	e, first := r.learn(set, model, lane)
 	if e == nil && first && r.s.OnUntracked != nil {
 		r.s.OnUntracked(Key{Upstream: set.name, Model: model})
 	}
 	return e
 }
 
-// learn makes model's breaker under set's lock; first reports the first
-// model of set refused one.
-func (r *Registry) learn(set *upstream, model string) (e *entry, first bool) {
+// learn makes model's (or lane's) breaker under set's lock; first
+// reports the first model of set refused one.
+func (r *Registry) learn(set *upstream, model string, lane bool) (e *entry, first bool) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	if e := set.models[model]; e != nil {
 		return e, false
 	}
 	covers := "lane"
-	if !isLane(model) {
+	if !lane {
 		if set.learned >= r.s.MaxLearnedModels {
 			first, set.untracked = !set.untracked, true
 			return nil, first

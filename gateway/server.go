@@ -270,8 +270,9 @@ func (g *Gateway) newBreakers(r *proxy.Router) *breaker.Registry {
 			g.log.Warn("circuit breaker state changed", "upstream", k.Upstream, "model", k.Model, "from", from, "to", to)
 		},
 		OnUntracked: func(k breaker.Key) {
-			g.log.Warn("model gets no circuit breaker of its own: the upstream already keeps 64 learned models; only connection failures guard it (name the model in the upstream's models to give it one)",
-				"upstream", k.Upstream, "model", k.Model)
+			g.log.Warn("model gets no circuit breaker of its own: the upstream already keeps the most learned models it keeps; "+
+				"only connection failures guard it (name the model in the upstream's models to give it one)",
+				"upstream", k.Upstream, "model", k.Model, "learned_models", breaker.DefaultMaxLearnedModels)
 		},
 	})
 	for _, k := range reg.Keys() {

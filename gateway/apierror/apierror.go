@@ -17,6 +17,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/llmgate/llmgate/breaker"
 )
 
 // Error is an error whose wire form is fixed where it arises: request
@@ -93,10 +95,9 @@ func (e *BreakerOpen) Error() string {
 
 // what names what the breaker refused, for the client.
 func (e *BreakerOpen) what() string {
-	if m := e.Model; len(m) > 2 && m[0] == '(' && m[len(m)-1] == ')' {
-		// A lane (breaker.Lane): the requests of a route family that name
-		// no model.
-		return fmt.Sprintf("Requests to %s on upstream %s", m[1:len(m)-1], e.Upstream)
+	if family, ok := breaker.LaneFamily(e.Model); ok {
+		// A lane: the requests of a route family that name no model.
+		return fmt.Sprintf("Requests to %s on upstream %s", family, e.Upstream)
 	}
 	if e.Model != "" {
 		return fmt.Sprintf("Model %s on upstream %s", e.Model, e.Upstream)
