@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/config"
 )
 
@@ -28,16 +27,7 @@ func BenchmarkBudgets(b *testing.B) {
 			budgets = []config.Budget{{Window: config.WindowDay, Tokens: 1 << 50}, {Window: config.WindowMinute, Tokens: 1 << 50}}
 		}
 		budgeted(srv.URL, budgets...)(&cfg)
-		cfg.DataDir = b.TempDir()
-		store, err := badgerstore.Open(badgerstore.Options{Dir: cfg.DataDir})
-		if err != nil {
-			b.Fatal(err)
-		}
-		gw, err := New(Options{Config: cfg, Store: store})
-		if err != nil {
-			b.Fatal(err)
-		}
-		h := gw.Handler()
+		h := benchGateway(b, cfg)
 		for _, keyed := range []bool{false, true} {
 			name := fmt.Sprintf("budgets=%v/keyed=%v", on, keyed)
 			b.Run(name, func(b *testing.B) {
@@ -59,7 +49,5 @@ func BenchmarkBudgets(b *testing.B) {
 				}
 			})
 		}
-		gw.Close()
-		store.Close()
 	}
 }

@@ -29,18 +29,7 @@ func BenchmarkMessagesRoute(b *testing.B) {
 	cfg.Upstreams[0].Models = []string{"gpt-*"}
 	cfg.Upstreams = append(cfg.Upstreams, config.Upstream{Name: "anthropic", BaseURL: ant.URL, APIKey: anthropicKey,
 		API: config.APIAnthropic, Models: []string{"claude-*"}, Timeout: config.Duration(5 * time.Second)})
-	cfg.DataDir = b.TempDir()
-	store, err := badgerstore.Open(badgerstore.Options{Dir: cfg.DataDir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	gw, err := New(Options{Config: cfg, Store: store})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer gw.Close()
-	h := gw.Handler()
+	h := benchGateway(b, cfg)
 	for _, c := range []struct{ name, path, body string }{
 		{"chat/json", "/v1/chat/completions", chatBody},
 		{"messages/json", "/v1/messages", messagesBody},
@@ -60,4 +49,25 @@ func BenchmarkMessagesRoute(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchGateway is a gateway on cfg over real Badger in a temp dir, closed
+// (with its store) when b ends; its handler.
+func benchGateway(b *testing.B, cfg config.Config) http.Handler {
+	b.Helper()
+	cfg.DataDir = b.TempDir()
+	store, err := badgerstore.Open(badgerstore.Options{Dir: cfg.DataDir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	gw, err := New(Options{Config: cfg, Store: store})
+	if err != nil {
+		store.Close()
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		gw.Close()
+		store.Close()
+	})
+	return gw.Handler()
 }

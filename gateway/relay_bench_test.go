@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/e2e/fakeprovider"
 )
 
@@ -23,19 +22,7 @@ import (
 func BenchmarkRequestPath(b *testing.B) {
 	up := httptest.NewServer(fakeprovider.New(fakeprovider.Options{KeepRequests: -1, Chunks: 6}))
 	defer up.Close()
-	cfg := testConfig(up.URL)
-	cfg.DataDir = b.TempDir()
-	store, err := badgerstore.Open(badgerstore.Options{Dir: cfg.DataDir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	gw, err := New(Options{Config: cfg, Store: store})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer gw.Close()
-	h := gw.Handler()
+	h := benchGateway(b, testConfig(up.URL))
 	call := func(b *testing.B, body, key string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
