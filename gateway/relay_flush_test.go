@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -77,5 +78,56 @@ func TestRelayFlushesBeforeWaitingOnUpstream(t *testing.T) {
 			}
 			close(seen)
 		})
+	}
+}
+
+// flushCounter is a client that counts the flushes that reach it.
+type flushCounter struct {
+	*httptest.ResponseRecorder
+	flushes int
+}
+
+func (f *flushCounter) Flush() {
+	f.flushes++
+	f.ResponseRecorder.Flush()
+}
+
+// TestRelayFlushesOncePerUpstreamRead: the events one read of the upstream
+// brings go to the client with one flush, not one each (a flush is a write
+// to the client's socket, the stream relay's largest cost). The upstream
+// sends a whole 10-event stream in one write; the client gets it in at
+// most one flush unkeyed, and keyed in at most three (the events, the held
+// tail after the commit, the delivery's final flush). Before, every event
+// was flushed on its own.
+func TestRelayFlushesOncePerUpstreamRead(t *testing.T) {
+	var stream strings.Builder
+	for i := range 8 {
+		fmt.Fprintf(&stream, `data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"w%d "},"finish_reason":null}]}`+"\n\n", i)
+	}
+	stream.WriteString(`data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n")
+	stream.WriteString("data: [DONE]\n\n")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, stream.String())
+	}))
+	defer up.Close()
+	h := newHarness(t, func(c *config.Config) { c.Upstreams[0].BaseURL = up.URL + "/v1" })
+	for _, c := range []struct {
+		key        string
+		maxFlushes int
+	}{{"", 1}, {"flush-once-per-read", 3}} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(streamBody))
+		req.Header.Set("Content-Type", "application/json")
+		if c.key != "" {
+			req.Header.Set("Idempotency-Key", c.key)
+		}
+		w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+		h.gw.Handler().ServeHTTP(w, req)
+		if w.Code != http.StatusOK || w.Body.String() != stream.String() {
+			t.Fatalf("key %q: status %d, body not the upstream's:\n%s", c.key, w.Code, w.Body)
+		}
+		if w.flushes < 1 || w.flushes > c.maxFlushes {
+			t.Errorf("key %q: %d flushes for one upstream read of 10 events, want 1 to %d", c.key, w.flushes, c.maxFlushes)
+		}
 	}
 }

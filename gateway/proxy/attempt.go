@@ -138,7 +138,8 @@ func (a *inAttempt) failWith(o classify.Outcome) *Response {
 // event, response.failed with server_error), the client has seen nothing
 // and the attempt is retried.
 func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Response {
-	rd := sse.NewReader(body, p.maxEventBytes())
+	up := &upstreamReads{r: body}
+	rd := sse.NewReader(up, p.maxEventBytes())
 	var first [][]byte
 	for {
 		ev, err := rd.Next()
@@ -163,7 +164,7 @@ func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Respons
 		}
 	}
 	resp := a.resp
-	resp.Stream = &LiveStream{body: body, rd: rd, first: first, api: api,
+	resp.Stream = &LiveStream{body: body, rd: rd, up: up, first: first, api: api,
 		timer: a.timer, cancel: a.cancel, ctx: a.actx, idle: p.cfg.Limits.StreamIdleTimeout.D()}
 	resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
 	return resp

@@ -20,6 +20,10 @@ import (
 type LiveStream struct {
 	body io.ReadCloser
 	rd   *sse.Reader
+	// up is what rd reads the body through: while the stream is relayed
+	// it flushes the events written to the client before each read of
+	// the upstream, and times that read against the idle limit.
+	up *upstreamReads
 	// first is the first event, or for an API with a preamble (Responses,
 	// Messages) the events up to and including its first that is more
 	// than an announcement.
@@ -47,12 +51,35 @@ func (s *LiveStream) close() {
 	s.rd.Release()
 }
 
-// next returns the next event, resetting the idle timer.
+// upstreamReads is the body of a stream as its sse.Reader reads it. Once
+// relaying (before set), every read of the upstream first flushes what
+// the relay has written to the client — so each event reaches the client
+// before the relay waits for the next, with one flush for all the events
+// one read brought, not one per event — and runs under the idle timer,
+// which is stopped while events go to the client: time spent writing to a
+// slow client is not upstream idleness.
+type upstreamReads struct {
+	r      io.Reader
+	before func()
+	timer  *time.Timer
+	idle   time.Duration
+}
+
+func (u *upstreamReads) Read(p []byte) (int, error) {
+	if u.before == nil {
+		return u.r.Read(p)
+	}
+	u.before()
+	u.timer.Reset(u.idle)
+	n, err := u.r.Read(p)
+	u.timer.Stop()
+	return n, err
+}
+
+// next returns the next event; reads of the upstream it needs are timed
+// by upstreamReads.
 func (s *LiveStream) next() ([]byte, error) {
-	s.timer.Reset(s.idle)
 	ev, err := s.rd.Next()
-	// Time spent writing to a slow client is not upstream idleness.
-	s.timer.Stop()
 	if err != nil {
 		if c := context.Cause(s.ctx); c == errIdleTimeout || c == errAttemptTimeout {
 			err = c
@@ -171,6 +198,8 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, how Relay) *T
 	}
 	w.WriteHeader(resp.Status)
 	r := newRelay(&clientOut{w: w}, rec, hold, &s.span, s.api)
+	s.up.before, s.up.timer, s.up.idle = r.out.flush, s.timer, s.idle
+	defer r.out.flush()
 	for _, ev := range s.first {
 		r.event(ev)
 	}
@@ -238,7 +267,7 @@ func (r *relay) event(ev []byte) {
 		r.tail.events = append(r.tail.events, kept)
 		return
 	}
-	r.out.send(ev)
+	r.out.write(ev) // flushed before the next read of the upstream
 }
 
 // rest relays the events after the first until the stream ends, and
@@ -316,11 +345,12 @@ type Tail struct {
 // Held reports whether anything is held back.
 func (t *Tail) Held() bool { return len(t.events) > 0 }
 
-// Release sends the held events.
+// Release sends the held events, flushed together.
 func (t *Tail) Release() {
 	for _, ev := range t.events {
-		t.out.send(ev)
+		t.out.write(ev)
 	}
+	t.out.flush()
 	t.events = nil
 }
 
@@ -340,14 +370,23 @@ func (t *Tail) Fail(ev []byte) {
 	t.events = nil
 }
 
-// clientOut writes events to the client, flushing each; after a failed
-// write or flush (the client left) it writes nothing more.
+// clientOut writes events to the client; after a failed write or flush
+// (the client left) it writes nothing more.
 type clientOut struct {
 	w    http.ResponseWriter
 	gone bool
+	// unflushed: written since the last flush.
+	unflushed bool
 }
 
+// send writes ev and flushes it.
 func (c *clientOut) send(ev []byte) {
+	c.write(ev)
+	c.flush()
+}
+
+// write writes ev, to be flushed by the next flush.
+func (c *clientOut) write(ev []byte) {
 	if c.gone {
 		return
 	}
@@ -355,6 +394,15 @@ func (c *clientOut) send(ev []byte) {
 		c.gone = true
 		return
 	}
+	c.unflushed = true
+}
+
+// flush flushes what was written since the last flush, if anything.
+func (c *clientOut) flush() {
+	if c.gone || !c.unflushed {
+		return
+	}
+	c.unflushed = false
 	if err := FlushClient(c.w); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		c.gone = true
 	}
