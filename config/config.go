@@ -651,8 +651,9 @@ type Server struct {
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// WriteStallTimeout bounds one write of a keyed stream to its client
 	// while duplicates may be joining it: a client that stops reading for
-	// this long is dropped, and the call goes on for the joiners and the
-	// commit instead of waiting on it. Default 30s.
+	// this long (or up to a quarter longer) is dropped, and the call goes
+	// on for the joiners and the commit instead of waiting on it. Default
+	// 30s.
 	WriteStallTimeout Duration `yaml:"write_stall_timeout"`
 	// ShutdownGrace is how long in-flight requests and streams get to
 	// finish after SIGTERM. Default 30s. Env GATEWAY_SHUTDOWN_GRACE.

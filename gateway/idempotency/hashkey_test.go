@@ -1,8 +1,11 @@
 package idempotency
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/llmgate/llmgate/cache"
@@ -29,4 +32,29 @@ func TestHashKeyScopedByClient(t *testing.T) {
 	if len(alice) != 12 {
 		t.Errorf("hash %q is %d characters, want 12", alice, len(alice))
 	}
+}
+
+// A pooled MAC gives what a fresh HMAC gives, on every reuse and from
+// many goroutines at once (a pooled hash is Reset to just after the key).
+func TestPooledMACMatchesHMAC(t *testing.T) {
+	secret := []byte("forward-secret")
+	want := func(k cache.Key) string {
+		m := hmac.New(sha256.New, secret)
+		m.Write([]byte(k.Scope + "\x00" + k.Endpoint + "\x00" + k.ID))
+		return "llmgate-" + hex.EncodeToString(m.Sum(nil))
+	}
+	mac := NewMAC(secret)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				k := cache.Key{Scope: fmt.Sprint("team-", g), Endpoint: "/v1/chat/completions", ID: fmt.Sprint("op-", i)}
+				if got := mac.ForwardKey(k); got != want(k) {
+					t.Errorf("ForwardKey(%v) = %s, want %s", k, got, want(k))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -15,6 +15,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"hash"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -136,14 +138,44 @@ const CommittedTrailer = "X-Llmgate-Committed"
 // client's key (which may name a business operation) cannot be read back
 // from it. It is stable across replicas and restarts that share the secret,
 // so an upstream that deduplicates still sees one key per operation.
-func ForwardKey(secret []byte, k cache.Key) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(k.Scope))
-	m.Write([]byte{0})
-	m.Write([]byte(k.Endpoint))
-	m.Write([]byte{0})
-	m.Write([]byte(k.ID))
-	return "llmgate-" + hex.EncodeToString(m.Sum(nil))
+func ForwardKey(secret []byte, k cache.Key) string { return NewMAC(secret).ForwardKey(k) }
+
+// MAC is HMAC-SHA256 under one secret, for values computed on every
+// request: hmac.New derives the key's pads and two hash states each time;
+// a pooled one is Reset to the state just after the key instead.
+type MAC struct{ pool sync.Pool }
+
+// NewMAC is a MAC under secret.
+func NewMAC(secret []byte) *MAC {
+	m := &MAC{}
+	m.pool.New = func() any { return hmac.New(sha256.New, secret) }
+	return m
+}
+
+// Sum appends to dst the MAC of parts, each followed by a zero byte but
+// the last.
+func (m *MAC) Sum(dst []byte, parts ...string) []byte {
+	h := m.pool.Get().(hash.Hash)
+	h.Reset()
+	for i, p := range parts {
+		if i > 0 {
+			h.Write([]byte{0})
+		}
+		io.WriteString(h, p)
+	}
+	dst = h.Sum(dst)
+	m.pool.Put(h)
+	return dst
+}
+
+// ForwardKey is ForwardKey under m's secret.
+func (m *MAC) ForwardKey(k cache.Key) string {
+	const prefix = "llmgate-"
+	var sum [sha256.Size]byte
+	out := make([]byte, len(prefix)+hex.EncodedLen(sha256.Size))
+	copy(out, prefix)
+	hex.Encode(out[len(prefix):], m.Sum(sum[:0], k.Scope, k.Endpoint, k.ID))
+	return string(out)
 }
 
 // HashKey is how an idempotency key appears in logs and traces: enough to

@@ -218,7 +218,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 	// until it ends, also after the handler has returned.
 	held := hd.take()
 	if kr.Raw != "" {
-		cl.IdemKey = idempotency.ForwardKey(g.forwardSecret, kr.Key)
+		cl.IdemKey = g.forwardMAC.ForwardKey(kr.Key)
 	}
 	hk := hooksOf(r.Context())
 	live, unlive := x.live, x.unlive

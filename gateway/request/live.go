@@ -26,8 +26,10 @@ type liveStream struct {
 	fp  string
 	max int
 
-	mu      sync.Mutex
-	changed chan struct{} // closed and replaced at each change
+	mu sync.Mutex
+	// changed is closed at the next change; nil while no joiner waits
+	// (most streams have none, and each change would make a channel).
+	changed chan struct{}
 	status  int
 	header  http.Header
 	body    []byte
@@ -48,13 +50,15 @@ type liveStream struct {
 }
 
 func newLiveStream(fp string, max int64) *liveStream {
-	return &liveStream{fp: fp, max: int(max), changed: make(chan struct{})}
+	return &liveStream{fp: fp, max: int(max)}
 }
 
 // notify wakes the joiners. The caller holds mu.
 func (l *liveStream) notify() {
-	close(l.changed)
-	l.changed = make(chan struct{})
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
 }
 
 // start records the status line and headers (the first time only).
@@ -78,6 +82,11 @@ func (l *liveStream) write(b []byte) {
 	if len(l.body)+len(b) > l.max || l.unrecordable != nil && l.unrecordable() {
 		l.over, l.body = true, nil
 	} else {
+		if l.body == nil {
+			// A stream is a few KiB: start there rather than doubling up
+			// from its first event.
+			l.body = make([]byte, 0, max(len(b), min(4<<10, l.max)))
+		}
 		l.body = append(l.body, b...)
 	}
 	l.notify()
@@ -145,6 +154,9 @@ type liveView struct {
 func (l *liveStream) view(off int) liveView {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
 	v := liveView{status: l.status, header: l.header, done: l.done, over: l.over || l.aborted && l.done, wait: l.changed}
 	if !l.over && off < len(l.body) {
 		v.more = l.body[off:len(l.body):len(l.body)] // appends never touch these bytes

@@ -91,8 +91,8 @@ type Handler struct {
 	tenants bool
 	// derive maps a client's name to the header it derives idempotency
 	// keys from (clients[].derive_idempotency_key), for those that do.
-	derive        map[string]string
-	forwardSecret []byte
+	derive     map[string]string
+	forwardMAC *idempotency.MAC
 	// proxies are server.trusted_proxies: whether a client reached the
 	// gateway over TLS (a batch's results_url).
 	proxies forwarded.Proxies
@@ -103,7 +103,7 @@ type Handler struct {
 func New(o Options) *Handler {
 	g := &Handler{cfg: o.Config, log: o.Logger, now: o.Now, router: o.Router, proxy: o.Proxy, keeper: o.Keeper,
 		metrics: o.Metrics, timeline: o.Timeline, tracer: o.Tracer, dlq: o.DeadLetters, limits: o.Limits,
-		admit: o.Admit, spooled: o.Spooled, space: o.Space, owners: o.Owners, forwardSecret: o.ForwardSecret, budgets: o.Budgets,
+		admit: o.Admit, spooled: o.Spooled, space: o.Space, owners: o.Owners, forwardMAC: idempotency.NewMAC(o.ForwardSecret), budgets: o.Budgets,
 		apiKeys: clientAPIKeys(o.Config.Clients), tenants: len(o.Config.Clients) > 0, derive: deriveHeaders(o.Config.Clients),
 		work: newWorkSet(o.Config.Idempotency.MaxDetached), proxies: forwarded.New(o.Config.Server.TrustedProxyPrefixes())}
 	if g.log == nil {

@@ -2,8 +2,6 @@ package request
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
 
@@ -83,12 +81,8 @@ func (g *Handler) forwardTenant(r *http.Request) string {
 	if client == "" && fwd == "" {
 		return ""
 	}
-	m := hmac.New(sha256.New, g.forwardSecret)
-	m.Write([]byte("tenant\x00"))
-	m.Write([]byte(client))
-	m.Write([]byte{0})
-	m.Write([]byte(fwd))
-	return hex.EncodeToString(m.Sum(nil)[:16])
+	var sum [32]byte
+	return hex.EncodeToString(g.forwardMAC.Sum(sum[:0], "tenant", client, fwd)[:16])
 }
 
 // contentCacheID is the record id of a content-keyed cache entry for a

@@ -224,6 +224,9 @@ type handoff struct {
 	// ending is set by end before it cuts a blocked write short; guard
 	// then never sets a later deadline over end's.
 	ending atomic.Bool
+	// guardedAt is when guard last set the write deadline (zero: none is
+	// set). Under mu.
+	guardedAt time.Time
 }
 
 func newHandoff(w http.ResponseWriter, client context.Context, live *liveStream, stall time.Duration) *handoff {
@@ -236,21 +239,26 @@ func newHandoff(w http.ResponseWriter, client context.Context, live *liveStream,
 
 // guard bounds the client write about to start by h.stall, if set; the
 // write then fails (and the client is dropped: stalled) once it has been
-// stuck that long. unguard lifts the bound.
+// stuck that long, or up to a quarter longer: the deadline, 1¼ × h.stall
+// ahead, is set again only once a quarter of h.stall has passed since it
+// was last set (setting it was the costliest part of a small write). It
+// stays set between writes, harmlessly: the next write sets it again if
+// it is old, end replaces it, and net/http lifts it after the response
+// (keep-alive). The caller holds mu.
 func (h *handoff) guard() {
-	if h.rc != nil {
-		_ = h.rc.SetWriteDeadline(time.Now().Add(h.stall))
-		if h.ending.Load() {
-			// end set its deadline of now before or while this one was
-			// set: keep end's, so the write it cuts is cut at once.
-			_ = h.rc.SetWriteDeadline(time.Now())
-		}
+	if h.rc == nil {
+		return
 	}
-}
-
-func (h *handoff) unguard() {
-	if h.rc != nil {
-		_ = h.rc.SetWriteDeadline(time.Time{})
+	now := time.Now()
+	if !h.guardedAt.IsZero() && now.Sub(h.guardedAt) < h.stall/4 && !h.ending.Load() {
+		return
+	}
+	_ = h.rc.SetWriteDeadline(now.Add(h.stall + h.stall/4))
+	h.guardedAt = now
+	if h.ending.Load() {
+		// end set its deadline of now before or while this one was
+		// set: keep end's, so the write it cuts is cut at once.
+		_ = h.rc.SetWriteDeadline(time.Now())
 	}
 }
 
@@ -301,7 +309,6 @@ func (h *handoff) Write(b []byte) (int, error) {
 	h.writeHeader(http.StatusOK)
 	h.guard()
 	n, err := h.w.Write(b)
-	h.unguard()
 	if err != nil {
 		h.failed = true
 		return h.written(n, err)
@@ -377,7 +384,6 @@ func (h *handoff) FlushError() error {
 	}
 	h.guard()
 	err := proxy.FlushClient(h.w)
-	h.unguard()
 	if err != nil && !errors.Is(err, http.ErrNotSupported) {
 		h.failed = true
 		_, err = h.written(0, err)
@@ -411,6 +417,7 @@ func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_ = rc.SetWriteDeadline(time.Time{})
+	h.guardedAt = time.Time{}
 	if h.delivered {
 		return false, true
 	}
