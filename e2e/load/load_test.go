@@ -101,8 +101,8 @@ func TestQuick(t *testing.T) {
 	if rep.Gateway.StartupMs <= 0 || rep.Gateway.IdleRSSMiB <= 0 {
 		t.Errorf("gateway info not measured: %+v", rep.Gateway)
 	}
-	if len(rep.Targets) != 18 {
-		t.Errorf("%d targets, want 18", len(rep.Targets))
+	if len(rep.Targets) != 19 {
+		t.Errorf("%d targets, want 19", len(rep.Targets))
 	}
 	checkMemory(t, &rep, out)
 	for _, tg := range rep.Targets {
