@@ -59,7 +59,8 @@ func TestQuick(t *testing.T) {
 		want = append(want, c+" llmgate budgeted", c+" llmgate keyed budgeted", c+" stream llmgate budgeted", c+" stream llmgate keyed budgeted")
 	}
 	want = append(want, "sustained c=16 llmgate keyed", "sustained c=16 stream llmgate keyed",
-		"open 400/s direct", "open 400/s floor", "open 400/s llmgate")
+		"open 400/s direct", "open 400/s floor", "open 400/s llmgate",
+		"open 100/s floor", "open 100/s llmgate", "open 100/s llmgate keyed")
 	if len(rep.Legs) != len(want) {
 		t.Errorf("%d legs, want %d", len(rep.Legs), len(want))
 	}
@@ -101,8 +102,8 @@ func TestQuick(t *testing.T) {
 	if rep.Gateway.StartupMs <= 0 || rep.Gateway.IdleRSSMiB <= 0 {
 		t.Errorf("gateway info not measured: %+v", rep.Gateway)
 	}
-	if len(rep.Targets) != 18 {
-		t.Errorf("%d targets, want 18", len(rep.Targets))
+	if len(rep.Targets) != 22 {
+		t.Errorf("%d targets, want 22", len(rep.Targets))
 	}
 	checkMemory(t, &rep, out)
 	for _, tg := range rep.Targets {

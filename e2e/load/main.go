@@ -28,7 +28,10 @@
 // closed-loop legs). Then an open-loop leg per path (requests fired
 // on schedule at -rate for -open-duration, whatever completes) against a
 // fake that waits -slow before answering, which holds rate×slow calls in
-// flight. Then, with -big, one ~50 MiB stream per path, for the gateway's
+// flight; then the same at -target-rate (500/s: 500 in flight) through
+// the floor, llmgate and llmgate with a fresh Idempotency-Key per
+// request, whose added latency (a percentile less the upstream's wait)
+// the targets set against the floor's. Then, with -big, one ~50 MiB stream per path, for the gateway's
 // peak memory growth. Throughout, the floor's and the gateway's RSS, peak
 // RSS, threads and CPU time are read from /proc.
 package main

@@ -505,33 +505,58 @@ func (m *measurement) closedLeg(l Leg) error {
 // openLegs runs the open-loop legs against the slow fake: rate × slow
 // calls in flight.
 func (m *measurement) openLegs() error {
-	s, p := m.s, m.p
-	for _, path := range []string{"direct", "floor", "llmgate"} {
-		l := Leg{Path: path, Kind: "json", API: apiChat, Keys: noKey, Mode: "open", Rate: s.Rate, UpstreamMs: ms(s.Slow)}
-		l.Name = legName(l)
-		if !s.runs(l.Name) {
-			continue
-		}
-		url, proxy := p.base(path, modelSlow)
-		sh := &shot{url: url, body: chatBody(modelSlow, false), keys: noKey}
-		c := newClient(4 * s.Rate)
-		var w *watch
-		if proxy != nil {
-			w = startWatch(proxy)
-		}
-		fg := startForeign(p.pids())
-		o := openLoop(m.ctx, c, sh, openPlan{rate: s.Rate, dur: s.OpenDuration, timeout: s.Slow + 30*time.Second})
-		l.ForeignCPUSeconds = fg.stop()
-		if w != nil {
-			l.Proxy = w.stop()
-		}
-		c.CloseIdleConnections()
-		l.fill(o)
-		if err := m.add(l); err != nil {
+	for _, l := range m.s.openLegs() {
+		if err := m.openLeg(l); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// openLegs are the open-loop legs -only selects: direct, floor and
+// llmgate at -rate, then the comparison at -target-rate: floor,
+// llmgate and llmgate with a fresh key per request. A leg both would
+// run (-target-rate equal to -rate) runs once.
+func (s settings) openLegs() []Leg {
+	var out []Leg
+	add := func(rate int, path string, keys keyMode) {
+		l := Leg{Path: path, Kind: "json", API: apiChat, Keys: keys, Mode: "open", Rate: rate, UpstreamMs: ms(s.Slow)}
+		l.Name = legName(l)
+		if s.runs(l.Name) && !slices.ContainsFunc(out, func(o Leg) bool { return o.Name == l.Name }) {
+			out = append(out, l)
+		}
+	}
+	for _, path := range []string{"direct", "floor", "llmgate"} {
+		add(s.Rate, path, noKey)
+	}
+	if s.TargetRate > 0 {
+		add(s.TargetRate, "floor", noKey)
+		add(s.TargetRate, "llmgate", noKey)
+		add(s.TargetRate, "llmgate", freshKey)
+	}
+	return out
+}
+
+// openLeg runs one open-loop leg: l.Rate requests a second for
+// -open-duration, then until the last one has finished.
+func (m *measurement) openLeg(l Leg) error {
+	s, p := m.s, m.p
+	url, proxy := p.base(l.Path, modelSlow)
+	sh := &shot{url: url, body: chatBody(modelSlow, false), keys: l.Keys, key: fmt.Sprintf("load-%s-open%d-", m.runID, l.Rate)}
+	c := newClient(4 * l.Rate)
+	var w *watch
+	if proxy != nil {
+		w = startWatch(proxy)
+	}
+	fg := startForeign(p.pids())
+	o := openLoop(m.ctx, c, sh, openPlan{rate: l.Rate, dur: s.OpenDuration, timeout: s.Slow + 30*time.Second})
+	l.ForeignCPUSeconds = fg.stop()
+	if w != nil {
+		l.Proxy = w.stop()
+	}
+	c.CloseIdleConnections()
+	l.fill(o)
+	return m.add(l)
 }
 
 // bigLegs runs, with -big, one big stream per path, for memory.

@@ -323,10 +323,15 @@ func cpuPerRequest(l *Leg) float64 {
 // mdOpenLoop is the open-loop legs' table.
 func (r *report) mdOpenLoop(b *strings.Builder) {
 	s := r.Settings
+	inFlight := func(rate int) int { return int(float64(rate) * s.Slow.Seconds()) }
 	b.WriteString("\n## Open loop\n\n")
-	fmt.Fprintf(b, "%d requests/s for %v against an upstream that waits %v before answering (≈%d in flight).\n\n",
-		s.Rate, s.OpenDuration, s.Slow, int(float64(s.Rate)*s.Slow.Seconds()))
-	b.WriteString("| path | success % | peak in flight | worst send lag ms | p50 − upstream ms | p99 − upstream ms | p99.9 − upstream ms | proxy RSS before → after MiB (peak) | proxy threads before → after (peak) |\n")
+	fmt.Fprintf(b, "Each leg fires its rate of requests a second for %v against an upstream that waits %v before answering: %d/s holds ≈%d in flight",
+		s.OpenDuration, s.Slow, s.Rate, inFlight(s.Rate))
+	if s.TargetRate > 0 {
+		fmt.Fprintf(b, ", %d/s ≈%d", s.TargetRate, inFlight(s.TargetRate))
+	}
+	b.WriteString(". \"Added\" latency is the percentile less the upstream's wait.\n\n")
+	b.WriteString("| leg | success % | peak in flight | worst send lag ms | p50 − upstream ms | p99 − upstream ms | p99.9 − upstream ms | proxy RSS before → after MiB (peak) | proxy threads before → after (peak) |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, l := range r.Legs {
 		if l.Mode != "open" {
@@ -343,7 +348,7 @@ func (r *report) mdOpenLoop(b *strings.Builder) {
 			thr = fmt.Sprintf("%d → %d (%d)", p.ThreadsBefore, p.ThreadsAfter, p.ThreadsPeak)
 		}
 		fmt.Fprintf(b, "| %s | %.2f | %d | %.1f | %s | %s | %s | %s | %s |\n",
-			l.Path, l.SuccessPct, l.MaxInFlight, l.MaxLagMs, over[0], over[1], over[2], rss, thr)
+			r.legLabel(l), l.SuccessPct, l.MaxInFlight, l.MaxLagMs, over[0], over[1], over[2], rss, thr)
 	}
 }
 

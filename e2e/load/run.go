@@ -27,6 +27,7 @@ type settings struct {
 	ContentBytes  int           `json:"content_bytes"`
 	Slow          time.Duration `json:"slow_ns"`
 	Rate          int           `json:"rate"`
+	TargetRate    int           `json:"target_rate"`
 	OpenDuration  time.Duration `json:"open_duration_ns"`
 	Big           bool          `json:"big"`
 	BigBytes      int           `json:"big_bytes"`
@@ -76,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := measure(ctx, s, rep, stderr); err != nil {
 		return err
 	}
-	rep.Targets = append(append(targets(rep), memTargets(rep)...), cpuTargets(rep)...)
+	rep.Targets = slices.Concat(targets(rep), memTargets(rep), cpuTargets(rep), openTargets(rep))
 
 	md := rep.markdown()
 	if _, err := io.WriteString(stdout, md); err != nil {
@@ -122,6 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	content := fs.Int("content-bytes", 1024, "size of the fake's completion content")
 	slow := fs.Duration("slow", time.Second, "the slow fake's latency, for the open-loop legs")
 	rate := fs.Int("rate", 2000, "open-loop request rate per second (rate × slow calls in flight)")
+	targetRate := fs.Int("target-rate", 500, "open-loop rate per second of the issue's comparison legs: floor, llmgate and llmgate keyed (a fresh Idempotency-Key per request), target-rate × slow in flight; 0: none")
 	openDur := fs.Duration("open-duration", 3*time.Second, "how long the open-loop legs fire requests")
 	big := fs.Bool("big", true, "stream a -big-bytes response through each path and report peak RSS growth (default false with -quick)")
 	bigBytes := fs.Int("big-bytes", 50<<20, "content size of the -big stream")
@@ -147,7 +149,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	s := settings{
 		Quick: *quick, Duration: *dur, Warmup: *warm, ContentBytes: *content,
-		Slow: *slow, Rate: *rate, OpenDuration: *openDur, Big: *big,
+		Slow: *slow, Rate: *rate, TargetRate: *targetRate, OpenDuration: *openDur, Big: *big,
 		BigBytes: *bigBytes, BigChunkBytes: *bigChunk, Settle: *settle,
 		Gateway: *gw, Out: *out, Only: *only, Sustain: *sustain, SustainC: *sustainC, IdleAfter: *idleAfter,
 		Store: storeChoice{Kind: *store}, Cgroup: *cg, Pprof: *pprofKind, ConfigExtra: *extra,
@@ -168,7 +170,8 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 
 // quickDefaults shrinks, for -quick, each default not in set (the flags
 // given explicitly). Quick mode checks the tool, not the gateway: 400/s
-// against a 250ms upstream for 250ms holds ~100 calls in flight.
+// against a 250ms upstream for 250ms holds ~100 calls in flight, and the
+// comparison legs' 100/s (a quarter of it, as 500/s is of 2000/s) ~25.
 func (s *settings) quickDefaults(set map[string]bool) {
 	short := func(name string, p *time.Duration, v time.Duration) {
 		if !set[name] {
@@ -182,6 +185,9 @@ func (s *settings) quickDefaults(set map[string]bool) {
 	short("settle", &s.Settle, 200*time.Millisecond)
 	if !set["rate"] {
 		s.Rate = 400
+	}
+	if !set["target-rate"] {
+		s.TargetRate = 100
 	}
 	if !set["big"] {
 		s.Big = false
@@ -259,6 +265,9 @@ func (s *settings) rangeErrors() []error {
 	}
 	if s.Rate < 1 || s.Rate > 20000 {
 		errs = append(errs, fmt.Errorf("-rate: %d is not in [1, 20000]", s.Rate))
+	}
+	if s.TargetRate < 0 || s.TargetRate > 20000 {
+		errs = append(errs, fmt.Errorf("-target-rate: %d is not in [0, 20000]", s.TargetRate))
 	}
 	if s.OpenDuration <= 0 || s.OpenDuration > time.Minute {
 		errs = append(errs, fmt.Errorf("-open-duration: %v is not in (0, 1m]", s.OpenDuration))
