@@ -345,12 +345,13 @@ type Tail struct {
 // Held reports whether anything is held back.
 func (t *Tail) Held() bool { return len(t.events) > 0 }
 
-// Release sends the held events, flushed together.
+// Release sends the held events. They are not flushed here: they are
+// the stream's last bytes, flushed with the response's end (the final
+// chunk and trailers, one write) or by a delivery check that flushes.
 func (t *Tail) Release() {
 	for _, ev := range t.events {
 		t.out.write(ev)
 	}
-	t.out.flush()
 	t.events = nil
 }
 
