@@ -234,6 +234,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 		stopRenew := lease.Renew(work)
 		defer stopRenew()
 		e := k.run()
+		k.h.over()
 		if e.panic != nil && live != nil {
 			live.abort()
 		}

@@ -242,9 +242,10 @@ func newHandoff(w http.ResponseWriter, client context.Context, live *liveStream,
 // stuck that long, or up to a quarter longer: the deadline, 1¼ × h.stall
 // ahead, is set again only once a quarter of h.stall has passed since it
 // was last set (setting it was the costliest part of a small write). It
-// stays set between writes, harmlessly: the next write sets it again if
-// it is old, end replaces it, and net/http lifts it after the response
-// (keep-alive). The caller holds mu.
+// stays set between writes (on HTTP/1, a deadline only fails a write
+// made after it): the next write sets it again if it is old, end
+// replaces it, and over lifts it once the work has written all it will,
+// before net/http writes the response's end. The caller holds mu.
 func (h *handoff) guard() {
 	if h.rc == nil {
 		return
@@ -260,6 +261,21 @@ func (h *handoff) guard() {
 		// set: keep end's, so the write it cuts is cut at once.
 		_ = h.rc.SetWriteDeadline(time.Now())
 	}
+}
+
+// over lifts guard's deadline once the work has written all it will:
+// what net/http writes after the handler returns (what its buffer holds,
+// a chunked body's end, the trailers) must not fail on a deadline set for
+// one of the work's writes, long past when the work's settling after it
+// (a commit, a marker, a budget) took more than h.stall.
+func (h *handoff) over() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended || h.guardedAt.IsZero() || h.ending.Load() {
+		return // none set, or end's to lift
+	}
+	_ = h.rc.SetWriteDeadline(time.Time{})
+	h.guardedAt = time.Time{}
 }
 
 // stalled reports that the client of a stream duplicates may follow can no
