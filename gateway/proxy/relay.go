@@ -273,6 +273,11 @@ func (r *relay) event(ev []byte) {
 // rest relays the events after the first until the stream ends, and
 // classifies its end.
 func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
+	// The attempt's timeout ends with its first events: from here on only
+	// reads of the upstream are timed (upstreamReads), never the writes
+	// of events the upstream has sent already (those startStream's reads
+	// brought past the first, which rd.Next returns without a read).
+	s.timer.Stop()
 	for {
 		ev, err := s.next()
 		if err == nil {

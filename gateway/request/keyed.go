@@ -222,7 +222,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 	}
 	hk := hooksOf(r.Context())
 	live, unlive := x.live, x.unlive
-	k := &keyedCall{g: g, h: newHandoff(w, r.Context(), live, g.cfg.Server.WriteStallTimeout.D()), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk,
+	k := &keyedCall{g: g, h: newHandoff(w, r, live, g.cfg.Server.WriteStallTimeout.D()), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk,
 		out: x.out}
 	ended := make(chan workEnd, 1)
 	cl.Source.Hold() // a spooled body outlives the handler while the call runs on
@@ -234,6 +234,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 		stopRenew := lease.Renew(work)
 		defer stopRenew()
 		e := k.run()
+		k.h.over()
 		if e.panic != nil && live != nil {
 			live.abort()
 		}

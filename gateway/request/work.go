@@ -227,10 +227,14 @@ type handoff struct {
 	// guardedAt is when guard last set the write deadline (zero: none is
 	// set). Under mu.
 	guardedAt time.Time
+	// perWrite: the deadline is lifted after each write (unguard), as
+	// HTTP/2 needs: there a deadline that passes resets the stream,
+	// whether a write is under way or not.
+	perWrite bool
 }
 
-func newHandoff(w http.ResponseWriter, client context.Context, live *liveStream, stall time.Duration) *handoff {
-	h := &handoff{w: w, client: client, header: http.Header{}, live: live}
+func newHandoff(w http.ResponseWriter, r *http.Request, live *liveStream, stall time.Duration) *handoff {
+	h := &handoff{w: w, client: r.Context(), header: http.Header{}, live: live, perWrite: r.ProtoMajor >= 2}
 	if live != nil && stall > 0 {
 		h.stall, h.rc = stall, http.NewResponseController(w)
 	}
@@ -242,9 +246,11 @@ func newHandoff(w http.ResponseWriter, client context.Context, live *liveStream,
 // stuck that long, or up to a quarter longer: the deadline, 1¼ × h.stall
 // ahead, is set again only once a quarter of h.stall has passed since it
 // was last set (setting it was the costliest part of a small write). It
-// stays set between writes, harmlessly: the next write sets it again if
-// it is old, end replaces it, and net/http lifts it after the response
-// (keep-alive). The caller holds mu.
+// stays set between writes on HTTP/1, where a deadline only fails a
+// write made after it: the next write sets it again if it is old, end
+// replaces it, and over lifts it once the work has written all it will,
+// before net/http writes the response's end. On HTTP/2 unguard lifts it
+// after each write. The caller holds mu.
 func (h *handoff) guard() {
 	if h.rc == nil {
 		return
@@ -260,6 +266,30 @@ func (h *handoff) guard() {
 		// set: keep end's, so the write it cuts is cut at once.
 		_ = h.rc.SetWriteDeadline(time.Now())
 	}
+}
+
+// unguard lifts guard's deadline after a write, on HTTP/2 (perWrite).
+// The caller holds mu.
+func (h *handoff) unguard() {
+	if h.rc != nil && h.perWrite {
+		_ = h.rc.SetWriteDeadline(time.Time{})
+		h.guardedAt = time.Time{}
+	}
+}
+
+// over lifts guard's deadline once the work has written all it will:
+// what net/http writes after the handler returns (what its buffer holds,
+// a chunked body's end, the trailers) must not fail on a deadline set for
+// one of the work's writes, long past when the work's settling after it
+// (a commit, a marker, a budget) took more than h.stall.
+func (h *handoff) over() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended || h.guardedAt.IsZero() || h.ending.Load() {
+		return // none set, or end's to lift
+	}
+	_ = h.rc.SetWriteDeadline(time.Time{})
+	h.guardedAt = time.Time{}
 }
 
 // stalled reports that the client of a stream duplicates may follow can no
@@ -309,6 +339,7 @@ func (h *handoff) Write(b []byte) (int, error) {
 	h.writeHeader(http.StatusOK)
 	h.guard()
 	n, err := h.w.Write(b)
+	h.unguard()
 	if err != nil {
 		h.failed = true
 		return h.written(n, err)
@@ -384,6 +415,7 @@ func (h *handoff) FlushError() error {
 	}
 	h.guard()
 	err := proxy.FlushClient(h.w)
+	h.unguard()
 	if err != nil && !errors.Is(err, http.ErrNotSupported) {
 		h.failed = true
 		_, err = h.written(0, err)
