@@ -512,7 +512,9 @@ type Store struct {
 	GCInterval Duration `yaml:"gc_interval"`
 	// OpTimeout bounds each claim, commit, release and lease renewal. They run
 	// detached from the client (a client's short deadline must not leave
-	// a key claimed), under this timeout alone. Default 5s.
+	// a key claimed), under this timeout alone. Badger's operations run in
+	// process and cannot be interrupted: it bounds those of Redis. Default
+	// 5s.
 	OpTimeout Duration `yaml:"op_timeout"`
 	// UsageRescan is how often the bytes stored under each client with a
 	// max_stored_bytes limit are counted again from the store (they are

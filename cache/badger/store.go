@@ -843,3 +843,8 @@ func (b badgerLogger) Warningf(f string, a ...any) {
 
 func (badgerLogger) Infof(string, ...any)  {}
 func (badgerLogger) Debugf(string, ...any) {}
+
+// InProcess reports that the store's operations run in this process and
+// cannot be interrupted: a context is looked at only as one begins
+// (idempotency.InProcessStore), so no op timeout is set on them.
+func (s *Store) InProcess() bool { return true }

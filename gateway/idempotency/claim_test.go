@@ -300,3 +300,54 @@ func waitBlockedScript(t *testing.T, admin *goredis.Client, name string) bool {
 		}
 	}
 }
+
+// deadlineStore records whether the contexts of its claims carry a deadline.
+type deadlineStore struct {
+	idempotency.Store
+	deadlines []bool
+}
+
+func (d *deadlineStore) Claim(ctx context.Context, k cache.Key, fp string, lease time.Duration) (cache.Claim, error) {
+	_, has := ctx.Deadline()
+	d.deadlines = append(d.deadlines, has)
+	return d.Store.Claim(ctx, k, fp, lease)
+}
+
+// inProcess is deadlineStore that says its operations run in process, as
+// Badger's store does.
+type inProcess struct{ *deadlineStore }
+
+func (inProcess) InProcess() bool { return true }
+
+// A store operation gets the op timeout's deadline only from a store that
+// can be bounded by it: an in-process store (Badger's, which says so)
+// cannot be interrupted, and a timer per operation would cost every keyed
+// request for nothing. Any other store (Redis, a wrapper) gets it.
+func TestOpTimeoutOnlyWhereItCanBound(t *testing.T) {
+	st, err := badger.Open(badger.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if !st.InProcess() {
+		t.Fatal("Badger's store does not say it runs in process")
+	}
+	for _, c := range []struct {
+		name     string
+		store    func(*deadlineStore) idempotency.Store
+		deadline bool
+	}{
+		{"in process", func(d *deadlineStore) idempotency.Store { return inProcess{d} }, false},
+		{"other", func(d *deadlineStore) idempotency.Store { return d }, true},
+	} {
+		d := &deadlineStore{Store: st}
+		lease, err := claimAs(context.Background(), newKeeper(c.store(d)), keyedRequest("op-timeout-"+c.name))
+		if err != nil || lease == nil {
+			t.Fatalf("%s: claim: lease %v, err %v", c.name, lease, err)
+		}
+		lease.Release(context.Background())
+		if len(d.deadlines) != 1 || d.deadlines[0] != c.deadline {
+			t.Errorf("%s store: claim contexts with a deadline: %v, want [%v]", c.name, d.deadlines, c.deadline)
+		}
+	}
+}

@@ -71,11 +71,27 @@ type Keeper struct {
 	wait    time.Duration
 	opTime  time.Duration
 	log     *slog.Logger
+	// inProcess: the store runs its operations in this process and looks
+	// at a context only as they begin (InProcessStore), so an op timeout
+	// would bound nothing and cost a timer per operation.
+	inProcess bool
+}
+
+// InProcessStore is a Store whose operations run in this process, look at
+// their context only to refuse one that has already ended, and cannot be
+// interrupted (Badger's): the Keeper gives them no op timeout. A store that
+// waits on a network (Redis), or a wrapper that adds such waits, does not
+// implement it.
+type InProcessStore interface {
+	InProcess() bool
 }
 
 // New returns a Keeper.
 func New(o Options) *Keeper {
 	k := &Keeper{store: o.Store, metrics: o.Metrics, lease: o.Lease, wait: o.WaitTimeout, opTime: o.OpTimeout, log: o.Logger}
+	if ip, ok := o.Store.(InProcessStore); ok {
+		k.inProcess = ip.InProcess()
+	}
 	if k.opTime <= 0 {
 		k.opTime = 5 * time.Second
 	}
@@ -228,13 +244,12 @@ func (k *Keeper) Lookup(w http.ResponseWriter, r *http.Request, kr *Request) (Ev
 // left gets ClientGone and holds no claim.
 func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clientDeadline time.Time) (*Lease, Event, error) {
 	ctx := r.Context()
-	waitCtx, cancel := context.WithTimeout(ctx, k.wait)
-	defer cancel()
-	if !clientDeadline.IsZero() {
-		var cancelDL context.CancelFunc
-		waitCtx, cancelDL = context.WithDeadlineCause(waitCtx, clientDeadline, errClientDeadline)
-		defer cancelDL()
-	}
+	start := time.Now()
+	var (
+		waitCtx  context.Context // made at the first wait: most claims never wait
+		stopWait = func() {}
+	)
+	defer func() { stopWait() }()
 	waited := false
 	for {
 		if ctx.Err() != nil {
@@ -270,6 +285,7 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 			if !waited {
 				k.metrics.IdemEvent("wait")
 				waited = true
+				waitCtx, stopWait = k.waitContext(ctx, start, clientDeadline)
 			}
 			if err := k.store.Wait(waitCtx, kr.Key); err != nil {
 				if ctx.Err() == nil && context.Cause(waitCtx) == errClientDeadline {
@@ -286,6 +302,17 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 }
 
 var errClientDeadline = errors.New("client deadline")
+
+// waitContext bounds a claim's wait for an in-flight duplicate: wait_timeout
+// from the claim's start, and the client's deadline when it sent one.
+func (k *Keeper) waitContext(ctx context.Context, start, clientDeadline time.Time) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithDeadline(ctx, start.Add(k.wait))
+	if clientDeadline.IsZero() {
+		return wctx, cancel
+	}
+	dctx, cancelDL := context.WithDeadlineCause(wctx, clientDeadline, errClientDeadline)
+	return dctx, func() { cancelDL(); cancel() }
+}
 
 // claim runs the store's claim detached from the client's context, bounded
 // by the op timeout. Under the client's context a claim the store made as
@@ -438,8 +465,12 @@ func (l *Lease) Renew(ctx context.Context) (stop func()) {
 }
 
 // opCtx is the context of one store operation: detached from ctx's end,
-// bounded by the op timeout alone.
+// bounded by the op timeout alone (none for an InProcessStore, which could
+// not be interrupted by it).
 func (k *Keeper) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if k.inProcess {
+		return context.WithoutCancel(ctx), func() {}
+	}
 	return context.WithTimeout(context.WithoutCancel(ctx), k.opTime)
 }
 
