@@ -165,8 +165,9 @@ func copyRest(w http.ResponseWriter, rest io.Reader) (int64, error) {
 	}
 }
 
-// RelayStream sends a live upstream stream to the client event by event,
-// flushing each as it arrives, and records it with how.Recorder. It reads
+// RelayStream sends a live upstream stream to the client event by event as
+// it arrives — what one read of the upstream brought is flushed before the
+// next read (upstreamReads) — and records it with how.Recorder. It reads
 // the upstream to its end even when the client is gone (a keyed stream's
 // context is detached from the client, so the result can still be
 // committed).
