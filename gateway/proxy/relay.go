@@ -52,34 +52,42 @@ func (s *LiveStream) close() {
 }
 
 // upstreamReads is the body of a stream as its sse.Reader reads it. Once
-// relaying (before set), every read of the upstream first flushes what
-// the relay has written to the client — so each event reaches the client
-// before the relay waits for the next, with one flush for all the events
-// one read brought, not one per event — and runs under the idle timer,
-// which is stopped while events go to the client: time spent writing to a
-// slow client is not upstream idleness.
+// relaying (before set), the first read of the upstream for an event
+// flushes what the relay has written to the client — so each event
+// reaches the client before the relay waits for the next, with one flush
+// for all the events one read brought, not one per event — and starts the
+// idle timer, which runs until the event is whole (next stops it): the
+// idle limit bounds the wait for an event, not for a byte, so an upstream
+// that trickles an event a byte at a time is still ended as stalled.
+// Nothing is written to the client while an event is read, so time spent
+// writing to a slow client is not upstream idleness.
 type upstreamReads struct {
 	r      io.Reader
 	before func()
 	timer  *time.Timer
 	idle   time.Duration
+	// armed: the idle timer runs for the event being read (set by the
+	// event's first read, cleared by next).
+	armed bool
 }
 
 func (u *upstreamReads) Read(p []byte) (int, error) {
-	if u.before == nil {
-		return u.r.Read(p)
+	if u.before != nil && !u.armed {
+		u.before()
+		u.timer.Reset(u.idle)
+		u.armed = true
 	}
-	u.before()
-	u.timer.Reset(u.idle)
-	n, err := u.r.Read(p)
-	u.timer.Stop()
-	return n, err
+	return u.r.Read(p)
 }
 
-// next returns the next event; reads of the upstream it needs are timed
-// by upstreamReads.
+// next returns the next event; the reads of the upstream it needs are
+// timed together, against the idle limit, by upstreamReads.
 func (s *LiveStream) next() ([]byte, error) {
 	ev, err := s.rd.Next()
+	if s.up.armed {
+		s.timer.Stop()
+		s.up.armed = false
+	}
 	if err != nil {
 		if c := context.Cause(s.ctx); c == errIdleTimeout || c == errAttemptTimeout {
 			err = c
