@@ -138,7 +138,7 @@ func (a *inAttempt) failWith(o classify.Outcome) *Response {
 // event, response.failed with server_error), the client has seen nothing
 // and the attempt is retried.
 func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Response {
-	up := &upstreamReads{r: body}
+	up := &upstreamReads{r: body, timer: a.timer, idle: p.cfg.Limits.StreamIdleTimeout.D()}
 	rd := sse.NewReader(up, p.maxEventBytes())
 	var first [][]byte
 	for {
@@ -165,7 +165,7 @@ func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Respons
 	}
 	resp := a.resp
 	resp.Stream = &LiveStream{body: body, rd: rd, up: up, first: first, api: api,
-		timer: a.timer, cancel: a.cancel, ctx: a.actx, idle: p.cfg.Limits.StreamIdleTimeout.D()}
+		timer: a.timer, cancel: a.cancel, ctx: a.actx}
 	resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
 	return resp
 }

@@ -21,8 +21,8 @@ type LiveStream struct {
 	body io.ReadCloser
 	rd   *sse.Reader
 	// up is what rd reads the body through: while the stream is relayed
-	// it flushes the events written to the client before each read of
-	// the upstream, and times that read against the idle limit.
+	// it flushes what was written to the client before an event's first
+	// read of the upstream, and times the event against the idle limit.
 	up *upstreamReads
 	// first is the first event, or for an API with a preamble (Responses,
 	// Messages) the events up to and including its first that is more
@@ -32,7 +32,6 @@ type LiveStream struct {
 	timer  *time.Timer
 	cancel context.CancelCauseFunc
 	ctx    context.Context
-	idle   time.Duration
 	// span is the attempt's, ended when the stream ends.
 	span tracing.Attempt
 }
@@ -207,7 +206,7 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, how Relay) *T
 	}
 	w.WriteHeader(resp.Status)
 	r := newRelay(&clientOut{w: w}, rec, hold, &s.span, s.api)
-	s.up.before, s.up.timer, s.up.idle = r.out.flush, s.timer, s.idle
+	s.up.before = r.out.flush
 	defer r.out.flush()
 	for _, ev := range s.first {
 		r.event(ev)
