@@ -272,9 +272,14 @@ func (h *handoff) guard() {
 // The caller holds mu.
 func (h *handoff) unguard() {
 	if h.rc != nil && h.perWrite {
-		_ = h.rc.SetWriteDeadline(time.Time{})
-		h.guardedAt = time.Time{}
+		h.lift()
 	}
+}
+
+// lift clears guard's deadline. The caller holds mu.
+func (h *handoff) lift() {
+	_ = h.rc.SetWriteDeadline(time.Time{})
+	h.guardedAt = time.Time{}
 }
 
 // over lifts guard's deadline once the work has written all it will:
@@ -288,8 +293,7 @@ func (h *handoff) over() {
 	if h.ended || h.guardedAt.IsZero() || h.ending.Load() {
 		return // none set, or end's to lift
 	}
-	_ = h.rc.SetWriteDeadline(time.Time{})
-	h.guardedAt = time.Time{}
+	h.lift()
 }
 
 // stalled reports that the client of a stream duplicates may follow can no
