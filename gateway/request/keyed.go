@@ -438,9 +438,6 @@ type keyedCall struct {
 	hooks *CallHooks
 	// out sizes the call's budget reservation.
 	out budget.Output
-	// settles: a budget's settlement (a store round trip) runs after the
-	// answer, before the handler returns.
-	settles bool
 }
 
 func (k *keyedCall) run() (e workEnd) {
@@ -471,8 +468,15 @@ func (k *keyedCall) run() (e workEnd) {
 		k.lease.Release(k.work)
 		return workEnd{err: err}
 	}
-	k.settles = hold != nil
-	defer func() { k.g.settleBudget(k.work, hold, k.cl, k.resp) }()
+	defer func() {
+		if hold != nil && isStream(k.h.header) {
+			// A stream's held tail went out unflushed, to leave with the
+			// response's end; the settlement (a store round trip) comes
+			// first, so the stream's end is flushed before it.
+			k.h.Flush()
+		}
+		k.g.settleBudget(k.work, hold, k.cl, k.resp)
+	}()
 	resp, err := k.g.proxy.Execute(k.work, k.cl)
 	if err != nil {
 		// It never reached an upstream (or none answered): released at once.
@@ -607,12 +611,6 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 	rec := &sse.Recorder{MaxBytes: g.cfg.Idempotency.MaxRecordBytes, MaxEvents: g.cfg.Idempotency.MaxRecordEvents}
 	committed := false
 	defer func() { k.h.trailer(idempotency.CommittedTrailer, strconv.FormatBool(committed)) }()
-	if k.settles {
-		// The tail goes out unflushed, to leave with the response's end;
-		// with a budget to settle first, that end waits on the store, so
-		// the stream's end is flushed now instead.
-		defer k.h.Flush()
-	}
 	if k.h.live != nil {
 		k.h.live.watch(rec.Over) // an unrecordable stream is not committed: joiners are cut
 	}
