@@ -482,20 +482,38 @@ func (m *measurement) closedLeg(l Leg) error {
 			return fmt.Errorf("%s: committing the key to replay: %w", l.Name, smp.err)
 		}
 	}
-	var w *watch
-	var fg *foreign
+	var lw legWatch
 	var pf *profile
 	o := closedLoop(ctx, c, sh, closedPlan{conc: conc, warm: s.Warmup, dur: s.Duration, measuring: func() {
-		fg = startForeign(p.pids())
-		if proxy != nil {
-			w = startWatch(proxy)
-		}
+		lw = watchLeg(p.pids(), proxy)
 		pf = startProfile(s, proxy, l.Name, s.Duration)
 	}})
 	pf.wait()
-	l.ForeignCPUSeconds = fg.stop()
-	if w != nil {
-		l.Proxy = w.stop()
+	return m.endLeg(l, lw, c, o)
+}
+
+// legWatch is what a leg measures beside its requests: the CPU other
+// processes take, and the proxy's own figures (w nil going direct).
+type legWatch struct {
+	fg *foreign
+	w  *watch
+}
+
+// watchLeg starts a leg's legWatch.
+func watchLeg(pids []int, proxy *child) legWatch {
+	lw := legWatch{fg: startForeign(pids)}
+	if proxy != nil {
+		lw.w = startWatch(proxy)
+	}
+	return lw
+}
+
+// endLeg stops lw, closes the leg's client's connections, and adds the leg
+// with its outcome o.
+func (m *measurement) endLeg(l Leg, lw legWatch, c *http.Client, o outcome) error {
+	l.ForeignCPUSeconds = lw.fg.stop()
+	if lw.w != nil {
+		l.Proxy = lw.w.stop()
 	}
 	c.CloseIdleConnections()
 	l.fill(o)
@@ -544,19 +562,9 @@ func (m *measurement) openLeg(l Leg) error {
 	url, proxy := p.base(l.Path, modelSlow)
 	sh := &shot{url: url, body: chatBody(modelSlow, false), keys: l.Keys, key: fmt.Sprintf("load-%s-open%d-", m.runID, l.Rate)}
 	c := newClient(4 * l.Rate)
-	var w *watch
-	if proxy != nil {
-		w = startWatch(proxy)
-	}
-	fg := startForeign(p.pids())
+	lw := watchLeg(p.pids(), proxy)
 	o := openLoop(m.ctx, c, sh, openPlan{rate: l.Rate, dur: s.OpenDuration, timeout: s.Slow + 30*time.Second})
-	l.ForeignCPUSeconds = fg.stop()
-	if w != nil {
-		l.Proxy = w.stop()
-	}
-	c.CloseIdleConnections()
-	l.fill(o)
-	return m.add(l)
+	return m.endLeg(l, lw, c, o)
 }
 
 // bigLegs runs, with -big, one big stream per path, for memory.
@@ -573,23 +581,13 @@ func (m *measurement) bigLegs() error {
 		url, proxy := m.p.base(path, modelBig)
 		sh := &shot{url: url, body: chatBody(modelBig, true), stream: true, keys: noKey}
 		c := newClient(1)
-		var w *watch
-		if proxy != nil {
-			w = startWatch(proxy)
-		}
+		lw := watchLeg(m.p.pids(), proxy)
 		start := time.Now()
-		fg := startForeign(m.p.pids())
 		rctx, cancel := context.WithTimeout(m.ctx, 5*time.Minute)
 		smp := sh.do(rctx, c, "", make([]byte, 64<<10))
 		cancel()
-		l.ForeignCPUSeconds = fg.stop()
 		o := outcome{samples: []sample{smp}, elapsed: time.Since(start), issued: 1, maxInFlight: 1}
-		if w != nil {
-			l.Proxy = w.stop()
-		}
-		c.CloseIdleConnections()
-		l.fill(o)
-		if err := m.add(l); err != nil {
+		if err := m.endLeg(l, lw, c, o); err != nil {
 			return err
 		}
 	}

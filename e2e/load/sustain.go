@@ -68,20 +68,14 @@ func (m *measurement) sustainLegs() (*timeline, error) {
 		sh := &shot{url: url, body: chatBody(modelFast, kind == "stream"), stream: kind == "stream", keys: freshKey,
 			key: fmt.Sprintf("load-%s-sustain-%s-", runID, kind)}
 		c := newClient(s.SustainC)
-		var w *watch
-		var fg *foreign
+		var lw legWatch
 		var pf *profile
 		o := closedLoop(ctx, c, sh, closedPlan{conc: s.SustainC, dur: s.Sustain, measuring: func() {
-			fg = startForeign(p.pids())
-			w = startWatch(proxy)
+			lw = watchLeg(p.pids(), proxy)
 			pf = startProfile(s, proxy, l.Name, s.Sustain)
 		}})
 		pf.wait()
-		l.ForeignCPUSeconds = fg.stop()
-		l.Proxy = w.stop()
-		c.CloseIdleConnections()
-		l.fill(o)
-		if err := m.add(l); err != nil {
+		if err := m.endLeg(l, lw, c, o); err != nil {
 			return tl, err
 		}
 	}
