@@ -304,9 +304,11 @@ func (g *Gateway) Drain(ctx context.Context) {
 }
 
 // Close stops the dead-letter monitor, following shared overrides and
-// counting clients' stored bytes, and releases idle upstream connections. Call it after the server has shut
+// counting clients' stored bytes, ends the goroutines kept for keyed calls
+// and releases idle upstream connections. Call it after the server has shut
 // down and Drain returned, before the store closes.
 func (g *Gateway) Close() {
+	g.requests.Close()
 	g.limits.Close()
 	g.admin.Close()
 	g.dlq.Close()

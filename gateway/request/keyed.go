@@ -226,7 +226,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 		out: x.out}
 	ended := make(chan workEnd, 1)
 	cl.Source.Hold() // a spooled body outlives the handler while the call runs on
-	go func() {
+	g.callers.run(func() {
 		defer cl.Source.Close()
 		defer done()
 		defer unlive()
@@ -242,7 +242,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 		// request with the key must not join a stream that has ended.
 		unlive()
 		ended <- e
-	}()
+	})
 	deadline, stop := g.clientDeadline(dl, hk)
 	defer stop()
 	gone := r.Context().Done()

@@ -80,7 +80,8 @@ type Handler struct {
 	admit    *admission.Bound
 	spooled  *admission.Bound
 	work     *workSet
-	live     liveSet // keyed streams running here, for duplicates to join
+	callers  *callers // the goroutines keyed calls run on
+	live     liveSet  // keyed streams running here, for duplicates to join
 	space    func() (cache.Space, bool)
 	// owners records and checks who created which provider object;
 	// apiKeys are the clients' own upstream keys (see owners.go); tenants:
@@ -105,7 +106,7 @@ func New(o Options) *Handler {
 		metrics: o.Metrics, timeline: o.Timeline, tracer: o.Tracer, dlq: o.DeadLetters, limits: o.Limits,
 		admit: o.Admit, spooled: o.Spooled, space: o.Space, owners: o.Owners, forwardMAC: idempotency.NewMAC(o.ForwardSecret), budgets: o.Budgets,
 		apiKeys: clientAPIKeys(o.Config.Clients), tenants: len(o.Config.Clients) > 0, derive: deriveHeaders(o.Config.Clients),
-		work: newWorkSet(o.Config.Idempotency.MaxDetached), proxies: forwarded.New(o.Config.Server.TrustedProxyPrefixes())}
+		work: newWorkSet(o.Config.Idempotency.MaxDetached), callers: newCallers(), proxies: forwarded.New(o.Config.Server.TrustedProxyPrefixes())}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -178,6 +179,10 @@ func (g *Handler) Detached() int64 { return g.work.detached.Load() }
 // commit; then it cancels the rest, which release their keys and record
 // their dead letters within wait.
 func (g *Handler) Drain(ctx context.Context, wait time.Duration) { g.work.Drain(ctx, wait) }
+
+// Close ends the goroutines kept for keyed calls (see callers) once their
+// calls end. Call it after Drain.
+func (g *Handler) Close() { g.callers.stop() }
 
 // WaitCalls waits until no keyed call is running.
 func (g *Handler) WaitCalls() { g.work.wg.Wait() }
