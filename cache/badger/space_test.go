@@ -429,6 +429,7 @@ func TestPurgeBelowReserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	disk.free.Store(1 << 20)
+	clock.Advance(spaceRecheck) // the last answer, far above the reserve, stood until now
 	if err := s.PutOwner(ctx, "acme", "file-2", cache.Owner{Upstream: "p", Kind: "file"}, time.Hour); !errors.Is(err, cache.ErrFull) {
 		t.Errorf("PutOwner below the reserve: %v, want ErrFull", err)
 	}
@@ -480,5 +481,66 @@ func TestStandInReopenDeadLetters(t *testing.T) {
 	}
 	if err := s.DeleteDeadLetter(ctx, cache.DeadLetterID(k)); err != nil {
 		t.Fatalf("DeleteDeadLetter of a dead letter on disk after the reopen: %v", err)
+	}
+}
+
+// countingDisk is a fakeDisk that counts the times it is asked.
+type countingDisk struct {
+	fakeDisk
+	asked atomic.Int64
+}
+
+func (d *countingDisk) statfs(dir string) (uint64, error) {
+	d.asked.Add(1)
+	return d.fakeDisk.statfs(dir)
+}
+
+// TestWritesAskTheDiskWhenItMatters: far above the reserve, writes go by
+// the disk's answer for spaceRecheck, or until the store has written an
+// amplified share of the room; near the reserve every write asks, and a
+// write below it fails.
+func TestWritesAskTheDiskWhenItMatters(t *testing.T) {
+	clock := storetest.NewClock()
+	disk := &countingDisk{}
+	disk.free.Store(1 << 30)
+	s, err := Open(Options{Dir: t.TempDir(), Now: clock.Now, After: clock.After, Statfs: disk.statfs,
+		MinFreeBytes: testFloor, SpaceInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	commits := func(prefix string, n int) int64 {
+		t.Helper()
+		before := disk.asked.Load()
+		for i := range n {
+			if err := commitKey(t, s, fmt.Sprint(prefix, i)); err != nil {
+				t.Fatalf("commit %s%d: %v", prefix, i, err)
+			}
+		}
+		return disk.asked.Load() - before
+	}
+	commits("warm", 1)
+	if n := commits("far", 50); n != 0 {
+		t.Errorf("50 commits far above the reserve within %v asked the disk %d times, want 0", spaceRecheck, n)
+	}
+	clock.Advance(spaceRecheck)
+	if n := commits("later", 50); n != 1 {
+		t.Errorf("50 commits after %v asked %d times, want 1", spaceRecheck, n)
+	}
+	// Writes since the answer count against the room: with 1 KiB of room
+	// over the margin, the first commit uses it up and the next asks.
+	disk.free.Store(s.space.reserve + spaceMargin + 1<<10)
+	clock.Advance(spaceRecheck)
+	if n := commits("spent", 3); n != 3 {
+		t.Errorf("3 commits with 1 KiB over the margin asked %d times, want 3", n)
+	}
+	disk.free.Store(s.space.reserve + spaceMargin/2)
+	clock.Advance(spaceRecheck)
+	if n := commits("near", 10); n != 10 {
+		t.Errorf("10 commits within the margin asked %d times, want 10", n)
+	}
+	disk.free.Store(s.space.reserve - 1)
+	if err := commitKey(t, s, "below"); !errors.Is(err, cache.ErrFull) {
+		t.Fatalf("commit below the reserve, right after one near it: %v, want ErrFull", err)
 	}
 }
