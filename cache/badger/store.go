@@ -7,6 +7,7 @@
 package badgerstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -44,6 +45,10 @@ type Options struct {
 	SyncWrites bool
 	// GCInterval is the period of value-log garbage collection. If <= 0, 10m.
 	GCInterval time.Duration
+	// WritebackInterval is how often the value-log file being written is
+	// given to the kernel to write back (see writeback). If 0, 100ms; if
+	// < 0, never (tests).
+	WritebackInterval time.Duration
 	// Now is the clock for leases, CreatedAt and ExpiresAt. If nil, time.Now.
 	Now func() time.Time
 	// After is the timer Wait uses to wake when a lease runs out. If nil,
@@ -286,6 +291,10 @@ func Open(o Options) (*Store, error) {
 		go s.runGC(interval)
 		s.bg.Add(1)
 		go s.runSpace()
+		if every := cmp.Or(o.WritebackInterval, writebackInterval); writebackSupported && every > 0 {
+			s.bg.Add(1)
+			go s.runWriteback(every)
+		}
 	}
 	return s, nil
 }

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package badgerstore
+
+import (
+	"errors"
+	"os"
+)
+
+// writebackSupported: without sync_file_range, runWriteback does not run
+// and the value log's rotation writes back all it holds (see writeback).
+const writebackSupported = false
+
+func startWriteback(*os.File) error { return errors.New("sync_file_range not supported on this platform") }

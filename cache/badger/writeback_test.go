@@ -1,0 +1,140 @@
+//go:build linux
+
+package badgerstore
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/cache/storetest"
+)
+
+// vlogDirtyKiB is what this process's mappings of dir's newest value-log
+// file hold dirty (not yet written back), from /proc/self/smaps.
+func vlogDirtyKiB(t *testing.T, dir string) int {
+	t.Helper()
+	_, name, ok := newestVlog(dir)
+	if !ok {
+		t.Fatal("no value-log file")
+	}
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	path := filepath.Join(dir, name)
+	kib, in := 0, false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) >= 5 && strings.Contains(fields[0], "-"):
+			in = fields[len(fields)-1] == path
+		case in && (fields[0] == "Shared_Dirty:" || fields[0] == "Private_Dirty:"):
+			n, _ := strconv.Atoi(fields[1])
+			kib += n
+		}
+	}
+	return kib
+}
+
+// commitBytes commits n records of 2 KiB bodies (above ValueThreshold:
+// into the value log).
+func commitBytes(t *testing.T, s *Store, n int) {
+	t.Helper()
+	rec := storetest.JSONRecord()
+	rec.Body = make([]byte, 2<<10)
+	for i := range n {
+		k := cache.Key{Scope: "acme", Endpoint: chatEP, ID: fmt.Sprint("wb", i)}
+		c := mustClaim(t, s, k, "fp", cache.Claimed)
+		if err := s.Commit(ctx, k, c.Owner, rec, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitClean waits (for the disk, not for a goroutine of ours) until the
+// newest value-log file holds under 256 KiB dirty.
+func waitClean(t *testing.T, dir string, within time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		kib := vlogDirtyKiB(t, dir)
+		if kib < 256 || time.Now().After(deadline) {
+			return kib
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWritebackLeavesTheRotationLittle: what the store writes to its value
+// log is written back within a few writeback intervals, not left dirty
+// for the rotation's msync to write while every commit waits. The
+// kernel's own flusher leaves dirty pages for 30 s, so without writeback
+// the 4 MiB written here are still dirty after 10 s.
+func TestWritebackLeavesTheRotationLittle(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		every time.Duration
+	}{{"off", -1}, {"on", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(Options{Dir: dir, Now: storetest.NewClock().Now, WritebackInterval: tc.every})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			commitBytes(t, s, 2000)
+			if tc.every < 0 {
+				if kib := vlogDirtyKiB(t, dir); kib < 3<<10 {
+					t.Skipf("only %d KiB of the value log dirty after writing 4 MiB: this kernel wrote it back already", kib)
+				}
+				if kib := waitClean(t, dir, 2*time.Second); kib < 256 {
+					t.Fatalf("without writeback the value log was written back anyway (%d KiB dirty): this test cannot tell", kib)
+				}
+				// One round, as runWriteback makes: then it is written back.
+				wb := &writeback{dir: dir, fid: -1, start: startWriteback}
+				defer wb.close()
+				wb.round(s.live.written.Load())
+			}
+			if kib := waitClean(t, dir, 10*time.Second); kib >= 256 {
+				t.Fatalf("%d KiB of the value log still dirty 10 s after the writes", kib)
+			}
+		})
+	}
+}
+
+// TestWritebackRound: a round starts the writeback of the newest value-log
+// file only when the store has written since the last round, and follows
+// a rotation to the new file.
+func TestWritebackRound(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"000001.vlog", "000002.vlog", "000003.mem", "000001.sst"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var started []string
+	wb := &writeback{dir: dir, fid: -1, start: func(f *os.File) error {
+		started = append(started, filepath.Base(f.Name()))
+		return nil
+	}}
+	defer wb.close()
+	wb.round(0)
+	wb.round(10)
+	wb.round(10)
+	if err := os.WriteFile(filepath.Join(dir, "000010.vlog"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wb.round(20)
+	if got, want := fmt.Sprint(started), "[000002.vlog 000010.vlog]"; got != want {
+		t.Errorf("rounds started the writeback of %s, want %s", got, want)
+	}
+}
