@@ -15,7 +15,7 @@ import (
 
 // The key filter spares a keyed request's Claim (and a Get) the Badger
 // read of its committed record when the key was never committed, which
-// is almost every keyed request: a read-only transaction costs ~10 µs of
+// is almost every keyed request: a read-only transaction costs 6–13 µs of
 // CPU at 16 clients (its read timestamp waits on Badger's watermark, and
 // its begin and end are channel sends to the watermark's goroutine).
 //
@@ -24,8 +24,8 @@ import (
 // reported absent (a second, different answer would overwrite it), so it
 // holds, at every moment, every record key Badger could return:
 //
-//   - Commit, the one writer of record keys (keys.go: no purge, restore or
-//     import writes one), adds its key under the key's shard lock before
+//   - Commit, the one writer of record keys (see keys.go: no purge,
+//     restore or import writes one), adds its key under the key's shard lock before
 //     its write (noteCommit), and Claim and Get ask under that lock, so a
 //     check after a Commit's write sees its add;
 //   - whenever s.db becomes a database with other contents — Open,
@@ -35,6 +35,9 @@ import (
 //     keeps the same records, and the filter;
 //   - a growing filter is rebuilt while commits go on (rebuildFilter,
 //     which proves that none is missed).
+//
+// In memory (Options.InMemory) it is the same: the database starts empty
+// and only Commit adds records to it.
 //
 // Deletes, purges and expiries leave their keys in the filter (false
 // positives, a read each) until the next build drops them.
@@ -117,9 +120,10 @@ func newBloom(keys int64) *bloom {
 		rebuildAt: max(capacity, 2*keys+1)}
 }
 
-// probes calls fn with the word and bit of each of h's probes: the block
-// from h's high half, the bits from 9-bit slices of h remixed (so that
-// they do not repeat the block's bits).
+// probes calls fn with the word and bit of each of h's probes, until fn
+// returns false: the block from h's high bits (h × blocks / 2⁶⁴), the bits
+// in it from 9-bit slices of h remixed (so that they do not repeat the
+// block's bits).
 func (b *bloom) probes(h uint64, fn func(w *atomic.Uint64, bit uint64) bool) bool {
 	block, _ := bits.Mul64(h, b.blocks)
 	words := b.bits[block*blockWords : (block+1)*blockWords]
@@ -219,9 +223,10 @@ func (s *Store) runFilter() {
 //     and its write now: each Commit either wrote before this step, or
 //     adds to next after it.
 //  2. The key scan into next begins after step 1, so its snapshot holds
-//     every record written before step 1 (a Badger read sees every
-//     transaction that committed before it began). With the adds of
-//     step 1, next holds every record key written since, too.
+//     every record written before step 1 (a Badger read's timestamp waits
+//     for every transaction that committed before it began). With the
+//     adds Commits make after step 1, next holds every record key
+//     written since, too.
 //  3. With every shard lock held again, next replaces cur. Until then cur
 //     answers, and Commit adds to it as before; no Commit is between its
 //     two adds now, so none added to the old filter only.
@@ -230,6 +235,11 @@ func (s *Store) runFilter() {
 // longer returns it, so the read it saves would have found nothing. The
 // caller holds no shard lock; s.mu is held shared throughout, so s.db is
 // not swapped (loadFilter) meanwhile.
+//
+// Each lockAll waits for the Commits in progress (tens of µs, or a
+// value-log GC round's ~50 ms, which holds writes), and the claims of the
+// shards it has taken wait with it: twice per rebuild, which comes after
+// at least as many commits as there were records at the last one.
 func (s *Store) rebuildFilter() error {
 	unlock, err := s.begin(context.Background())
 	if err != nil {

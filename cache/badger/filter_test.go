@@ -273,3 +273,29 @@ func TestBloomSize(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkClaimNew is a Claim of a key never committed, then its
+// Release: the Badger read the key filter saves, without the write.
+func BenchmarkClaimNew(b *testing.B) {
+	s, err := Open(Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 10_000 {
+		commitNew(b, s, filterKey(-1-i))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := filterKey(i)
+		i++
+		c, err := s.Claim(ctx, k, "fp", lease)
+		if err != nil || c.Status != cache.Claimed {
+			b.Fatal(c.Status, err)
+		}
+		if err := s.Release(ctx, k, c.Owner); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

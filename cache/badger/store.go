@@ -99,8 +99,6 @@ type Store struct {
 	// filter says which keys may be committed, so that a new key's Claim
 	// reads nothing (filter.go).
 	filter *keyFilter
-	// reads counts loadCommitted's Badger reads (tests).
-	reads atomic.Int64
 	// dead holds the id of every dead letter in Badger, with its Badger
 	// expiry (Unix seconds, 0 = none), so that resolving the dead letter of
 	// a key that has none — every successful keyed request does — reads
@@ -132,6 +130,8 @@ type Store struct {
 
 	statsMu sync.Mutex
 	stats   cache.Stats
+	// reads counts loadCommitted's Badger reads (tests).
+	reads atomic.Int64
 
 	// space is the store's room on disk (space.go); nil in memory.
 	space *space
@@ -268,17 +268,9 @@ func Open(o Options) (*Store, error) {
 	s.flights = newFlights()
 	s.filter = newKeyFilter()
 	s.bound = o.DeadLetters
-	if s.letters, s.dead, err = s.loadLetters(); err != nil {
+	if err := s.loadContents(); err != nil {
 		s.closeDB()
 		return nil, fmt.Errorf("open badger store %s: %w", o.Dir, err)
-	}
-	if err := s.rescanLive(); err != nil {
-		s.closeDB()
-		return nil, fmt.Errorf("open badger store %s: sizing: %w", o.Dir, err)
-	}
-	if err := s.loadFilter(); err != nil {
-		s.closeDB()
-		return nil, fmt.Errorf("open badger store %s: key filter: %w", o.Dir, err)
 	}
 
 	var boot [8]byte
@@ -299,6 +291,23 @@ func Open(o Options) (*Store, error) {
 		go s.runSpace()
 	}
 	return s, nil
+}
+
+// loadContents reads what the store keeps of the database's contents at
+// Open: the dead letters' index, the live figure and the key filter (see
+// reload for a database opened later).
+func (s *Store) loadContents() error {
+	var err error
+	if s.letters, s.dead, err = s.loadLetters(); err != nil {
+		return err
+	}
+	if err := s.rescanLive(); err != nil {
+		return fmt.Errorf("sizing: %w", err)
+	}
+	if err := s.loadFilter(); err != nil {
+		return fmt.Errorf("key filter: %w", err)
+	}
+	return nil
 }
 
 // lockKey holds the store open and key's flight shard until unlock.
