@@ -9,6 +9,10 @@ import "github.com/llmgate/llmgate/cache"
 //
 // Key.Validate forbids NUL in scope and endpoint and the id is printable
 // ASCII, so the layout is unambiguous.
+//
+// Commit is the only writer of a record key. Another (an import, a
+// restore) must add the key to the key filter first (noteCommit, under
+// the key's shard lock), or Claim will not see the record (filter.go).
 const (
 	recordNS     = 'i'
 	deadLetterNS = 'd'

@@ -146,6 +146,8 @@ func (s *Store) cycle() error {
 	}
 	db, err := badger.Open(s.space.bo)
 	if err == nil {
+		// The same directory, so the same records: the key filter
+		// (filter.go) holds them already.
 		s.db = db
 		return nil
 	}
@@ -155,6 +157,6 @@ func (s *Store) cycle() error {
 	} else {
 		s.db = openStandIn()
 	}
-	s.reloadDeadLetterIDs()
+	s.reload()
 	return fmt.Errorf("reopening the store read-write after flushing it: %w", err)
 }

@@ -402,8 +402,8 @@ func openStandIn() *badger.DB {
 // every operation held off (s.mu). The directory's lock is released just
 // before Badger takes its own. If Badger will not open read-write, the
 // store goes back to read-only; if another process took the directory in
-// between, to an empty stand-in. The dead-letter ids are read again from
-// whichever database is now open.
+// between, to an empty stand-in. What the store knows of the database's
+// contents is read again from whichever database is now open (reload).
 func (s *Store) reopenReadWrite(bo badger.Options) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -426,13 +426,20 @@ func (s *Store) reopenReadWrite(bo badger.Options) {
 		}
 	}
 	s.db = db
-	s.reloadDeadLetterIDs()
+	s.reload()
 }
 
-// reloadDeadLetterIDs reads the dead-letter id set and index (see
-// Store.dead, letters) again from the database just opened. The caller
-// holds s.mu exclusively.
-func (s *Store) reloadDeadLetterIDs() {
+// reload reads what the store keeps of the database's contents — the
+// dead-letter id set and index (see Store.dead, letters), the live
+// figure and the key filter — again from the database just opened, which
+// may hold other records than the one before (a stand-in, a directory
+// restored meanwhile). The caller holds s.mu exclusively.
+func (s *Store) reload() {
+	// The filter first: it must not miss a record of the new database
+	// even if a step below fails.
+	if err := s.loadFilter(); err != nil {
+		s.log.Error("building the key filter after a reopen; every claim reads the store", slog.Any("err", err))
+	}
 	l, ids, err := s.loadLetters()
 	if err != nil {
 		s.log.Error("reading the dead letters after a reopen", slog.Any("err", err))

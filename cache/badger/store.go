@@ -101,6 +101,9 @@ type Store struct {
 	// flights holds the in-flight records (in memory only) and the per-key
 	// locks; Badger holds committed records and dead letters.
 	flights *flights
+	// filter says which keys may be committed, so that a new key's Claim
+	// reads nothing (filter.go).
+	filter *keyFilter
 	// dead holds the id of every dead letter in Badger, with its Badger
 	// expiry (Unix seconds, 0 = none), so that resolving the dead letter of
 	// a key that has none — every successful keyed request does — reads
@@ -132,6 +135,8 @@ type Store struct {
 
 	statsMu sync.Mutex
 	stats   cache.Stats
+	// reads counts loadCommitted's Badger reads (tests).
+	reads atomic.Int64
 
 	// space is the store's room on disk (space.go); nil in memory.
 	space *space
@@ -266,22 +271,20 @@ func Open(o Options) (*Store, error) {
 	}
 	s.db = db
 	s.flights = newFlights()
+	s.filter = newKeyFilter()
 	s.bound = o.DeadLetters
-	if s.letters, s.dead, err = s.loadLetters(); err != nil {
+	if err := s.loadContents(); err != nil {
 		s.closeDB()
 		return nil, fmt.Errorf("open badger store %s: %w", o.Dir, err)
-	}
-	if err := s.rescanLive(); err != nil {
-		s.closeDB()
-		return nil, fmt.Errorf("open badger store %s: sizing: %w", o.Dir, err)
 	}
 
 	var boot [8]byte
 	rand.Read(boot[:])
 	s.ownerPrefix = hex.EncodeToString(boot[:]) + "."
 
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.runSweep(inFlightGrace)
+	go s.runFilter()
 	if !o.InMemory {
 		interval := o.GCInterval
 		if interval <= 0 {
@@ -297,6 +300,23 @@ func Open(o Options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// loadContents reads what the store keeps of the database's contents at
+// Open: the dead letters' index, the live figure and the key filter (see
+// reload for a database opened later).
+func (s *Store) loadContents() error {
+	var err error
+	if s.letters, s.dead, err = s.loadLetters(); err != nil {
+		return err
+	}
+	if err := s.rescanLive(); err != nil {
+		return fmt.Errorf("sizing: %w", err)
+	}
+	if err := s.loadFilter(); err != nil {
+		return fmt.Errorf("key filter: %w", err)
+	}
+	return nil
 }
 
 // lockKey holds the store open and key's flight shard until unlock.
@@ -344,7 +364,8 @@ func badgerOptions(o Options) badger.Options {
 }
 
 // Claim takes the key for the caller, or reports why it cannot. In-flight
-// records live in memory (see flights), committed ones in Badger; the key's
+// records live in memory (see flights), committed ones in Badger, which is
+// not read when the key filter says the key was never committed; the key's
 // lock is held across both lookups and the insert, so the outcome is atomic:
 //
 //   - absent (or committed and expired): a new in-flight record under a new
@@ -378,7 +399,7 @@ func (s *Store) Claim(ctx context.Context, k cache.Key, fingerprint string, leas
 			return cache.Claim{Status: cache.Busy, Record: new(*cur)}, nil
 		}
 		// The lease ran out: take it over below.
-	} else {
+	} else if s.filter.mayHave(key) {
 		cur, err := s.loadCommitted(key, now)
 		if err != nil {
 			return cache.Claim{}, fmt.Errorf("claim %s: %w", k, err)
@@ -466,6 +487,9 @@ func (s *Store) Commit(ctx context.Context, k cache.Key, owner string, rec *cach
 		stored.ExpiresAt = now.Add(ttl)
 		e := badger.NewEntry(key, codec.EncodeRecord(&stored)).WithMeta(byte(cache.Committed))
 		e.ExpiresAt = badgerExpiry(ttl)
+		// Before the write, so that no check finds it written but not
+		// in the filter; a write that fails leaves a false positive.
+		s.filter.noteCommit(key)
 		if err := s.update(func(txn *badger.Txn) error { return txn.SetEntry(e) }); err != nil {
 			// Still in flight: the owner may Release.
 			return err
@@ -516,14 +540,17 @@ func (s *Store) Get(ctx context.Context, k cache.Key) (*cache.Record, error) {
 	}
 	defer unlock()
 	key := storageKey(k)
-	if rec := s.inFlight(key); rec != nil {
+	rec, maybe := s.inFlight(key)
+	if rec != nil {
 		return rec, nil
 	}
-	// Commit writes Badger before it forgets the in-flight record, so a key
-	// missed above is in Badger by now if it was committed.
-	rec, err := s.loadCommitted(key, s.now())
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", k, err)
+	// Commit writes Badger (and adds to the filter) before it forgets the
+	// in-flight record, so a key missed above is in Badger by now, and in
+	// the filter, if it was committed.
+	if maybe {
+		if rec, err = s.loadCommitted(key, s.now()); err != nil {
+			return nil, fmt.Errorf("get %s: %w", k, err)
+		}
 	}
 	if rec == nil {
 		return nil, fmt.Errorf("get %s: %w", k, cache.ErrNotFound)
@@ -531,14 +558,15 @@ func (s *Store) Get(ctx context.Context, k cache.Key) (*cache.Record, error) {
 	return rec, nil
 }
 
-// inFlight returns a copy of key's in-flight record, or nil.
-func (s *Store) inFlight(key []byte) *cache.Record {
+// inFlight returns a copy of key's in-flight record, or nil and whether
+// the key filter says it may be committed, both under the key's lock.
+func (s *Store) inFlight(key []byte) (rec *cache.Record, maybeCommitted bool) {
 	sh := s.flights.lock(key)
 	defer sh.mu.Unlock()
 	if cur := sh.m[string(key)]; cur != nil {
-		return new(*cur)
+		return new(*cur), true
 	}
-	return nil
+	return nil, s.filter.mayHave(key)
 }
 
 // Delete forgets the key, whatever its state (admin), and wakes waiters.
@@ -605,7 +633,7 @@ func (s *Store) Wait(ctx context.Context, k cache.Key) error {
 	if err != nil {
 		return fmt.Errorf("wait %s: %w", k, err)
 	}
-	rec := s.inFlight(key)
+	rec, _ := s.inFlight(key)
 	unlock()
 	now := s.now()
 	if rec == nil || !now.Before(rec.LeaseUntil) {
@@ -759,6 +787,7 @@ func (s *Store) update(fn func(txn *badger.Txn) error) error {
 // expired by the store's clock (Badger's own TTL runs on real time, in
 // whole seconds).
 func (s *Store) loadCommitted(key []byte, now time.Time) (*cache.Record, error) {
+	s.reads.Add(1)
 	var rec *cache.Record
 	err := s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(key)

@@ -513,7 +513,9 @@ func TestDelete(t *testing.T) {
 	if _, err := s.Get(ctx, key1); !errors.Is(err, cache.ErrNotFound) {
 		t.Fatalf("Get after Delete: %v", err)
 	}
-	// An undecodable record can still be deleted by an admin.
+	// An undecodable record can still be deleted by an admin. Written
+	// past Commit, so added to the key filter as Commit would.
+	s.filter.noteCommit(storageKey(key1))
 	if err := s.db.Update(func(txn *badger.Txn) error {
 		return txn.Set(storageKey(key1), []byte{99, 1, 2})
 	}); err != nil {
