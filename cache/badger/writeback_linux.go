@@ -10,7 +10,8 @@ import (
 const writebackSupported = true
 
 // startWriteback asks the kernel to start writing f's dirty pages back,
-// without waiting for it.
+// without waiting for it, once the writeback the last round started has
+// finished (so that rounds do not pile up on a slow disk).
 func startWriteback(f *os.File) error {
-	return unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+	return unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE)
 }

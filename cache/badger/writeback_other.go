@@ -11,4 +11,6 @@ import (
 // and the value log's rotation writes back all it holds (see writeback).
 const writebackSupported = false
 
-func startWriteback(*os.File) error { return errors.New("sync_file_range not supported on this platform") }
+func startWriteback(*os.File) error {
+	return errors.New("sync_file_range not supported on this platform")
+}
