@@ -510,6 +510,16 @@ type Store struct {
 	// GCInterval is how often Badger's value log is garbage collected.
 	// Default 10m.
 	GCInterval Duration `yaml:"gc_interval"`
+	// WritebackInterval, when set, makes the Badger store ask the kernel
+	// every interval to start writing back the value-log file it is
+	// writing (sync_file_range, not waited for), so that the file's
+	// rotation every 16 MiB — an msync in Badger's one writer goroutine,
+	// during which no commit completes (~50–70 ms under load) — finds
+	// little to write. It halves keyed p99.9 under sustained keyed load,
+	// but writing back pages while the process writes them costs CPU (on a
+	// 2-vCPU VM: ~10 µs per keyed JSON request, 21% of keyed stream
+	// throughput). 0: off. Default off; 100ms is a good value.
+	WritebackInterval Duration `yaml:"writeback_interval"`
 	// OpTimeout bounds each claim, commit, release and lease renewal. They run
 	// detached from the client (a client's short deadline must not leave
 	// a key claimed), under this timeout alone. Badger's operations run in

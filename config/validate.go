@@ -408,6 +408,7 @@ func (c *Config) validateDurations(p *problems) {
 		{"idempotency.lease", c.Idempotency.Lease, true},
 		{"idempotency.cache_ttl", c.Idempotency.CacheTTL, true},
 		{"store.gc_interval", c.Store.GCInterval, true},
+		{"store.writeback_interval", c.Store.WritebackInterval, false},
 		{"store.op_timeout", c.Store.OpTimeout, true},
 		{"store.usage_rescan", c.Store.UsageRescan, false},
 		{"store.redis.wait_timeout", c.Store.Redis.WaitTimeout, true},

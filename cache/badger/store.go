@@ -7,7 +7,6 @@
 package badgerstore
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -46,8 +45,7 @@ type Options struct {
 	// GCInterval is the period of value-log garbage collection. If <= 0, 10m.
 	GCInterval time.Duration
 	// WritebackInterval is how often the value-log file being written is
-	// given to the kernel to write back (see writeback). If 0, 100ms; if
-	// < 0, never (tests).
+	// given to the kernel to write back (see writeback). If <= 0, never.
 	WritebackInterval time.Duration
 	// Now is the clock for leases, CreatedAt and ExpiresAt. If nil, time.Now.
 	Now func() time.Time
@@ -294,9 +292,9 @@ func Open(o Options) (*Store, error) {
 		go s.runGC(interval)
 		s.bg.Add(1)
 		go s.runSpace()
-		if every := cmp.Or(o.WritebackInterval, writebackInterval); writebackSupported && every > 0 {
+		if writebackSupported && o.WritebackInterval > 0 {
 			s.bg.Add(1)
-			go s.runWriteback(every)
+			go s.runWriteback(o.WritebackInterval)
 		}
 	}
 	return s, nil

@@ -224,14 +224,15 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 		})
 	}
 	return badgerstore.Open(badgerstore.Options{
-		Dir:          cfg.DataDir,
-		SyncWrites:   cfg.Store.SyncWrites,
-		GCInterval:   cfg.Store.GCInterval.D(),
-		MemoryBudget: cfg.Memory.BudgetBytes,
-		Logger:       log,
-		MaxBytes:     cfg.Store.MaxBytes,
-		MinFreeBytes: cfg.Store.MinFreeBytes,
-		DeadLetters:  deadLetterBound(cfg),
+		Dir:               cfg.DataDir,
+		SyncWrites:        cfg.Store.SyncWrites,
+		GCInterval:        cfg.Store.GCInterval.D(),
+		WritebackInterval: cfg.Store.WritebackInterval.D(),
+		MemoryBudget:      cfg.Memory.BudgetBytes,
+		Logger:            log,
+		MaxBytes:          cfg.Store.MaxBytes,
+		MinFreeBytes:      cfg.Store.MinFreeBytes,
+		DeadLetters:       deadLetterBound(cfg),
 	})
 }
 
