@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -199,31 +198,11 @@ func TestFilterGrows(t *testing.T) {
 // read-write on a directory that has records (restored while it stood
 // in), the filter is built again and they are Done.
 func TestStandInReopenRecords(t *testing.T) {
-	clock := storetest.NewClock()
-	disk := &fakeDisk{}
-	disk.free.Store(1 << 20)
-	dir := filepath.Join(t.TempDir(), "data")
-	s := openSpaceStore(t, dir, clock, disk, 0)
-	if sp := s.Space(); !sp.ReadOnly {
-		t.Fatalf("not standing in: %+v", sp)
-	}
-	roomy := &fakeDisk{}
-	roomy.free.Store(1 << 30)
-	src := openSpaceStore(t, t.TempDir(), clock, roomy, 0)
-	if err := commitKey(t, src, "restored"); err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Close(); err != nil {
-		t.Fatal(err)
-	}
-	copyDir(t, src.dir, dir)
-
-	disk.free.Store(1 << 30)
-	clock.Advance(spaceMaxAge)
-	s.checkSpace()
-	if sp := s.Space(); sp.ReadOnly {
-		t.Fatalf("not reopened read-write: %+v", sp)
-	}
+	s := standInThenRestore(t, func(src *Store) {
+		if err := commitKey(t, src, "restored"); err != nil {
+			t.Fatal(err)
+		}
+	})
 	mustClaim(t, s, cache.Key{Scope: "acme", Endpoint: chatEP, ID: "restored"}, "fp-restored", cache.Done)
 }
 

@@ -449,33 +449,12 @@ func TestPurgeBelowReserve(t *testing.T) {
 // another store while it stood in), they are known again and can be
 // resolved.
 func TestStandInReopenDeadLetters(t *testing.T) {
-	clock := storetest.NewClock()
-	disk := &fakeDisk{}
-	disk.free.Store(1 << 20)
-	dir := filepath.Join(t.TempDir(), "data")
-	s := openSpaceStore(t, dir, clock, disk, 0)
-	if sp := s.Space(); !sp.ReadOnly {
-		t.Fatalf("not standing in: %+v", sp)
-	}
-
-	roomy := &fakeDisk{}
-	roomy.free.Store(1 << 30)
 	k := cache.Key{Scope: "acme", Endpoint: chatEP, ID: "dead"}
-	src := openSpaceStore(t, t.TempDir(), clock, roomy, 0)
-	if err := src.PutDeadLetter(ctx, k, &cache.DeadLetter{Class: "timeout"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Close(); err != nil {
-		t.Fatal(err)
-	}
-	copyDir(t, src.dir, dir)
-
-	disk.free.Store(1 << 30)
-	clock.Advance(spaceMaxAge)
-	s.checkSpace()
-	if sp := s.Space(); sp.ReadOnly {
-		t.Fatalf("not reopened read-write: %+v", sp)
-	}
+	s := standInThenRestore(t, func(src *Store) {
+		if err := src.PutDeadLetter(ctx, k, &cache.DeadLetter{Class: "timeout"}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if _, err := s.GetDeadLetter(ctx, cache.DeadLetterID(k)); err != nil {
 		t.Fatalf("GetDeadLetter after the reopen: %v", err)
 	}
@@ -543,4 +522,37 @@ func TestWritesAskTheDiskWhenItMatters(t *testing.T) {
 	if err := commitKey(t, s, "below"); !errors.Is(err, cache.ErrFull) {
 		t.Fatalf("commit below the reserve, right after one near it: %v, want ErrFull", err)
 	}
+}
+
+// standInThenRestore opens a store standing in memory for its directory
+// (a first start on a full disk), restores into that directory another
+// store's contents, which fill writes, and reopens it read-write once
+// the disk has room: what the store knows of its contents must come from
+// the restored directory.
+func standInThenRestore(t *testing.T, fill func(src *Store)) *Store {
+	t.Helper()
+	clock := storetest.NewClock()
+	disk := &fakeDisk{}
+	disk.free.Store(1 << 20)
+	dir := filepath.Join(t.TempDir(), "data")
+	s := openSpaceStore(t, dir, clock, disk, 0)
+	if sp := s.Space(); !sp.ReadOnly {
+		t.Fatalf("not standing in: %+v", sp)
+	}
+	roomy := &fakeDisk{}
+	roomy.free.Store(1 << 30)
+	src := openSpaceStore(t, t.TempDir(), clock, roomy, 0)
+	fill(src)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, src.dir, dir)
+
+	disk.free.Store(1 << 30)
+	clock.Advance(spaceMaxAge)
+	s.checkSpace()
+	if sp := s.Space(); sp.ReadOnly {
+		t.Fatalf("not reopened read-write: %+v", sp)
+	}
+	return s
 }
