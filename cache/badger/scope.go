@@ -32,7 +32,7 @@ func validScope(scope string) error {
 // ScanCommitted calls fn for each record committed under scope that has
 // not expired by the store's clock, with its StoredSize and expiry. It
 // iterates the scope's key prefix in one read-only transaction and decodes
-// each value (a record's encoding up to ValueThreshold, 1 KiB, is in the
+// each value (a record's encoding up to ValueThreshold, 256 bytes, is in the
 // LSM tree, a larger one is read from the value log); fn is called inside
 // that transaction.
 func (s *Store) ScanCommitted(ctx context.Context, scope string, fn func(cache.CommittedRecord) error) error {

@@ -61,7 +61,7 @@ import (
 // memtables, 1 MiB tables, see sizing) that is 8 + 8 + 32 + 18 + 11 = 77
 // MiB; the value-log map dominates, and grows with ValueLogFileSize.
 //
-// With ValueThreshold 1 KiB (store.go) a record's body is written to the
+// With ValueThreshold 256 bytes (store.go) a record's body is written to the
 // active value-log file, through its mmap as the WAL is, and the WAL gets
 // only a pointer: the floor's room for running calls (2 × MemTableSize)
 // now counts value-log bytes, as many as the WAL took before. Below the

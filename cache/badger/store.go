@@ -185,8 +185,12 @@ type Store struct {
 //     MemTableSize (600 KiB at the default budget), fine because a body
 //     above ValueThreshold goes to the value log and counts only as a
 //     pointer.
-//   - ValueThreshold 1 KiB: a record's body goes to the value log and the
-//     LSM tree holds only its key and a pointer. With 64 KiB (4 KiB
+//   - ValueThreshold 256 bytes: a record's body goes to the value log and
+//     the LSM tree holds only its key and a pointer. Records are written
+//     compressed where that pays (cache/internal/codec, version 2), so a
+//     1 KiB completion or a 20-event stream is stored in 400–900 bytes; at
+//     1 KiB they fell back into the tree, and keyed JSON cost more CPU per
+//     request than before compression. With 64 KiB (4 KiB
 //     completions inside the tree), every flush and compaction copied the
 //     bodies: at 16 clients of new keys, keyed p99 was 7.6× unkeyed (Commit
 //     and Claim queued behind Badger's watermark while flushes ran) and
@@ -210,7 +214,7 @@ type Store struct {
 //     are short-lived and CPU on the request path is worth more than disk.
 //   - MetricsEnabled false: Stats measures the directory itself.
 const (
-	valueThreshold     = 1 << 10
+	valueThreshold     = 1 << 8
 	numLevelZero       = 2
 	numLevelZeroStall  = 8
 	valueLogFileSize   = 16 << 20

@@ -2,8 +2,11 @@ package codec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,10 +46,10 @@ func TestEncodeStartsWithVersionByte(t *testing.T) {
 
 func TestDecodeUnknownVersion(t *testing.T) {
 	b := EncodeRecord(sampleRecord())
-	b[0] = 2
+	b[0] = 3
 	_, err := DecodeRecord(b)
 	if !errors.Is(err, ErrUnknownVersion) {
-		t.Fatalf("decode version 2: err = %v, want ErrUnknownVersion", err)
+		t.Fatalf("decode version 3: err = %v, want ErrUnknownVersion", err)
 	}
 	if _, err := DecodeRecord(nil); err == nil {
 		t.Fatal("decode empty value: no error")
@@ -54,14 +57,89 @@ func TestDecodeUnknownVersion(t *testing.T) {
 }
 
 func TestDecodeRejectsEveryTruncation(t *testing.T) {
-	b := EncodeRecord(sampleRecord())
-	for n := range len(b) {
-		if _, err := DecodeRecord(b[:n]); err == nil {
-			t.Fatalf("decode of the first %d of %d bytes: no error", n, len(b))
+	for _, r := range []*cache.Record{sampleRecord(), chatStreamRecord(20)} {
+		b := EncodeRecord(r)
+		for n := range len(b) {
+			if _, err := DecodeRecord(b[:n]); err == nil {
+				t.Fatalf("version %d: decode of the first %d of %d bytes: no error", b[0], n, len(b))
+			}
+		}
+		if _, err := DecodeRecord(append(b, 0)); err == nil {
+			t.Fatalf("version %d: decode with a trailing byte: no error", b[0])
 		}
 	}
-	if _, err := DecodeRecord(append(b, 0)); err == nil {
-		t.Fatal("decode with a trailing byte: no error")
+}
+
+// chatStreamRecord is a committed chat stream of n content chunks as
+// providers send them: each chunk repeats the id, model and framing.
+func chatStreamRecord(n int) *cache.Record {
+	r := sampleRecord()
+	r.Events = nil
+	words := []string{"The", " gateway", " commits", " every", " answer", " under", " its", " key", ",", " once", "."}
+	for i := range n {
+		r.Events = append(r.Events, fmt.Appendf(nil, `data: {"id":"chatcmpl-Bx7k2QmZr9","object":"chat.completion.chunk","created":1764942000,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_b8bc95a0ac","choices":[{"index":0,"delta":{"content":%q},"logprobs":null,"finish_reason":null}]}`+"\n\n", words[i%len(words)]))
+	}
+	r.Events = append(r.Events, []byte("data: [DONE]\n\n"))
+	return r
+}
+
+// A stream's events are written compressed (version 2), a few times
+// smaller, and read back as they were; what does not shrink by an eighth,
+// or is too small to bother, is written as version 1, which every release
+// reads.
+func TestCompressWherePays(t *testing.T) {
+	stream := chatStreamRecord(40)
+	raw := len(appendSection(nil, stream))
+	b := EncodeRecord(stream)
+	if b[0] != recordV2 {
+		t.Fatalf("a 40-chunk stream record: version %d, want %d", b[0], recordV2)
+	}
+	if len(b)*4 > raw {
+		t.Fatalf("a 40-chunk stream record of %d section bytes took %d stored", raw, len(b))
+	}
+	got, err := DecodeRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.AssertSameRecord(t, got, stream)
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	noise := sampleRecord()
+	noise.Events = nil
+	noise.Body = make([]byte, 4096)
+	for i := range noise.Body {
+		noise.Body[i] = byte(rng.IntN(256))
+	}
+	small := chatStreamRecord(1)
+	for name, r := range map[string]*cache.Record{"incompressible": noise, "small": small} {
+		if b := EncodeRecord(r); b[0] != recordV1 {
+			t.Errorf("%s: version %d, want %d", name, b[0], recordV1)
+		}
+	}
+}
+
+// A corrupt compressed section is an error, never other bytes: a flipped
+// bit anywhere after the header, and a block that claims to expand past
+// maxExpansion (refused before it is allocated).
+func TestCompressedCorruptionIsAnError(t *testing.T) {
+	r := chatStreamRecord(20)
+	b := EncodeRecord(r)
+	head := len(appendHeader(nil, recordV2, r))
+	for i := head; i < len(b); i++ {
+		for bit := range 8 {
+			c := bytes.Clone(b)
+			c[i] ^= 1 << bit
+			if got, err := DecodeRecord(c); err == nil {
+				t.Fatalf("bit %d of byte %d flipped: decoded without error (%d events)", bit, i, len(got.Events))
+			}
+		}
+	}
+	huge := appendHeader(nil, recordV2, r)
+	huge = append(huge, 0, 0, 0, 0)
+	huge = binary.AppendUvarint(huge, 1<<30)
+	huge = append(huge, make([]byte, 16)...)
+	if _, err := DecodeRecord(huge); err == nil || !strings.Contains(err.Error(), "claims") {
+		t.Fatalf("a block of 16 bytes claiming 1 GiB: err = %v", err)
 	}
 }
 
@@ -122,6 +200,13 @@ func randomRecord(rng *rand.Rand) *cache.Record {
 	for range rng.IntN(5) {
 		r.Events = append(r.Events, []byte(str(100)))
 	}
+	if rng.IntN(3) == 0 {
+		// Compressible: written as version 2.
+		chunk := []byte(str(200))
+		for range rng.IntN(40) {
+			r.Events = append(r.Events, chunk)
+		}
+	}
 	return r
 }
 
@@ -132,6 +217,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte{1})
 	f.Add([]byte{2, 2, 0})
 	f.Add([]byte{1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add(EncodeRecord(chatStreamRecord(20)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRecord(bytes.Clone(b))
 		if err != nil {
