@@ -284,7 +284,7 @@ func (s *Scanner) object(keys *Keys, member func(key []byte, i int) bool) bool {
 		vStart := i
 		if member != nil {
 			k := -1
-			if keys != nil && keys.mayMatch(len(key)-2, escaped) {
+			if keys != nil && keys.mayMatch(key[1:len(key)-1], escaped) {
 				k = keys.match(key[1:len(key)-1], escaped)
 			}
 			if k >= 0 || keys == nil {
