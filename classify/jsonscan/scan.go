@@ -296,7 +296,12 @@ func (s *Scanner) object(keys *Keys, member func(key []byte, i int) bool) bool {
 			}
 		}
 		if i == vStart {
-			if i = s.skip(i); i < 0 {
+			if b[i] == '"' { // the most common value, a call the less
+				i, _ = s.str(i)
+			} else {
+				i = s.skip(i)
+			}
+			if i < 0 {
 				return false
 			}
 		}
@@ -351,7 +356,12 @@ func (s *Scanner) array(elem func(i int) bool) bool {
 			i = s.pos
 		}
 		if i == vStart {
-			if i = s.skip(i); i < 0 {
+			if b[i] == '"' { // the most common value, a call the less
+				i, _ = s.str(i)
+			} else {
+				i = s.skip(i)
+			}
+			if i < 0 {
 				return false
 			}
 		}
@@ -472,7 +482,9 @@ var special = func() (t [256]bool) {
 // len(b), looking at eight bytes at a time.
 func longRun(b []byte, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		if m := specialMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+		// b[i:i+8], not b[i:]: a slice that cannot be empty spares the
+		// pointer masking and the second length check b[i:] compiles to.
+		if m := specialMask(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
 			return i + bits.TrailingZeros64(m)/8
 		}
 	}
