@@ -131,3 +131,38 @@ func TestExactKeys(t *testing.T) {
 	}
 	NewExactKeys("store", "STORE") // two names, exactly
 }
+
+// FuzzMayMatch holds mayMatch, the length and first-byte test that spares
+// most keys the full match, to match itself: it may let a key through that
+// does not match, never turn one away that does. The sets are ASCII, as
+// the gateway's and classify's are (a set with a name that is not turns
+// the test off), and hold names that begin with the letters 'ſ' and the
+// Kelvin sign fold to.
+func FuzzMayMatch(f *testing.F) {
+	for _, k := range []string{
+		`model`, `MODEL`, `ſtore`, `\u017ftore`, `STORE`, `\u212aind`, `Kind`, `kInd`, `\u006bind`,
+		`choices`, `created`, `content`, `_x`, `_X`, ``, `\u0000`, "\xc5\xbftore", "\xe2\x84\xaaind", "\xffmodel",
+	} {
+		f.Add(k)
+	}
+	sets := []*Keys{
+		NewKeys("model", "store", "kind", "_x", ""),
+		NewExactKeys("model", "store", "kind", "_x", ""),
+		NewExactKeys("choices", "error", "usage"),
+		NewKeys("s", "k", "Stream_Options"),
+	}
+	f.Fuzz(func(t *testing.T, inner string) {
+		tok := []byte(`"` + inner + `"`)
+		s := New(tok, 0)
+		s.Skip()
+		if s.Err() != nil || !s.AtEnd() {
+			return // not one string token
+		}
+		escaped := strings.Contains(inner, `\`)
+		for _, keys := range sets {
+			if i := keys.match([]byte(inner), escaped); i >= 0 && !keys.mayMatch([]byte(inner), escaped) {
+				t.Fatalf("%q matches %q, but mayMatch turns it away", tok, keys.names[i])
+			}
+		}
+	})
+}

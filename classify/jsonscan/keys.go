@@ -21,9 +21,10 @@ type Keys struct {
 	names  []string
 	folded []string // each name folded as encoding/json folds it; names if exact
 	fold   bool
-	maxLen int    // the longest of folded, in bytes
-	ascii  bool   // every one of folded is ASCII
-	lens   uint64 // bit n set: an unescaped key n bytes long may match (n < 64)
+	maxLen int       // the longest of folded, in bytes
+	ascii  bool      // every one of folded is ASCII
+	lens   uint64    // bit n set: an unescaped key n bytes long may match (n < 64)
+	first  [4]uint64 // bit c set: an unescaped key may begin with byte c (if ascii)
 }
 
 // NewKeys returns the set of names, matched with folding: at most 64,
@@ -59,9 +60,10 @@ func newKeys(names []string, fold bool) *Keys {
 	return k
 }
 
-// addLens marks the lengths an unescaped key matching f may have. With
-// folding, an ASCII byte of f is one byte as written, or two for an S
-// ('ſ'), or three for a K (the Kelvin sign); no other rune folds to ASCII.
+// addLens marks the lengths an unescaped key matching f may have, and the
+// bytes it may begin with. With folding, an ASCII byte of f is one byte as
+// written, or two for an S ('ſ'), or three for a K (the Kelvin sign); no
+// other rune folds to ASCII.
 func (k *Keys) addLens(f string) {
 	longest := len(f)
 	for j := 0; j < len(f); j++ {
@@ -77,12 +79,33 @@ func (k *Keys) addLens(f string) {
 	for n := len(f); n <= longest && n < 64; n++ {
 		k.lens |= 1 << n
 	}
+	if len(f) == 0 {
+		return
+	}
+	c := f[0]
+	k.addFirst(c)
+	if k.fold && 'A' <= c && c <= 'Z' {
+		k.addFirst(c + 'a' - 'A')
+		switch c {
+		case 'S':
+			k.addFirst("ſ"[0])
+		case 'K':
+			k.addFirst("\u212a"[0])
+		}
+	}
 }
 
-// mayMatch is the inlined first test of match: most keys of an object
-// are unescaped, and no name has their length.
-func (k *Keys) mayMatch(n int, escaped bool) bool {
-	return escaped || !k.ascii || n >= 64 || k.lens&(1<<n) != 0
+func (k *Keys) addFirst(c byte) { k.first[c>>6] |= 1 << (c & 63) }
+
+// mayMatch is the inlined first test of match on the key text inner:
+// most keys of an object are unescaped, and no name has their length and
+// first byte.
+func (k *Keys) mayMatch(inner []byte, escaped bool) bool {
+	n := len(inner)
+	if escaped || !k.ascii || n >= 64 {
+		return true
+	}
+	return k.lens&(1<<n) != 0 && (n == 0 || k.first[inner[0]>>6]&(1<<(inner[0]&63)) != 0)
 }
 
 // Index returns the index in the set of the name that the key token tok
@@ -93,7 +116,7 @@ func (k *Keys) Index(tok []byte) int {
 	}
 	inner := tok[1 : len(tok)-1]
 	escaped := bytes.IndexByte(inner, '\\') >= 0
-	if !k.mayMatch(len(inner), escaped) {
+	if !k.mayMatch(inner, escaped) {
 		return -1
 	}
 	return k.match(inner, escaped)

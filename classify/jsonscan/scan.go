@@ -165,13 +165,15 @@ func (s *Scanner) fail(msg string, off int) bool {
 	return false
 }
 
-func (s *Scanner) ws() {
-	for s.pos < len(s.buf) {
-		if c := s.buf[s.pos]; c > ' ' || c != ' ' && c != '\t' && c != '\n' && c != '\r' {
-			return
-		}
-		s.pos++
+func (s *Scanner) ws() { s.pos = skipWS(s.buf, s.pos) }
+
+// skipWS returns the offset of the first byte of b from i on that is not
+// whitespace, or len(b).
+func skipWS(b []byte, i int) int {
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
+	return i
 }
 
 // valueStart reports whether c can begin a value.
@@ -183,34 +185,65 @@ func valueStart(c byte) bool {
 	return false
 }
 
+// The scanning methods below take the offset they start at and return the
+// one they end at, -1 on an error (which they record with fail); object
+// and array start and end at s.pos. Keeping the offset in a local variable
+// and not in s.pos lets it stay in a register: s.pos is stored only where
+// a caller's loop body runs and where an object or array ends.
+
 // value consumes one value, s at its first byte.
 func (s *Scanner) value() bool {
 	if s.err != nil {
 		return false
 	}
-	if s.pos >= len(s.buf) {
-		return s.fail("invalid value", s.pos)
+	end := s.skip(s.pos)
+	if end < 0 {
+		return false
 	}
-	switch c := s.buf[s.pos]; c {
+	s.pos = end
+	return true
+}
+
+// skip consumes the value at offset i.
+func (s *Scanner) skip(i int) int {
+	b := s.buf
+	if i >= len(b) {
+		return s.failAt("invalid value", i)
+	}
+	switch c := b[i]; c {
 	case '"':
-		_, ok := s.str()
-		return ok
+		end, _ := s.str(i)
+		return end
 	case '{':
-		return s.object(nil, nil)
+		s.pos = i
+		if !s.object(nil, nil) {
+			return -1
+		}
+		return s.pos
 	case '[':
-		return s.array(nil)
+		s.pos = i
+		if !s.array(nil) {
+			return -1
+		}
+		return s.pos
 	case 't':
-		return s.literal("true")
+		return s.literal(i, "true")
 	case 'f':
-		return s.literal("false")
+		return s.literal(i, "false")
 	case 'n':
-		return s.literal("null")
+		return s.literal(i, "null")
 	default:
 		if c == '-' || c >= '0' && c <= '9' {
-			return s.number()
+			return s.number(i)
 		}
-		return s.fail("invalid value", s.pos)
+		return s.failAt("invalid value", i)
 	}
+}
+
+// failAt is fail for the methods that return an offset: it returns -1.
+func (s *Scanner) failAt(msg string, off int) int {
+	s.fail(msg, off)
+	return -1
 }
 
 // object consumes an object, s at its '{'. For each member (if keys is
@@ -222,54 +255,64 @@ func (s *Scanner) object(keys *Keys, member func(key []byte, i int) bool) bool {
 		s.err = ErrTooDeep
 		return false
 	}
-	s.pos++
-	s.ws()
-	if s.pos < len(s.buf) && s.buf[s.pos] == '}' {
-		s.pos++
+	b := s.buf
+	i := skipWS(b, s.pos+1)
+	if i < len(b) && b[i] == '}' {
+		s.pos = i + 1
 		s.depth--
 		return true
 	}
 	for {
-		s.ws()
-		if s.pos >= len(s.buf) || s.buf[s.pos] != '"' {
-			return s.fail("expected string", s.pos)
+		i = skipWS(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return s.fail("expected string", i)
 		}
-		kStart := s.pos
-		escaped, ok := s.str()
-		if !ok {
+		kStart := i
+		var escaped bool
+		if i, escaped = s.str(i); i < 0 {
 			return false
 		}
-		key := s.buf[kStart:s.pos]
-		s.ws()
-		if s.pos >= len(s.buf) || s.buf[s.pos] != ':' {
-			return s.fail("expected ':' after object key", s.pos)
+		key := b[kStart:i]
+		i = skipWS(b, i)
+		if i >= len(b) || b[i] != ':' {
+			return s.fail("expected ':' after object key", i)
 		}
-		s.pos++
-		s.ws()
-		if s.pos >= len(s.buf) || !valueStart(s.buf[s.pos]) {
-			return s.fail("invalid value", s.pos)
+		i = skipWS(b, i+1)
+		if i >= len(b) || !valueStart(b[i]) {
+			return s.fail("invalid value", i)
 		}
-		vStart := s.pos
+		vStart := i
 		if member != nil {
-			i := -1
-			if keys != nil && keys.mayMatch(len(key)-2, escaped) {
-				i = keys.match(key[1:len(key)-1], escaped)
+			k := -1
+			if keys != nil && keys.mayMatch(key[1:len(key)-1], escaped) {
+				k = keys.match(key[1:len(key)-1], escaped)
 			}
-			if (i >= 0 || keys == nil) && (!member(key, i) || s.err != nil) {
+			if k >= 0 || keys == nil {
+				s.pos = i
+				if !member(key, k) || s.err != nil {
+					return false
+				}
+				i = s.pos
+			}
+		}
+		if i == vStart {
+			if b[i] == '"' { // the most common value, a call the less
+				i, _ = s.str(i)
+			} else {
+				i = s.skip(i)
+			}
+			if i < 0 {
 				return false
 			}
 		}
-		if s.pos == vStart && !s.value() {
-			return false
-		}
-		s.ws()
-		if s.pos < len(s.buf) {
-			switch s.buf[s.pos] {
+		i = skipWS(b, i)
+		if i < len(b) {
+			switch b[i] {
 			case ',':
-				s.pos++
+				i++
 				continue
 			case '}':
-				s.pos++
+				s.pos = i + 1
 				s.depth--
 				return true
 			}
@@ -278,9 +321,9 @@ func (s *Scanner) object(keys *Keys, member func(key []byte, i int) bool) bool {
 			// The outermost object keeps the message, and the offset one
 			// past the offending byte, that the gateway's routing scanner
 			// has always reported to clients.
-			return s.fail("expected ',' or '}' in object", s.pos+1)
+			return s.fail("expected ',' or '}' in object", i+1)
 		}
-		return s.fail("expected ',' or closing bracket", s.pos)
+		return s.fail("expected ',' or closing bracket", i)
 	}
 }
 
@@ -292,52 +335,64 @@ func (s *Scanner) array(elem func(i int) bool) bool {
 		s.err = ErrTooDeep
 		return false
 	}
-	s.pos++
-	s.ws()
-	if s.pos < len(s.buf) && s.buf[s.pos] == ']' {
-		s.pos++
+	b := s.buf
+	i := skipWS(b, s.pos+1)
+	if i < len(b) && b[i] == ']' {
+		s.pos = i + 1
 		s.depth--
 		return true
 	}
-	for i := 0; ; i++ {
-		s.ws()
-		if s.pos >= len(s.buf) || !valueStart(s.buf[s.pos]) {
-			return s.fail("invalid value", s.pos)
+	for n := 0; ; n++ {
+		i = skipWS(b, i)
+		if i >= len(b) || !valueStart(b[i]) {
+			return s.fail("invalid value", i)
 		}
-		vStart := s.pos
-		if elem != nil && (!elem(i) || s.err != nil) {
-			return false
+		vStart := i
+		if elem != nil {
+			s.pos = i
+			if !elem(n) || s.err != nil {
+				return false
+			}
+			i = s.pos
 		}
-		if s.pos == vStart && !s.value() {
-			return false
+		if i == vStart {
+			if b[i] == '"' { // the most common value, a call the less
+				i, _ = s.str(i)
+			} else {
+				i = s.skip(i)
+			}
+			if i < 0 {
+				return false
+			}
 		}
-		s.ws()
-		if s.pos < len(s.buf) {
-			switch s.buf[s.pos] {
+		i = skipWS(b, i)
+		if i < len(b) {
+			switch b[i] {
 			case ',':
-				s.pos++
+				i++
 				continue
 			case ']':
-				s.pos++
+				s.pos = i + 1
 				s.depth--
 				return true
 			}
 		}
-		return s.fail("expected ',' or closing bracket", s.pos)
+		return s.fail("expected ',' or closing bracket", i)
 	}
 }
 
-func (s *Scanner) literal(lit string) bool {
-	if len(s.buf)-s.pos < len(lit) || string(s.buf[s.pos:s.pos+len(lit)]) != lit {
-		return s.fail("invalid literal", s.pos)
+// literal consumes lit at offset i.
+func (s *Scanner) literal(i int, lit string) int {
+	if len(s.buf)-i < len(lit) || string(s.buf[i:i+len(lit)]) != lit {
+		return s.failAt("invalid literal", i)
 	}
-	s.pos += len(lit)
-	return true
+	return i + len(lit)
 }
 
-// number consumes -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-func (s *Scanner) number() bool {
-	b, i := s.buf, s.pos
+// number consumes -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at
+// offset i.
+func (s *Scanner) number(i int) int {
+	b := s.buf
 	if i < len(b) && b[i] == '-' {
 		i++
 	}
@@ -347,12 +402,12 @@ func (s *Scanner) number() bool {
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
 		i = digits(b, i)
 	default:
-		return s.fail("invalid number", i)
+		return s.failAt("invalid number", i)
 	}
 	if i < len(b) && b[i] == '.' {
 		j := digits(b, i+1)
 		if j == i+1 {
-			return s.fail("invalid number", j)
+			return s.failAt("invalid number", j)
 		}
 		i = j
 	}
@@ -363,12 +418,11 @@ func (s *Scanner) number() bool {
 		}
 		j := digits(b, i)
 		if j == i {
-			return s.fail("invalid number", j)
+			return s.failAt("invalid number", j)
 		}
 		i = j
 	}
-	s.pos = i
-	return true
+	return i
 }
 
 func digits(b []byte, i int) int {
@@ -378,47 +432,38 @@ func digits(b []byte, i int) int {
 	return i
 }
 
-// str consumes a string, s at its '"', and reports whether it holds an
-// escape.
-func (s *Scanner) str() (escaped, ok bool) {
+// str consumes the string at offset i, its '"', and reports whether it
+// holds an escape.
+func (s *Scanner) str(i int) (end int, escaped bool) {
 	b := s.buf
-	i := s.pos + 1
+	i++
 	for {
-		// Short runs (most keys and values) byte by byte, long ones (the
-		// prompt, the answer) eight bytes at a time.
-		end := min(i+8, len(b))
-		for i < end && !special[b[i]] {
-			i++
-		}
-		if i == end {
-			i = longRun(b, i)
-		}
+		i = longRun(b, i)
 		if i >= len(b) {
-			return escaped, s.fail("unterminated string", len(b))
+			return s.failAt("unterminated string", len(b)), escaped
 		}
 		switch b[i] {
 		case '"':
-			s.pos = i + 1
-			return escaped, true
+			return i + 1, escaped
 		case '\\':
 			escaped = true
 			i++
 			if i >= len(b) {
-				return escaped, s.fail("invalid escape", i)
+				return s.failAt("invalid escape", i), escaped
 			}
 			switch b[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i++
 			case 'u':
 				if i+5 > len(b) || !isHex(b[i+1]) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) {
-					return escaped, s.fail("invalid escape", i)
+					return s.failAt("invalid escape", i), escaped
 				}
 				i += 5
 			default:
-				return escaped, s.fail("invalid escape", i)
+				return s.failAt("invalid escape", i), escaped
 			}
 		default: // below 0x20
-			return escaped, s.fail("control character in string", i)
+			return s.failAt("control character in string", i), escaped
 		}
 	}
 }
@@ -437,7 +482,9 @@ var special = func() (t [256]bool) {
 // len(b), looking at eight bytes at a time.
 func longRun(b []byte, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		if m := specialMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+		// b[i:i+8], not b[i:]: a slice that cannot be empty spares the
+		// pointer masking and the second length check b[i:] compiles to.
+		if m := specialMask(binary.LittleEndian.Uint64(b[i : i+8])); m != 0 {
 			return i + bits.TrailingZeros64(m)/8
 		}
 	}
