@@ -581,6 +581,13 @@ type Redis struct {
 	// gives only the data nodes' credentials, database, TLS and timeouts
 	// (its host is ignored) and may be empty. Not with Cluster.
 	Sentinel Sentinel `yaml:"sentinel"`
+	// WriteV1Records writes committed records uncompressed, in the format
+	// releases before compressed records read. Set it while replicas of
+	// such a release share this Redis (a rolling upgrade): they refuse a
+	// compressed record, so a retry that reaches one gets 503 instead of
+	// the replay. Unset it once every replica runs this release or later.
+	// Default false.
+	WriteV1Records bool `yaml:"write_v1_records"`
 }
 
 // Sentinel is store.redis.sentinel.

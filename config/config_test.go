@@ -490,6 +490,7 @@ func TestDefaults(t *testing.T) {
 		{"limits.admission_wait", d.Limits.AdmissionWait.D(), 2 * time.Second},
 		{"store.gc_interval", d.Store.GCInterval.D(), 10 * time.Minute},
 		{"store.writeback_interval", d.Store.WritebackInterval.D(), time.Duration(0)},
+		{"store.redis.write_v1_records", d.Store.Redis.WriteV1Records, false},
 		{"store.redis.prefix", d.Store.Redis.Prefix, "llmgate:"},
 		{"limits.max_body_bytes", d.Limits.MaxBodyBytes, int64(32 << 20)},
 		{"limits.max_header_bytes", d.Limits.MaxHeaderBytes, 64 << 10},

@@ -88,6 +88,14 @@ type Options struct {
 	// cache.DeadLetterBound and letters.go). The zero value bounds
 	// nothing.
 	DeadLetters cache.DeadLetterBound
+	// WriteV1Records writes every record uncompressed, as version 1 (see
+	// cache/internal/codec), which releases before version 2 read: set it
+	// while such a release shares this Redis (a rolling upgrade), since it
+	// refuses a compressed record (ErrUnknownVersion) and answers that
+	// key's retries with an error instead of the replay. This release
+	// reads both either way. If false, records are compressed where that
+	// pays.
+	WriteV1Records bool
 }
 
 // clusterReload is how often a Cluster store re-reads the slot map, so a
@@ -150,6 +158,7 @@ type Store struct {
 
 	waitReplicas int
 	waitTimeout  time.Duration
+	v1Records    bool // Options.WriteV1Records
 
 	closed    atomic.Bool
 	done      chan struct{} // closed by Close
@@ -222,6 +231,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		r.poll = defaultPollInterval
 	}
 	r.waitReplicas, r.waitTimeout = o.WaitReplicas, o.WaitTimeout
+	r.v1Records = o.WriteV1Records
 	r.bound = o.DeadLetters
 	if r.waitTimeout <= 0 {
 		r.waitTimeout = defaultWaitTimeout
@@ -433,7 +443,7 @@ func (r *Store) Claim(ctx context.Context, k cache.Key, fingerprint string, leas
 		run = conn
 	}
 	res, err := claimScript.Run(ctx, run, []string{key},
-		fingerprint, luaTime(now), owner, luaTime(rec.LeaseUntil), codec.EncodeRecord(rec),
+		fingerprint, luaTime(now), owner, luaTime(rec.LeaseUntil), r.encode(rec),
 		pxMillis(lease+inFlightGrace)).Slice()
 	if err != nil {
 		return cache.Claim{}, fmt.Errorf("claim %s: %w", k, r.mapErr(err))
@@ -516,7 +526,7 @@ func (r *Store) renew(ctx context.Context, key, owner string, lease time.Duratio
 	}
 	rec.LeaseUntil = r.now().Add(lease)
 	ok, err := renewScript.Run(ctx, r.client, []string{key},
-		owner, luaTime(rec.LeaseUntil), codec.EncodeRecord(rec), pxMillis(lease+inFlightGrace)).Int()
+		owner, luaTime(rec.LeaseUntil), r.encode(rec), pxMillis(lease+inFlightGrace)).Int()
 	if err != nil {
 		return r.mapErr(err)
 	}
@@ -563,7 +573,7 @@ func (r *Store) commit(ctx context.Context, ident, owner string, rec *cache.Reco
 	stored.LeaseUntil = time.Time{}
 	stored.CreatedAt = now
 	stored.ExpiresAt = now.Add(ttl)
-	args := []any{owner, stored.Fingerprint, codec.EncodeRecord(&stored), luaTime(stored.ExpiresAt),
+	args := []any{owner, stored.Fingerprint, r.encode(&stored), luaTime(stored.ExpiresAt),
 		pxMillis(ttl), r.wakeChannel(ident), rand.Text(), stored.StoredSize()}
 	if r.waitReplicas > 0 {
 		return r.commitReplicated(ctx, key, args)
@@ -947,4 +957,13 @@ func pipelined[C redis.Cmder](ctx context.Context, c redis.Cmdable, keys []strin
 		}
 	}
 	return out, nil
+}
+
+// encode is the record's stored form: compressed where that pays, unless
+// Options.WriteV1Records.
+func (r *Store) encode(rec *cache.Record) []byte {
+	if r.v1Records {
+		return codec.EncodeRecordV1(rec)
+	}
+	return codec.EncodeRecord(rec)
 }

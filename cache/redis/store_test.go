@@ -451,6 +451,44 @@ func TestRedisRecordBytes(t *testing.T) {
 	}
 }
 
+// TestRedisWriteV1Records: a compressible record is stored as version 2,
+// unless WriteV1Records, where it is the version 1 bytes a release before
+// compression reads; this release reads back both.
+func TestRedisWriteV1Records(t *testing.T) {
+	stream := storetest.StreamRecord()
+	chunk := []byte(`data: {"id":"chatcmpl-9","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}` + "\n\n")
+	for range 30 {
+		stream.Events = append(stream.Events, chunk)
+	}
+	for _, tc := range []struct {
+		v1      bool
+		version byte
+	}{{false, 2}, {true, 1}} {
+		r := openTestRedis(t, Options{WriteV1Records: tc.v1})
+		c, err := r.Claim(ctx, key1, "fp", lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Commit(ctx, key1, c.Owner, stream, ttl); err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.client.HGet(ctx, r.recordKey(recordIdent(key1)), "data").Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0] != tc.version {
+			t.Fatalf("WriteV1Records %v: stored version %d, want %d", tc.v1, got[0], tc.version)
+		}
+		rec, err := r.Get(ctx, key1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rec.Events) != len(stream.Events) || !bytes.Equal(rec.Events[len(rec.Events)-1], chunk) {
+			t.Fatalf("WriteV1Records %v: read back %d events", tc.v1, len(rec.Events))
+		}
+	}
+}
+
 func TestRedisKeyLayout(t *testing.T) {
 	weird := []cache.Key{
 		{Scope: "a:b{c}", Endpoint: "/v1/chat/completions", ID: "id with spaces %41 *?[x]\\ {tag}"},

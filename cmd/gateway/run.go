@@ -221,6 +221,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 			URL: r.URL, PoolSize: r.PoolSize, Prefix: r.Prefix, Cluster: r.Cluster, Logger: log,
 			WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout.D(), DeadLetters: deadLetterBound(cfg),
 			SentinelMaster: r.Sentinel.Master, SentinelAddrs: r.Sentinel.Addrs, SentinelPassword: r.Sentinel.Password,
+			WriteV1Records: r.WriteV1Records,
 		})
 	}
 	return badgerstore.Open(badgerstore.Options{

@@ -83,6 +83,12 @@ func EncodeRecord(r *cache.Record) []byte {
 			return b
 		}
 	}
+	return EncodeRecordV1(r)
+}
+
+// EncodeRecordV1 returns r as version 1, uncompressed, in one allocation:
+// what a release before version 2 reads, for a store shared with one.
+func EncodeRecordV1(r *cache.Record) []byte {
 	return appendSection(appendHeader(make([]byte, 0, headerSize(r)+sectionSize(r)), recordV1, r), r)
 }
 
