@@ -1,7 +1,6 @@
 package badgerstore
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
@@ -31,7 +30,7 @@ import (
 func BenchmarkBurst4K(b *testing.B) {
 	const clients, records = 16, 60_000
 	rec := storetest.JSONRecord()
-	rec.Body = bytes.Repeat([]byte("x"), 4<<10)
+	rec.Body = incompressible(4 << 10)
 	for b.Loop() {
 		s, err := Open(benchOptions(b))
 		if err != nil {

@@ -1,7 +1,6 @@
 package badgerstore
 
 import (
-	"bytes"
 	"fmt"
 	"runtime"
 	"slices"
@@ -38,7 +37,7 @@ func benchKeyedParallel(b *testing.B, writeback time.Duration) {
 	}
 	defer s.Close()
 	rec := storetest.JSONRecord()
-	rec.Body = bytes.Repeat([]byte("x"), 4096)
+	rec.Body = incompressible(4096)
 	var seq atomic.Int64
 	var mu sync.Mutex
 	var lat []time.Duration

@@ -676,7 +676,7 @@ func BenchmarkClaimCommit(b *testing.B) {
 	}
 	defer s.Close()
 	rec := storetest.JSONRecord()
-	rec.Body = bytes.Repeat([]byte("x"), 1024)
+	rec.Body = incompressible(1024)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -699,7 +699,7 @@ func BenchmarkGet(b *testing.B) {
 	}
 	defer s.Close()
 	rec := storetest.JSONRecord()
-	rec.Body = bytes.Repeat([]byte("x"), 1024)
+	rec.Body = incompressible(1024)
 	c, err := s.Claim(ctx, key1, "fp", lease)
 	if err != nil {
 		b.Fatal(err)
@@ -724,7 +724,7 @@ func BenchmarkKeyedRequest(b *testing.B) {
 	}
 	defer s.Close()
 	rec := storetest.JSONRecord()
-	rec.Body = bytes.Repeat([]byte("x"), 1024)
+	rec.Body = incompressible(1024)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -749,7 +749,7 @@ func BenchmarkKeyedRequest(b *testing.B) {
 // of idleness).
 func BenchmarkBurstHeap(b *testing.B) {
 	rec := storetest.JSONRecord()
-	rec.Body = bytes.Repeat([]byte("x"), 1024)
+	rec.Body = incompressible(1024)
 	for b.Loop() {
 		s, err := Open(Options{Dir: b.TempDir()})
 		if err != nil {

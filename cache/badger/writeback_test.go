@@ -5,6 +5,7 @@ package badgerstore
 import (
 	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -45,12 +46,12 @@ func vlogDirtyKiB(t *testing.T, dir string) int {
 	return kib
 }
 
-// commitBytes commits n records of 2 KiB bodies (above ValueThreshold:
+// commitBytes commits n records of 2 KiB bodies that do not compress (above ValueThreshold:
 // into the value log).
 func commitBytes(t *testing.T, s *Store, n int) {
 	t.Helper()
 	rec := storetest.JSONRecord()
-	rec.Body = make([]byte, 2<<10)
+	rec.Body = incompressible(2 << 10)
 	for i := range n {
 		k := cache.Key{Scope: "acme", Endpoint: chatEP, ID: fmt.Sprint("wb", i)}
 		c := mustClaim(t, s, k, "fp", cache.Claimed)
@@ -144,4 +145,16 @@ func TestWritebackRound(t *testing.T) {
 	if got, want := fmt.Sprint(started), "[000002.vlog 000010.vlog 000010.vlog]"; got != want {
 		t.Errorf("rounds started the writeback of %s, want %s", got, want)
 	}
+}
+
+// incompressible is n bytes that S2 cannot shrink, so that a record
+// carrying them is stored at its full size (cache/internal/codec writes
+// compressible bodies in a fraction of it).
+func incompressible(n int) []byte {
+	b := make([]byte, n)
+	rng := rand.New(rand.NewPCG(uint64(n), 26))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
 }

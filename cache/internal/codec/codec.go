@@ -38,9 +38,16 @@ import (
 // Version 2 is version 1 with everything after the header (body and events)
 // replaced by
 //
-//	crc        u32 little-endian  CRC-32C of the section below, uncompressed
+//	size       uvarint            the section's uncompressed length
+//	crc        u32 little-endian  CRC-32C of the size's bytes and the
+//	                              uncompressed section
 //	section    one S2 block (github.com/klauspost/compress/s2, block
 //	           format) holding version 1's body and events
+//
+// The size must equal the length the block claims, and stay under
+// maxSection and maxExpansion times the block, before anything is
+// allocated for it: a flipped bit in either length is an error, not an
+// allocation of what it says.
 //
 // A flipped bit in a compressed block changes many bytes of what it decodes
 // to, not one, and the block format has no checksum of its own: the CRC
@@ -62,13 +69,17 @@ const (
 //   - compressMin: sections smaller than this are written as version 1
 //     (S2 saves little on them and costs ~0.3 µs).
 //   - compressGain: version 2 only when the block is at least 1/8 smaller.
-//   - maxExpansion: the decoder refuses a block that claims to expand more
-//     than this, so a corrupt or hostile value cannot size a huge
-//     allocation; the encoder writes version 1 where S2 would exceed it.
+//   - maxExpansion, maxSection: the decoder refuses a block that claims to
+//     expand more than maxExpansion times, or to more than maxSection
+//     bytes, so a corrupt or hostile value cannot size a huge allocation;
+//     the encoder writes version 1 where S2 would exceed either (a record
+//     is capped far below maxSection: idempotency.max_record_bytes, 8 MiB
+//     by default, and Badger's 16 MiB value-log files).
 const (
 	compressMin  = 512
 	compressGain = 8
 	maxExpansion = 256
+	maxSection   = 32 << 20
 )
 
 // ErrUnknownVersion: a stored value starts with a version byte this release
@@ -112,6 +123,9 @@ func encodeCompressed(r *cache.Record) []byte {
 		}
 	}()
 	sc.raw = appendSection(sc.raw[:0], r)
+	if len(sc.raw) < compressMin || len(sc.raw) > maxSection {
+		return nil
+	}
 	if n := s2.MaxEncodedLen(len(sc.raw)); cap(sc.block) < n {
 		sc.block = make([]byte, n)
 	}
@@ -119,8 +133,11 @@ func encodeCompressed(r *cache.Record) []byte {
 	if len(block) > len(sc.raw)-len(sc.raw)/compressGain || len(sc.raw) > maxExpansion*len(block) {
 		return nil
 	}
-	b := appendHeader(make([]byte, 0, headerSize(r)+4+len(block)), recordV2, r)
-	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(sc.raw, castagnoli))
+	b := appendHeader(make([]byte, 0, headerSize(r)+binary.MaxVarintLen64+4+len(block)), recordV2, r)
+	sizeAt := len(b)
+	b = binary.AppendUvarint(b, uint64(len(sc.raw)))
+	sum := crc32.Update(crc32.Checksum(b[sizeAt:], castagnoli), castagnoli, sc.raw)
+	b = binary.LittleEndian.AppendUint32(b, sum)
 	return append(b, block...)
 }
 
@@ -231,22 +248,30 @@ func DecodeRecord(b []byte) (*cache.Record, error) {
 // decompress replaces the rest of a version 2 record, its S2 block, with
 // the section the block holds.
 func (d *decoder) decompress() error {
-	if len(d.b) < 4 {
-		return fmt.Errorf("decode record: %w", errTruncated)
+	rest := d.b
+	size := d.uvarint()
+	if d.err == nil && len(d.b) < 4 {
+		d.err = errTruncated
 	}
+	if d.err != nil {
+		return fmt.Errorf("decode record: %w", d.err)
+	}
+	sizeBytes := rest[:len(rest)-len(d.b)]
 	sum, block := binary.LittleEndian.Uint32(d.b), d.b[4:]
 	n, err := s2.DecodedLen(block)
 	switch {
 	case err != nil:
 		return fmt.Errorf("decode record: compressed section: %w", err)
-	case n > maxExpansion*len(block):
+	case uint64(n) != size:
+		return fmt.Errorf("decode record: compressed section of %d bytes claims %d, its size says %d", len(block), n, size)
+	case n > maxSection || n > maxExpansion*len(block):
 		return fmt.Errorf("decode record: compressed section of %d bytes claims %d", len(block), n)
 	}
 	section, err := s2.Decode(make([]byte, n), block)
 	if err != nil {
 		return fmt.Errorf("decode record: compressed section: %w", err)
 	}
-	if crc32.Checksum(section, castagnoli) != sum {
+	if crc32.Update(crc32.Checksum(sizeBytes, castagnoli), castagnoli, section) != sum {
 		return errors.New("decode record: compressed section: checksum mismatch")
 	}
 	d.b = section

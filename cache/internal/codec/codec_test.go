@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -77,7 +78,7 @@ func chatStreamRecord(n int) *cache.Record {
 	r.Events = nil
 	words := []string{"The", " gateway", " commits", " every", " answer", " under", " its", " key", ",", " once", "."}
 	for i := range n {
-		r.Events = append(r.Events, fmt.Appendf(nil, `data: {"id":"chatcmpl-Bx7k2QmZr9","object":"chat.completion.chunk","created":1764942000,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_b8bc95a0ac","choices":[{"index":0,"delta":{"content":%q},"logprobs":null,"finish_reason":null}]}`+"\n\n", words[i%len(words)]))
+		r.Events = append(r.Events, fmt.Appendf(nil, `data: {"id":"chatcmpl-Bx7k2QmZr9","object":"chat.completion.chunk","created":1764942000,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_b8bc95a0ac","choices":[{"index":0,"delta":{"content":%q},"logprobs":null,"finish_reason":null}]}`+"\n\n", fmt.Sprint(words[i%len(words)], i)))
 	}
 	r.Events = append(r.Events, []byte("data: [DONE]\n\n"))
 	return r
@@ -134,12 +135,52 @@ func TestCompressedCorruptionIsAnError(t *testing.T) {
 			}
 		}
 	}
-	huge := appendHeader(nil, recordV2, r)
-	huge = append(huge, 0, 0, 0, 0)
-	huge = binary.AppendUvarint(huge, 1<<30)
-	huge = append(huge, make([]byte, 16)...)
-	if _, err := DecodeRecord(huge); err == nil || !strings.Contains(err.Error(), "claims") {
-		t.Fatalf("a block of 16 bytes claiming 1 GiB: err = %v", err)
+	for _, claim := range []struct {
+		size, block uint64
+		tail        int
+	}{
+		{1 << 30, 1 << 30, 16},                    // 1 GiB from 16 bytes
+		{maxSection + 1, maxSection + 1, 1 << 20}, // under maxExpansion, over maxSection
+		{1 << 10, 200 << 20, 1 << 20},             // the block's length flipped: the size disagrees
+	} {
+		huge := appendHeader(nil, recordV2, r)
+		huge = binary.AppendUvarint(huge, claim.size)
+		huge = append(huge, 0, 0, 0, 0)
+		huge = binary.AppendUvarint(huge, claim.block)
+		huge = append(huge, make([]byte, claim.tail)...)
+		if _, err := DecodeRecord(huge); err == nil || !strings.Contains(err.Error(), "claims") {
+			t.Fatalf("size %d, a block of %d bytes claiming %d: err = %v", claim.size, claim.tail, claim.block, err)
+		}
+	}
+}
+
+// A large stream record that flips one bit of its S2 length is refused
+// before the length is allocated.
+func TestCompressedFlippedLengthAllocatesNothing(t *testing.T) {
+	r := chatStreamRecord(20000)
+	b := EncodeRecord(r)
+	if b[0] != recordV2 {
+		t.Fatalf("version %d, want %d", b[0], recordV2)
+	}
+	at := len(appendHeader(nil, recordV2, r))
+	_, n := binary.Uvarint(b[at:])
+	lengthAt := at + n + 4
+	for bit := range 7 {
+		c := bytes.Clone(b)
+		c[lengthAt+2] ^= 1 << bit
+		allocs := testing.AllocsPerRun(1, func() {
+			if _, err := DecodeRecord(c); err == nil {
+				t.Fatalf("bit %d of the block's length flipped: no error", bit)
+			}
+		})
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
+		DecodeRecord(c)
+		runtime.ReadMemStats(&ms)
+		if grew := ms.TotalAlloc - before; grew > 1<<20 {
+			t.Fatalf("bit %d of the block's length flipped: decoding allocated %d bytes (%v allocs)", bit, grew, allocs)
+		}
 	}
 }
 

@@ -92,20 +92,32 @@ func TestDecodesPreviousRelease(t *testing.T) {
 	}
 }
 
-// What this release writes, the previous one reads: the same version byte
-// (its decoder refuses any other) and the very bytes it wrote for the same
-// record, so its decoder reads them as it reads its own. A layout change
-// must add a version and fail this test on purpose.
+// What this release writes uncompressed, the previous one reads: the same
+// version byte (its decoder refuses any other) and the very bytes it wrote
+// for the same record, so its decoder reads them as it reads its own —
+// from EncodeRecordV1 always (store.redis.write_v1_records), and from
+// EncodeRecord for records too small to compress, as these fixtures are.
+// A large compressible record is version 2, which the previous release
+// refuses (README, upgrading a fleet). A layout change must add a version
+// and fail this test on purpose.
 func TestEncodesAsPreviousRelease(t *testing.T) {
 	for name, r := range fixtureRecords() {
 		t.Run(name, func(t *testing.T) {
-			b := EncodeRecord(r)
-			if b[0] != 1 {
-				t.Fatalf("version byte %d: the previous release reads version 1 only", b[0])
-			}
-			if old := readFixture(t, name); !bytes.Equal(b, old) {
-				t.Fatalf("this release encodes the record differently from the previous one:\n%x\n%x", b, old)
+			for enc, b := range map[string][]byte{"EncodeRecord": EncodeRecord(r), "EncodeRecordV1": EncodeRecordV1(r)} {
+				if b[0] != 1 {
+					t.Fatalf("%s: version byte %d: the previous release reads version 1 only", enc, b[0])
+				}
+				if old := readFixture(t, name); !bytes.Equal(b, old) {
+					t.Fatalf("%s: this release encodes the record differently from the previous one:\n%x\n%x", enc, b, old)
+				}
 			}
 		})
+	}
+	big := chatStreamRecord(40)
+	if b := EncodeRecordV1(big); b[0] != recordV1 {
+		t.Fatalf("EncodeRecordV1 of a large stream: version %d", b[0])
+	}
+	if b := EncodeRecord(big); b[0] != recordV2 {
+		t.Fatalf("EncodeRecord of a large stream: version %d, want %d", b[0], recordV2)
 	}
 }
