@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +19,10 @@ import (
 // one upstream call.
 func TestStalledFirstClientDoesNotStarveJoiners(t *testing.T) {
 	up := newPacedUpstream(0, 0)
-	big := strings.Repeat("x", 256<<10)
+	big := strings.Repeat("x", 16<<10)
 	var events []string
 	events = append(events, up.events[0])
-	for i := range 40 { // 10 MiB: past what the sockets between gateway and a stalled client hold
+	for i := range 40 { // 640 KiB: ten times what the sockets between gateway and a stalled client hold (smallSends)
 		events = append(events, fmt.Sprintf(`data: {"id":"chatcmpl-join","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"%d%s"},"finish_reason":null}]}`+"\n\n", i, big))
 	}
 	up.events = append(events, up.events[1:]...)
@@ -31,6 +32,8 @@ func TestStalledFirstClientDoesNotStarveJoiners(t *testing.T) {
 		c.Idempotency.MaxRecordBytes = 64 << 20
 		c.Server.WriteStallTimeout = config.Duration(300 * time.Millisecond)
 	})
+
+	h = smallSends(t, h)
 
 	// The first client sends its request and never reads the answer.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(h.srv.URL, "http://"))
@@ -68,4 +71,34 @@ func TestStalledFirstClientDoesNotStarveJoiners(t *testing.T) {
 	if n := up.calls.Load(); n != 1 {
 		t.Fatalf("upstream calls: %d, want 1", n)
 	}
+}
+
+// smallSends is h served again on a listener whose connections have a
+// 32 KiB send buffer (the kernel's autotuning off), so that a stream a
+// client stops reading fills what the sockets hold after tens of KiB
+// rather than the autotuned 4 MiB: a stall is reached with little data,
+// which under -race on a busy machine is what takes the time.
+func smallSends(t *testing.T, h *harness) *harness {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h.gw.Handler())
+	srv.Listener = smallSendListener{ln}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := *h
+	c.srv = srv
+	return &c
+}
+
+type smallSendListener struct{ net.Listener }
+
+func (l smallSendListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(32 << 10)
+	}
+	return c, err
 }
