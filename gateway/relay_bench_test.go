@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,15 +68,21 @@ func BenchmarkRequestPath(b *testing.B) {
 	// flush is a write to a socket (in process it is free).
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	for _, keyed := range []bool{false, true} {
-		name := "loopback/stream/unkeyed"
-		if keyed {
-			name = "loopback/stream/keyed"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, leg := range []struct {
+		name, body string
+		keyed      bool
+	}{
+		{"loopback/json/unkeyed", chatBody, false},
+		{"loopback/json/keyed", chatBody, true},
+		{"loopback/stream/unkeyed", streamBody, false},
+		{"loopback/stream/keyed", streamBody, true},
+	} {
+		keyed := leg.keyed
+		b.Run(leg.name, func(b *testing.B) {
 			b.ReportAllocs()
+			w0 := writeSyscalls()
 			for b.Loop() {
-				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(streamBody))
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(leg.body))
 				req.Header.Set("Content-Type", "application/json")
 				if keyed {
 					req.Header.Set("Idempotency-Key", newKey())
@@ -90,6 +97,9 @@ func BenchmarkRequestPath(b *testing.B) {
 					b.Fatalf("status %d, %v", resp.StatusCode, err)
 				}
 			}
+			if w0 >= 0 {
+				b.ReportMetric(float64(writeSyscalls()-w0)/float64(b.N), "writes/op")
+			}
 		})
 	}
 	b.Run("json/replay", func(b *testing.B) {
@@ -102,4 +112,25 @@ func BenchmarkRequestPath(b *testing.B) {
 			}
 		}
 	})
+}
+
+// writeSyscalls is the process's count of write system calls so far
+// (Linux's /proc/self/io syscw), or -1 where it cannot be read. Every
+// process-wide write counts: the test's client, the fake upstream and the
+// gateway's; a leg's change in writes/op is the gateway's.
+func writeSyscalls() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
 }
