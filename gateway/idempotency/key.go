@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/classify/jsonscan"
@@ -22,54 +23,80 @@ import (
 // written ("1.0" and "1" differ, as do "\u0041" and "A"). body must already
 // be one valid JSON value (the gateway parses it first).
 func Fingerprint(body []byte) string {
-	var canon bytes.Buffer
-	canon.Grow(len(body))
-	canonical(jsonscan.New(body, 0), &canon)
-	sum := sha256.Sum256(canon.Bytes())
-	return hex.EncodeToString(sum[:])
+	c := canonPool.Get().(*canonicalizer)
+	c.out = slices.Grow(c.out[:0], len(body))
+	c.value(jsonscan.New(body, 0))
+	sum := sha256.Sum256(c.out)
+	if cap(c.out) <= maxPooledCanon && cap(c.scratch) <= maxPooledCanon {
+		canonPool.Put(c)
+	}
+	var dst [2 * sha256.Size]byte
+	hex.Encode(dst[:], sum[:])
+	return string(dst[:])
 }
 
-// canonical writes the value at s to out with whitespace removed and object
-// keys sorted. The input is valid JSON.
-func canonical(s *jsonscan.Scanner, out *bytes.Buffer) {
+// maxPooledCanon bounds the buffers a pooled canonicalizer keeps: a 20 MiB
+// body is canonicalised once in a fresh one rather than pinned for good.
+const maxPooledCanon = 256 << 10
+
+var canonPool = sync.Pool{New: func() any { return new(canonicalizer) }}
+
+// canonicalizer writes a JSON value with whitespace removed and object keys
+// sorted (stably: a repeated key keeps its order), into one buffer. An
+// object's members are written as they come, each "key":value, then moved
+// into key order through scratch; nested objects are finished before their
+// parent sorts, so one scratch serves every level.
+type canonicalizer struct {
+	out, scratch []byte
+}
+
+// member is one object member in canonicalizer.out: the key (quotes
+// included, as written) is out[start:colon] and the member out[start:end].
+type member struct{ start, colon, end int }
+
+func (c *canonicalizer) value(s *jsonscan.Scanner) {
 	switch s.Peek() {
 	case '{':
-		type member struct{ key, val []byte }
-		var members []member
-		for key := range s.Members() {
-			var val []byte
-			if c := s.Peek(); c == '{' || c == '[' {
-				var v bytes.Buffer
-				canonical(s, &v)
-				val = v.Bytes()
-			} else {
-				val = s.Value()
-			}
-			members = append(members, member{key, val})
-		}
-		slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
-		out.WriteByte('{')
-		for i, m := range members {
-			if i > 0 {
-				out.WriteByte(',')
-			}
-			out.Write(m.key)
-			out.WriteByte(':')
-			out.Write(m.val)
-		}
-		out.WriteByte('}')
+		c.object(s)
 	case '[':
-		out.WriteByte('[')
+		c.out = append(c.out, '[')
 		for i := range s.Elements() {
 			if i > 0 {
-				out.WriteByte(',')
+				c.out = append(c.out, ',')
 			}
-			canonical(s, out)
+			c.value(s)
 		}
-		out.WriteByte(']')
+		c.out = append(c.out, ']')
 	default:
-		out.Write(s.Value())
+		c.out = append(c.out, s.Value()...)
 	}
+}
+
+func (c *canonicalizer) object(s *jsonscan.Scanner) {
+	var stack [16]member
+	members := stack[:0]
+	base := len(c.out)
+	for key := range s.Members() {
+		start := len(c.out)
+		c.out = append(c.out, key...)
+		colon := len(c.out)
+		c.out = append(c.out, ':')
+		c.value(s)
+		members = append(members, member{start, colon, len(c.out)})
+	}
+	out := c.out
+	slices.SortStableFunc(members, func(a, b member) int {
+		return bytes.Compare(out[a.start:a.colon], out[b.start:b.colon])
+	})
+	c.scratch = append(c.scratch[:0], c.out[base:]...)
+	c.out = append(c.out[:base], '{')
+	for i, m := range members {
+		if i > 0 {
+			c.out = append(c.out, ',')
+		}
+		c.out = append(c.out, c.scratch[m.start-base:m.end-base]...)
+	}
+	c.out = append(c.out, '}')
 }
 
 // ParseKey accepts the header as a plain token or as an RFC 8941

@@ -1,0 +1,125 @@
+package idempotency
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/llmgate/llmgate/classify/jsonscan"
+)
+
+// referenceFingerprint is Fingerprint as it was first written (a buffer per
+// nested value, a slice of members per object). Fingerprints are stored with
+// idempotency records, so the canonical form must never change: a record
+// committed by an older gateway must still match the same body on a newer
+// one, or a crashed workflow's retry would get a 422 after an upgrade.
+func referenceFingerprint(body []byte) string {
+	var canon bytes.Buffer
+	referenceCanonical(jsonscan.New(body, 0), &canon)
+	sum := sha256.Sum256(canon.Bytes())
+	return hex.EncodeToString(sum[:])
+}
+
+func referenceCanonical(s *jsonscan.Scanner, out *bytes.Buffer) {
+	switch s.Peek() {
+	case '{':
+		type member struct{ key, val []byte }
+		var members []member
+		for key := range s.Members() {
+			var val []byte
+			if c := s.Peek(); c == '{' || c == '[' {
+				var v bytes.Buffer
+				referenceCanonical(s, &v)
+				val = v.Bytes()
+			} else {
+				val = s.Value()
+			}
+			members = append(members, member{key, val})
+		}
+		slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+		out.WriteByte('{')
+		for i, m := range members {
+			if i > 0 {
+				out.WriteByte(',')
+			}
+			out.Write(m.key)
+			out.WriteByte(':')
+			out.Write(m.val)
+		}
+		out.WriteByte('}')
+	case '[':
+		out.WriteByte('[')
+		for i := range s.Elements() {
+			if i > 0 {
+				out.WriteByte(',')
+			}
+			referenceCanonical(s, out)
+		}
+		out.WriteByte(']')
+	default:
+		out.Write(s.Value())
+	}
+}
+
+var canonicalCases = []string{
+	`{}`, `[]`, `1`, `"x"`, `null`,
+	`{"b":1,"a":2}`,
+	`{"a":1,"a":2,"A":0,"a":3}`, // repeated keys keep their order
+	`{"b":{"d":[1,{"z":0,"y":"x"}],"c":null},"a":[[],{},[{}]]}`,
+	` { "model" : "gpt-4o" , "messages" : [ { "role" : "user", "content" : "héllo \u00e9 \" } ]" } ] } `,
+	`{"\u0061":1,"a":2,"é":3,"e":4}`,
+	`{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"ka":10,"kb":11,"kc":12,"kd":13,"ke":14,"kf":15,"kg":16,"kh":{"z":1,"y":{"x":[3,2,1]}}}`,
+	`{"x":1.0,"y":-0,"z":1e10,"w":true,"v":false}`,
+}
+
+// TestFingerprintMatchesReference: the one-buffer canonicaliser gives the
+// reference's fingerprint for every shape, including objects with more
+// members than its stack array, repeated keys and deep nesting, and a
+// pooled canonicaliser reused after a large body still does.
+func TestFingerprintMatchesReference(t *testing.T) {
+	deep := strings.Repeat(`{"b":[1,{"a":`, 200) + `0` + strings.Repeat(`}]}`, 200)
+	cases := append(slices.Clone(canonicalCases), deep)
+	var big strings.Builder
+	big.WriteString(`{"z":"`)
+	big.WriteString(strings.Repeat("x", 2*maxPooledCanon))
+	big.WriteString(`","a":1}`)
+	cases = append(cases, big.String())
+	for round := range 2 {
+		for _, body := range cases {
+			if !json.Valid([]byte(body)) {
+				t.Fatalf("case is not valid JSON: %.80s", body)
+			}
+			if got, want := Fingerprint([]byte(body)), referenceFingerprint([]byte(body)); got != want {
+				t.Errorf("round %d: Fingerprint(%.80s) = %s, reference %s", round, body, got, want)
+			}
+		}
+	}
+}
+
+// FuzzFingerprintMatchesReference: on any valid JSON, the fingerprint is
+// the reference's.
+func FuzzFingerprintMatchesReference(f *testing.F) {
+	for _, c := range canonicalCases {
+		f.Add(c)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		if !json.Valid([]byte(body)) {
+			return
+		}
+		if got, want := Fingerprint([]byte(body)), referenceFingerprint([]byte(body)); got != want {
+			t.Fatalf("Fingerprint(%q) = %s, reference %s", body, got, want)
+		}
+	})
+}
+
+func BenchmarkFingerprintObject(b *testing.B) {
+	body := []byte(canonicalCases[len(canonicalCases)-2])
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = Fingerprint(body)
+	}
+}
