@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -185,8 +184,16 @@ func appendHeader(b []byte, version byte, r *cache.Record) []byte {
 	b = binary.AppendVarint(b, unixNano(r.ExpiresAt))
 	b = appendString(b, r.Upstream)
 	b = binary.AppendUvarint(b, uint64(len(r.Header)))
-	// Sorted so that one record always encodes to the same bytes.
-	for _, name := range slices.Sorted(maps.Keys(r.Header)) {
+	// Sorted so that one record always encodes to the same bytes. A
+	// provider answer keeps a dozen or so headers: the names sort on the
+	// stack.
+	var stack [24]string
+	names := stack[:0]
+	for name := range r.Header {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
 		vals := r.Header[name]
 		b = appendString(b, name)
 		b = binary.AppendUvarint(b, uint64(len(vals)))
