@@ -60,13 +60,13 @@ type DeadLetter struct {
 
 // DeadLetterID is the stable id of the dead letter for a key.
 func DeadLetterID(k Key) string {
-	h := sha256.New()
-	h.Write([]byte(k.Scope))
-	h.Write([]byte{0})
-	h.Write([]byte(k.Endpoint))
-	h.Write([]byte{0})
-	h.Write([]byte(k.ID))
-	return hex.EncodeToString(h.Sum(nil)[:12])
+	in := make([]byte, 0, 2*MaxIDLen) // on the stack for any key that fits
+	in = append(append(in, k.Scope...), 0)
+	in = append(append(in, k.Endpoint...), 0)
+	sum := sha256.Sum256(append(in, k.ID...))
+	var out [24]byte
+	hex.Encode(out[:], sum[:12])
+	return string(out[:])
 }
 
 // DeadLetterFilter selects dead letters for listing. Empty fields match all.

@@ -29,6 +29,10 @@ func TestHashKeyScopedByClient(t *testing.T) {
 	if got, want := HashKey(cache.Key{ID: "order-1"}), hex.EncodeToString(sum[:6]); got != want {
 		t.Errorf("unscoped key hashes %s, want the previous form %s", got, want)
 	}
+	ref := sha256.Sum256([]byte("alice\x00order-1"))
+	if want := hex.EncodeToString(ref[:6]); alice != want {
+		t.Errorf("scoped key hashes %s, want %s (sha256 of scope NUL id): the hash links log lines across versions", alice, want)
+	}
 	if len(alice) != 12 {
 		t.Errorf("hash %q is %d characters, want 12", alice, len(alice))
 	}
