@@ -143,6 +143,9 @@ func (s *Store) GetDeadLetter(ctx context.Context, id string) (*cache.DeadLetter
 // request's path and usually finds none, so that case is answered from the
 // in-memory set of ids without touching Badger.
 func (s *Store) DeleteDeadLetter(ctx context.Context, id string) error {
+	if !s.MayHaveDeadLetter(id) {
+		return cache.ErrNotFound
+	}
 	unlock, err := s.begin(ctx)
 	if err != nil {
 		return err
@@ -151,10 +154,7 @@ func (s *Store) DeleteDeadLetter(ctx context.Context, id string) error {
 	key := deadLetterKey(id)
 	sh := s.flights.lock(key)
 	defer sh.mu.Unlock()
-	s.deadMu.Lock()
-	_, ok := s.dead[id]
-	s.deadMu.Unlock()
-	if !ok {
+	if !s.MayHaveDeadLetter(id) { // deleted while this waited for the key
 		return cache.ErrNotFound
 	}
 	err = s.update(func(txn *badger.Txn) error {
@@ -170,6 +170,17 @@ func (s *Store) DeleteDeadLetter(ctx context.Context, id string) error {
 		s.letters.remove(id)
 	}
 	return err
+}
+
+// MayHaveDeadLetter reports whether the dead letter id may be stored: the
+// in-memory set of ids names every stored letter (from before its write;
+// it may name one whose write failed or that has expired), so false is
+// certain. It implements deadletter.Lister.
+func (s *Store) MayHaveDeadLetter(id string) bool {
+	s.deadMu.Lock()
+	_, ok := s.dead[id]
+	s.deadMu.Unlock()
+	return ok
 }
 
 // forgetExpiredDeadLetters drops from the set the ids whose Badger TTL has

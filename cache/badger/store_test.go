@@ -475,6 +475,12 @@ func TestDeadLetterIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openStore(t, dir, clock)
+	if !s.MayHaveDeadLetter(d.ID) {
+		t.Fatal("MayHaveDeadLetter after reopen = false for a stored letter: a later success would not resolve it")
+	}
+	if s.MayHaveDeadLetter(cache.DeadLetterID(cache.Key{Endpoint: chatEP, ID: "none"})) {
+		t.Fatal("MayHaveDeadLetter = true for a key that never failed")
+	}
 	if err := s.DeleteDeadLetter(ctx, cache.DeadLetterID(cache.Key{Endpoint: chatEP, ID: "none"})); !errors.Is(err, cache.ErrNotFound) {
 		t.Fatalf("DeleteDeadLetter of none: %v, want cache.ErrNotFound", err)
 	}
@@ -486,6 +492,9 @@ func TestDeadLetterIDs(t *testing.T) {
 	}
 	if len(s.dead) != 0 {
 		t.Fatalf("dead-letter ids left: %v", s.dead)
+	}
+	if s.MayHaveDeadLetter(d.ID) {
+		t.Fatal("MayHaveDeadLetter after delete = true")
 	}
 	// Ids whose Badger TTL ran out are forgotten; the others are kept.
 	if err := s.PutDeadLetter(ctx, key1, &d, time.Hour); err != nil {

@@ -38,6 +38,14 @@ type Store interface {
 	ListDeadLetters(ctx context.Context, f cache.DeadLetterFilter) ([]cache.DeadLetter, error)
 }
 
+// Lister is implemented by a store that holds the id of every dead letter
+// in its own memory (Badger, one process): it answers, without an
+// operation, whether one may exist. A store shared by replicas (Redis)
+// cannot, and does not implement it.
+type Lister interface {
+	MayHaveDeadLetter(id string) bool
+}
+
 // Options configure a Queue. Store and Metrics are required.
 type Options struct {
 	Store   Store
@@ -190,6 +198,17 @@ func (q *Queue) Resolve(ctx context.Context, k cache.Key) {
 	} else if !errors.Is(err, cache.ErrNotFound) {
 		q.log.Warn("resolving dead letter failed", "idempotency_key", idempotency.HashKey(k), "err", err)
 	}
+}
+
+// MayHold reports whether k may have a dead letter for Resolve to remove:
+// false only where the store knows in memory that it has none (Lister),
+// so that a keyed success, nearly always of a key that never failed,
+// skips Resolve and the bounded context it would make for it. A Lister
+// names a letter from before its write begins, so MayHold misses only a
+// letter whose write has not started, which Resolve would miss too.
+func (q *Queue) MayHold(k cache.Key) bool {
+	l, ok := q.store.(Lister)
+	return !ok || l.MayHaveDeadLetter(cache.DeadLetterID(k))
 }
 
 // Poke asks the monitor to recount now.

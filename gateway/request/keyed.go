@@ -707,7 +707,7 @@ func (k *keyedCall) opCtx() (context.Context, context.CancelFunc) {
 // resolved removes the dead letter of a key that has now succeeded.
 // Content-keyed cache entries have none.
 func (k *keyedCall) resolved() {
-	if !k.kr.Cache {
+	if !k.kr.Cache && k.g.dlq.MayHold(k.kr.Key) {
 		ctx, cancel := k.opCtx()
 		defer cancel()
 		k.g.dlq.Resolve(ctx, k.kr.Key)
