@@ -124,7 +124,10 @@ type Store struct {
 
 	// mu is held shared by every operation on db and exclusively by Close, so
 	// Close waits for operations in progress and none starts after it.
-	mu        sync.RWMutex
+	mu sync.RWMutex
+	// runlock is mu.RUnlock as begin returns it, made once: a method value
+	// made per operation is an allocation per operation.
+	runlock   func()
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -247,6 +250,7 @@ func Open(o Options) (*Store, error) {
 		reclaimKick: make(chan struct{}, 1),
 		reclaimed:   make(chan struct{}, 1),
 	}
+	s.runlock = s.mu.RUnlock
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -763,7 +767,7 @@ func (s *Store) begin(ctx context.Context) (unlock func(), err error) {
 		s.mu.RUnlock()
 		return nil, cache.ErrClosed
 	}
-	return s.mu.RUnlock, nil
+	return s.runlock, nil
 }
 
 // update runs fn in a read-write transaction, again on a conflict with a
