@@ -25,11 +25,11 @@ func (s *Store) PutDeadLetter(ctx context.Context, k cache.Key, d *cache.DeadLet
 	d.ID = cache.DeadLetterID(k)
 	d.Client, d.Endpoint, d.Key = k.Scope, k.Endpoint, k.ID
 	key := deadLetterKey(d.ID)
-	_, unlock, err := s.lockKey(ctx, key)
+	sh, err := s.lockKey(ctx, key)
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer s.unlockKey(sh)
 	s.letters.put.Lock()
 	defer s.letters.put.Unlock()
 	// Added before the write: the set may name a dead letter that is not
