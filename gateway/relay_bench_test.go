@@ -39,7 +39,7 @@ func BenchmarkRequestPath(b *testing.B) {
 	}
 	n := 0
 	newKey := func() string { n++; return "bench-" + strconv.Itoa(n) }
-	for _, c := range []struct {
+	legs := []struct {
 		name, body string
 		keyed      bool
 	}{
@@ -47,7 +47,8 @@ func BenchmarkRequestPath(b *testing.B) {
 		{"json/keyed", chatBody, true},
 		{"stream/unkeyed", streamBody, false},
 		{"stream/keyed", streamBody, true},
-	} {
+	}
+	for _, c := range legs {
 		b.Run(c.name, func(b *testing.B) {
 			if c.body == streamBody {
 				if w := call(b, c.body, ""); strings.Count(w.Body.String(), "\n\n") != 10 {
@@ -64,27 +65,18 @@ func BenchmarkRequestPath(b *testing.B) {
 			}
 		})
 	}
-	// The stream legs again over a loopback client connection, where a
+	// The same legs again over a loopback client connection, where a
 	// flush is a write to a socket (in process it is free).
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	for _, leg := range []struct {
-		name, body string
-		keyed      bool
-	}{
-		{"loopback/json/unkeyed", chatBody, false},
-		{"loopback/json/keyed", chatBody, true},
-		{"loopback/stream/unkeyed", streamBody, false},
-		{"loopback/stream/keyed", streamBody, true},
-	} {
-		keyed := leg.keyed
-		b.Run(leg.name, func(b *testing.B) {
+	for _, leg := range legs {
+		b.Run("loopback/"+leg.name, func(b *testing.B) {
 			b.ReportAllocs()
 			w0 := writeSyscalls()
 			for b.Loop() {
 				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(leg.body))
 				req.Header.Set("Content-Type", "application/json")
-				if keyed {
+				if leg.keyed {
 					req.Header.Set("Idempotency-Key", newKey())
 				}
 				resp, err := srv.Client().Do(req)

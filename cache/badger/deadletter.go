@@ -138,14 +138,11 @@ func (s *Store) GetDeadLetter(ctx context.Context, id string) (*cache.DeadLetter
 	return d, mapClosed(err)
 }
 
-// DeleteDeadLetter removes a dead letter; ErrNotFound if there is none.
-// Resolving the dead letter of a key that succeeded is on every keyed
-// request's path and usually finds none, so that case is answered from the
-// in-memory set of ids without touching Badger.
+// DeleteDeadLetter removes a dead letter; ErrNotFound if there is none
+// (answered from the in-memory set of ids, without touching Badger). A
+// keyed success asks MayHaveDeadLetter first and calls this only when it
+// may find one.
 func (s *Store) DeleteDeadLetter(ctx context.Context, id string) error {
-	if !s.MayHaveDeadLetter(id) {
-		return cache.ErrNotFound
-	}
 	unlock, err := s.begin(ctx)
 	if err != nil {
 		return err
@@ -154,7 +151,7 @@ func (s *Store) DeleteDeadLetter(ctx context.Context, id string) error {
 	key := deadLetterKey(id)
 	sh := s.flights.lock(key)
 	defer sh.mu.Unlock()
-	if !s.MayHaveDeadLetter(id) { // deleted while this waited for the key
+	if !s.MayHaveDeadLetter(id) {
 		return cache.ErrNotFound
 	}
 	err = s.update(func(txn *badger.Txn) error {
