@@ -65,6 +65,7 @@ func benchKeyedParallel(b *testing.B, writeback time.Duration) {
 		mu.Unlock()
 	})
 	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(b.N)/float64(max(1, s.commits.flushes.Load())), "commits/txn")
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")

@@ -99,6 +99,8 @@ type Store struct {
 	// flights holds the in-flight records (in memory only) and the per-key
 	// locks; Badger holds committed records and dead letters.
 	flights *flights
+	// commits writes concurrent Commits in one transaction (group.go).
+	commits commitGroup
 	// filter says which keys may be committed, so that a new key's Claim
 	// reads nothing (filter.go).
 	filter *keyFilter
@@ -277,6 +279,7 @@ func Open(o Options) (*Store, error) {
 	}
 	s.db = db
 	s.flights = newFlights()
+	s.commits.flush = s.writeGroup
 	s.filter = newKeyFilter()
 	s.bound = o.DeadLetters
 	if err := s.loadContents(); err != nil {
@@ -466,7 +469,8 @@ func (s *Store) Renew(ctx context.Context, k cache.Key, owner string, lease time
 //
 // It is the one Badger write of a keyed request, and it has returned only
 // once Badger has the record in its write-ahead log: a process crash after
-// Commit loses nothing.
+// Commit loses nothing. Commits that overlap share one transaction
+// (commitGroup); each still returns only once its own record is written.
 func (s *Store) Commit(ctx context.Context, k cache.Key, owner string, rec *cache.Record, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("commit %s: ttl %v must be positive", k, ttl)
@@ -501,7 +505,7 @@ func (s *Store) Commit(ctx context.Context, k cache.Key, owner string, rec *cach
 		// Before the write, so that no check finds it written but not
 		// in the filter; a write that fails leaves a false positive.
 		s.filter.noteCommit(key)
-		if err := s.update(func(txn *badger.Txn) error { return txn.SetEntry(e) }); err != nil {
+		if err := s.commits.write(e); err != nil {
 			// Still in flight: the owner may Release.
 			return err
 		}
