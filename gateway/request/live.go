@@ -32,7 +32,13 @@ type liveStream struct {
 	changed chan struct{}
 	status  int
 	header  http.Header
-	body    []byte
+	// body is the bytes written, in chunks: a write goes whole into the
+	// last chunk, or into a new one when it does not fit, so that no byte
+	// is copied twice (a grown slice copied the whole stream so far) and
+	// what a joiner holds is never written again.
+	body    [][]byte
+	size    int       // bytes in body
+	inline  [2][]byte // body's first chunks, without an allocation
 	trailer http.Header
 	done    bool
 	over    bool
@@ -50,7 +56,9 @@ type liveStream struct {
 }
 
 func newLiveStream(fp string, max int64) *liveStream {
-	return &liveStream{fp: fp, max: int(max)}
+	l := &liveStream{fp: fp, max: int(max)}
+	l.body = l.inline[:0]
+	return l
 }
 
 // notify wakes the joiners. The caller holds mu.
@@ -79,17 +87,39 @@ func (l *liveStream) write(b []byte) {
 	if l.done || l.over || len(b) == 0 {
 		return
 	}
-	if len(l.body)+len(b) > l.max || l.unrecordable != nil && l.unrecordable() {
-		l.over, l.body = true, nil
+	if l.size+len(b) > l.max || l.unrecordable != nil && l.unrecordable() {
+		l.over, l.body, l.size = true, nil, 0
 	} else {
-		if l.body == nil {
-			// A stream is a few KiB: start there rather than doubling up
-			// from its first event.
-			l.body = make([]byte, 0, max(len(b), min(4<<10, l.max)))
+		last := len(l.body) - 1
+		if last < 0 || cap(l.body[last])-len(l.body[last]) < len(b) {
+			// A stream is a few KiB: start there, then double, up to
+			// liveChunkMax, never past what may be kept.
+			next := liveChunk
+			if last >= 0 {
+				next = min(2*cap(l.body[last]), liveChunkMax)
+			}
+			l.body = append(l.body, make([]byte, 0, max(len(b), min(next, l.max-l.size))))
+			last++
 		}
-		l.body = append(l.body, b...)
+		l.body[last] = append(l.body[last], b...)
+		l.size += len(b)
 	}
 	l.notify()
+}
+
+// The first chunk of a live stream's body, and the most a later one grows
+// to (a write larger than that gets a chunk of its own size).
+const (
+	liveChunk    = 4 << 10
+	liveChunkMax = 64 << 10
+)
+
+// bytes is the body written so far, in one slice. The caller holds mu.
+func (l *liveStream) bytes() []byte {
+	if len(l.body) == 1 {
+		return l.body[0]
+	}
+	return bytes.Join(l.body, nil)
 }
 
 // setTrailer records a trailer's value.
@@ -158,8 +188,16 @@ func (l *liveStream) view(off int) liveView {
 		l.changed = make(chan struct{})
 	}
 	v := liveView{status: l.status, header: l.header, done: l.done, over: l.over || l.aborted && l.done, wait: l.changed}
-	if !l.over && off < len(l.body) {
-		v.more = l.body[off:len(l.body):len(l.body)] // appends never touch these bytes
+	if !l.over {
+		// The rest of the chunk off falls in; the joiner asks again for
+		// the next one. Appends never touch these bytes.
+		for _, c := range l.body {
+			if off < len(c) {
+				v.more = c[off:len(c):len(c)]
+				break
+			}
+			off -= len(c)
+		}
 	}
 	return v
 }
@@ -291,7 +329,7 @@ func (g *Handler) follow(x *exchange, kr *idempotency.Request, l *liveStream, de
 			for k, vv := range l.trailer {
 				w.Header()[k] = vv
 			}
-			body := l.body
+			body := l.bytes()
 			l.mu.Unlock()
 			g.savedByJoin(kr, v.header.Get("X-Llmgate-Upstream"), body)
 			return nil
