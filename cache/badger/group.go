@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -67,29 +68,56 @@ func (g *commitGroup) write(e *badger.Entry) error {
 		g.mu.Lock()
 	}
 	if !w.done {
-		batch := g.queue[:min(len(g.queue), maxGroup)]
-		g.mu.Unlock()
-		n, err := g.flush(batch)
-		g.flushes.Add(1)
-		g.mu.Lock()
-		for _, o := range batch[:n] {
-			o.err, o.done = err, true
-			if o != w {
-				o.wake <- struct{}{}
-			}
-		}
-		rest := copy(g.queue, g.queue[n:])
-		clear(g.queue[rest:])
-		g.queue = g.queue[:rest]
-		if rest > 0 {
-			g.queue[0].wake <- struct{}{}
-		}
+		g.lead(w)
 	}
 	err := w.err
 	g.mu.Unlock()
 	*w = groupWrite{wake: w.wake}
 	groupWrites.Put(w)
 	return err
+}
+
+// errFlushPanicked is what the commits a panicking flush was writing get
+// (the leader's own goroutine panics on).
+var errFlushPanicked = errors.New("the store's write panicked")
+
+// lead writes the batch at the queue's front, w's, settles it and hands
+// the front on. Called and returns with g.mu held. Should the write panic,
+// the batch is settled as failed and the front handed on all the same, so
+// that no later commit waits for ever behind it.
+func (g *commitGroup) lead(w *groupWrite) {
+	batch := g.queue[:min(len(g.queue), maxGroup)]
+	g.mu.Unlock()
+	n, err := len(batch), errFlushPanicked
+	returned := false
+	defer func() {
+		g.mu.Lock()
+		g.settle(w, batch[:n], err)
+		if !returned {
+			g.mu.Unlock() // panicking: write's Unlock does not run
+		}
+	}()
+	n, err = g.flush(batch)
+	g.flushes.Add(1)
+	n = max(1, min(n, len(batch))) // the leader's own entry is always settled
+	returned = true
+}
+
+// settle marks done the batch at the queue's front, wakes its commits but
+// the leader w, and wakes the next front. The caller holds g.mu.
+func (g *commitGroup) settle(w *groupWrite, done []*groupWrite, err error) {
+	for _, o := range done {
+		o.err, o.done = err, true
+		if o != w {
+			o.wake <- struct{}{}
+		}
+	}
+	rest := copy(g.queue, g.queue[len(done):])
+	clear(g.queue[rest:])
+	g.queue = g.queue[:rest]
+	if rest > 0 {
+		g.queue[0].wake <- struct{}{}
+	}
 }
 
 // writeGroup is the store's commitGroup.flush: one transaction with the

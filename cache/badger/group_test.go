@@ -270,3 +270,53 @@ func TestConcurrentCommitsAllDurable(t *testing.T) {
 		}
 	}
 }
+
+// A write that panics fails the commits queued in its batch, panics on the
+// leader's goroutine, and leaves the group working for later commits.
+func TestCommitGroupSurvivesPanickingFlush(t *testing.T) {
+	f := &gatedFlush{result: func(keys []string) (int, error) {
+		if keys[0] == "b" {
+			panic("badger broke")
+		}
+		return len(keys), nil
+	}}
+	g := &commitGroup{flush: f.flush}
+	f.hold, f.entered = make(chan struct{}), make(chan struct{})
+	errs := make(chan error, 3)
+	commit := func(key string) {
+		defer func() {
+			if p := recover(); p != nil {
+				errs <- fmt.Errorf("%s panicked: %v", key, p)
+			}
+		}()
+		errs <- g.write(badger.NewEntry([]byte(key), nil))
+	}
+	go commit("a")
+	<-f.entered
+	go commit("b")
+	waitQueued(t, g, 2)
+	go commit("c")
+	waitQueued(t, g, 3)
+	f.mu.Lock()
+	hold := f.hold
+	f.hold = nil
+	f.mu.Unlock()
+	close(hold)
+	var got []string
+	for range 3 {
+		if err := <-errs; err != nil {
+			got = append(got, err.Error())
+		} else {
+			got = append(got, "ok")
+		}
+	}
+	slices.Sort(got)
+	want := []string{"b panicked: badger broke", errFlushPanicked.Error(), "ok"}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("outcomes %q, want %q", got, want)
+	}
+	if err := g.write(badger.NewEntry([]byte("d"), nil)); err != nil {
+		t.Fatalf("a commit after the panic: %v", err)
+	}
+}
