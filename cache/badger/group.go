@@ -24,7 +24,9 @@ import (
 // Durability is unchanged: every commit returns only once the transaction
 // that holds its entry is in Badger's write-ahead log, as before; a
 // transaction that fails fails every commit in it, and each stays in
-// flight for its owner to release, as a failed commit of its own would.
+// flight for its owner to release, as a failed commit of its own would
+// (one whose write panicked may have reached Badger all the same, as a
+// single commit's could: it is released and its retry runs again).
 // An entry Badger refuses on its own (too big for a transaction) fails
 // only itself: the entries before it are written, and the rest wait for
 // the next transaction.
@@ -40,11 +42,35 @@ type commitGroup struct {
 	flushes atomic.Int64
 }
 
-// maxGroup bounds the entries of one transaction. Records above the
-// value threshold count in Badger's batch limit as a pointer each (tens of
-// bytes), so even a full group stays far below it; the bound keeps a
-// leader's write, which every commit in it waits for, short.
-const maxGroup = 64
+// maxGroup and maxGroupBytes bound one transaction: its entries, and the
+// bytes of their values (the first entry goes in whatever its size).
+// Records above the value
+// threshold count in Badger's batch limit as a pointer each, so the count
+// stays far below it; the bytes matter because Badger starts a new
+// value-log file only between transactions, so one transaction's values
+// all land in one file — the file's size (ValueLogFileSize), which the
+// space reserve, the GC and the rotation's msync are sized by, may be
+// passed by one transaction's bytes, as it always could by one record's.
+// Both bounds also keep a leader's write, which every commit in it waits
+// for, short.
+const (
+	maxGroup      = 64
+	maxGroupBytes = 1 << 20
+)
+
+// batchAt is the longest prefix of queue within the bounds, the first
+// entry always included.
+func batchAt(queue []*groupWrite) []*groupWrite {
+	n, size := 1, len(queue[0].e.Value)
+	for n < min(len(queue), maxGroup) {
+		size += len(queue[n].e.Value)
+		if size > maxGroupBytes {
+			break
+		}
+		n++
+	}
+	return queue[:n]
+}
 
 type groupWrite struct {
 	e    *badger.Entry
@@ -81,12 +107,16 @@ func (g *commitGroup) write(e *badger.Entry) error {
 // (the leader's own goroutine panics on).
 var errFlushPanicked = errors.New("the store's write panicked")
 
+// errNothingWritten is what a leader gets from a flush that wrote none of
+// its batch and said no more.
+var errNothingWritten = errors.New("the store's write took no entry")
+
 // lead writes the batch at the queue's front, w's, settles it and hands
 // the front on. Called and returns with g.mu held. Should the write panic,
 // the batch is settled as failed and the front handed on all the same, so
 // that no later commit waits for ever behind it.
 func (g *commitGroup) lead(w *groupWrite) {
-	batch := g.queue[:min(len(g.queue), maxGroup)]
+	batch := batchAt(g.queue)
 	g.mu.Unlock()
 	n, err := len(batch), errFlushPanicked
 	returned := false
@@ -99,6 +129,9 @@ func (g *commitGroup) lead(w *groupWrite) {
 	}()
 	n, err = g.flush(batch)
 	g.flushes.Add(1)
+	if n < 1 && err == nil {
+		err = errNothingWritten // never report unwritten as written
+	}
 	n = max(1, min(n, len(batch))) // the leader's own entry is always settled
 	returned = true
 }

@@ -320,3 +320,57 @@ func TestCommitGroupSurvivesPanickingFlush(t *testing.T) {
 		t.Fatalf("a commit after the panic: %v", err)
 	}
 }
+
+// A group takes no more than maxGroupBytes of values (one transaction's
+// values all go into one value-log file); an entry larger than that goes
+// alone.
+func TestCommitGroupBoundsBytes(t *testing.T) {
+	big := make([]byte, maxGroupBytes/3+1)
+	var sizes []int
+	g := &commitGroup{}
+	f := &gatedFlush{}
+	g.flush = func(batch []*groupWrite) (int, error) {
+		total := 0
+		for _, w := range batch {
+			total += len(w.e.Value)
+		}
+		sizes = append(sizes, total)
+		return f.flush(batch)
+	}
+	f.hold, f.entered = make(chan struct{}), make(chan struct{})
+	done := make(chan error, 8)
+	go func() { done <- g.write(badger.NewEntry([]byte("a"), nil)) }()
+	<-f.entered
+	keys := []string{"b", "c", "d", "e", "huge", "f"}
+	for i, k := range keys {
+		v := big
+		if k == "huge" {
+			v = make([]byte, 2*maxGroupBytes)
+		}
+		go func() { done <- g.write(badger.NewEntry([]byte(k), v)) }()
+		waitQueued(t, g, i+2)
+	}
+	f.mu.Lock()
+	hold := f.hold
+	f.hold = nil
+	f.mu.Unlock()
+	close(hold)
+	for range 1 + len(keys) {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := [][]string{{"a"}, {"b", "c"}, {"d", "e"}, {"huge"}, {"f"}}
+	if !slices.EqualFunc(f.batches, want, slices.Equal) {
+		t.Fatalf("batches %v (value bytes %v), want %v", f.batches, sizes, want)
+	}
+}
+
+// A flush that reports no entry written and no error does not pass for a
+// write: the leader gets an error.
+func TestCommitGroupNothingWrittenIsAnError(t *testing.T) {
+	g := &commitGroup{flush: func([]*groupWrite) (int, error) { return 0, nil }}
+	if err := g.write(badger.NewEntry([]byte("a"), nil)); !errors.Is(err, errNothingWritten) {
+		t.Fatalf("write: %v, want errNothingWritten", err)
+	}
+}

@@ -2,6 +2,7 @@ package request
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -88,7 +89,7 @@ func (l *liveStream) write(b []byte) {
 		return
 	}
 	if l.size+len(b) > l.max || l.unrecordable != nil && l.unrecordable() {
-		l.over, l.body, l.size = true, nil, 0
+		l.over, l.body, l.size, l.inline = true, nil, 0, [2][]byte{}
 	} else {
 		last := len(l.body) - 1
 		if last < 0 || cap(l.body[last])-len(l.body[last]) < len(b) {
@@ -114,12 +115,14 @@ const (
 	liveChunkMax = 64 << 10
 )
 
-// bytes is the body written so far, in one slice. The caller holds mu.
-func (l *liveStream) bytes() []byte {
-	if len(l.body) == 1 {
-		return l.body[0]
+// reader reads the body written so far, without copying it. The caller
+// holds mu; the reader may be used after, as written bytes never change.
+func (l *liveStream) reader() (io.Reader, int) {
+	rs := make([]io.Reader, len(l.body))
+	for i, c := range l.body {
+		rs[i] = bytes.NewReader(c)
 	}
-	return bytes.Join(l.body, nil)
+	return io.MultiReader(rs...), l.size
 }
 
 // setTrailer records a trailer's value.
@@ -309,6 +312,7 @@ func (g *Handler) awaitStart(x *exchange, l *liveStream, deadline <-chan time.Ti
 func (g *Handler) follow(x *exchange, kr *idempotency.Request, l *liveStream, deadline <-chan time.Time) error {
 	w, r := x.w, x.req
 	off := 0
+	unflushed := false // written since the last flush
 	for {
 		v := l.view(off)
 		if v.over {
@@ -321,17 +325,21 @@ func (g *Handler) follow(x *exchange, kr *idempotency.Request, l *liveStream, de
 				return apierror.ClientGone
 			}
 			off += len(v.more)
+			unflushed = true
+			continue // the next chunk, if there is one, before a flush
+		}
+		if unflushed {
 			_ = http.NewResponseController(w).Flush()
-			continue
+			unflushed = false
 		}
 		if v.done {
 			l.mu.Lock()
 			for k, vv := range l.trailer {
 				w.Header()[k] = vv
 			}
-			body := l.bytes()
+			body, size := l.reader()
 			l.mu.Unlock()
-			g.savedByJoin(kr, v.header.Get("X-Llmgate-Upstream"), body)
+			g.savedByJoin(kr, v.header.Get("X-Llmgate-Upstream"), body, size)
 			return nil
 		}
 		select {
@@ -349,8 +357,8 @@ func (g *Handler) follow(x *exchange, kr *idempotency.Request, l *liveStream, de
 }
 
 // savedByJoin counts the tokens a joined stream saved, as a replay does.
-func (g *Handler) savedByJoin(kr *idempotency.Request, upstream string, body []byte) {
-	rd := sse.NewReader(bytes.NewReader(body), len(body)+1)
+func (g *Handler) savedByJoin(kr *idempotency.Request, upstream string, body io.Reader, size int) {
+	rd := sse.NewReader(body, size+1)
 	defer rd.Release()
 	var events [][]byte
 	for {

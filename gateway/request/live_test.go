@@ -3,6 +3,7 @@ package request
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"testing"
 )
 
@@ -47,8 +48,9 @@ func TestLiveStreamChunksReadBackWhole(t *testing.T) {
 			t.Fatalf("view %d changed after later writes", i)
 		}
 	}
-	if !bytes.Equal(l.bytes(), want) {
-		t.Fatal("bytes() is not the body written")
+	rd, size := l.reader()
+	if all, err := io.ReadAll(rd); err != nil || !bytes.Equal(all, want) || size != len(want) {
+		t.Fatalf("reader: %d bytes (size %d), want the %d written (%v)", len(all), size, len(want), err)
 	}
 	if l.size != len(want) {
 		t.Fatalf("size %d, want %d", l.size, len(want))
@@ -66,8 +68,8 @@ func TestLiveStreamOverMax(t *testing.T) {
 		t.Fatalf("over %v size %d after 9 KiB of 10", l.over, l.size)
 	}
 	l.write(chunk)
-	if v := l.view(0); !v.over || len(v.more) != 0 || l.body != nil {
-		t.Fatalf("after 12 KiB of 10: over %v, %d bytes shown, body kept %v", v.over, len(v.more), l.body != nil)
+	if v := l.view(0); !v.over || len(v.more) != 0 || l.body != nil || l.inline[0] != nil || l.inline[1] != nil {
+		t.Fatalf("after 12 KiB of 10: over %v, %d bytes shown, body kept %v/%v", v.over, len(v.more), l.body != nil, l.inline[0] != nil)
 	}
 }
 
