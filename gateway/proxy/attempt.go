@@ -165,7 +165,7 @@ func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Respons
 	}
 	resp := a.resp
 	resp.Stream = &LiveStream{body: body, rd: rd, up: up, first: first, api: api,
-		timer: a.timer, cancel: a.cancel, ctx: a.actx}
+		timer: a.timer, cancel: a.cancel, ctx: a.actx, drainWait: p.drainWait}
 	resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
 	return resp
 }

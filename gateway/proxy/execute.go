@@ -58,12 +58,16 @@ type Proxy struct {
 	now      func() time.Time
 	shutdown <-chan struct{}
 	tracer   *tracing.Tracer
+	// drainWait bounds the drain of a stream's end (LiveStream.drain);
+	// tests lengthen it.
+	drainWait time.Duration
 }
 
 // New returns a Proxy.
 func New(o Options) *Proxy {
 	p := &Proxy{cfg: o.Config, router: o.Router, breakers: o.Breakers, budget: o.Budget,
-		metrics: o.Metrics, log: o.Logger, now: o.Now, shutdown: o.Shutdown, tracer: o.Tracer}
+		metrics: o.Metrics, log: o.Logger, now: o.Now, shutdown: o.Shutdown, tracer: o.Tracer,
+		drainWait: drainWait}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}

@@ -34,6 +34,10 @@ type LiveStream struct {
 	ctx    context.Context
 	// span is the attempt's, ended when the stream ends.
 	span tracing.Attempt
+	// ended: the relay saw the stream's terminal event ([DONE], a
+	// terminal Responses or Messages event); close then drains the rest.
+	ended     bool
+	drainWait time.Duration
 }
 
 // First is the events that have arrived and not yet been relayed: the
@@ -44,11 +48,36 @@ func (s *LiveStream) First() [][]byte { return s.first }
 
 func (s *LiveStream) close() {
 	s.span.End(0, classify.Outcome{}, nil) // a stream not relayed; a relayed one's span has ended
+	if s.ended && !s.up.eof {
+		s.drain()
+	}
 	s.timer.Stop()
 	s.cancel(context.Canceled)
 	s.body.Close()
 	s.rd.Release()
 }
+
+// drain reads what is left of a stream that ended with its terminal
+// event: normally just the chunked body's last chunk, a few bytes in
+// flight behind the event, which the read that brought the event did not
+// bring. A body closed before its end closes its connection, and the
+// next call dials a new one: at 16 clients on loopback that was ~6% of
+// streams, ~10 µs of CPU per stream on average, where the floor proxy,
+// which copies to the end, dialled none. The drain waits at most
+// drainWait (2 ms: the last chunk is sent as the upstream's handler
+// returns) and reads at most drainMax bytes; an upstream that holds its
+// connection open after the end, or sends more, loses the connection as
+// before. What it reads is not the stream's and is discarded.
+func (s *LiveStream) drain() {
+	s.timer.Reset(s.drainWait) // cancels the attempt: the read returns
+	_, _ = io.CopyN(io.Discard, s.body, drainMax)
+}
+
+// The bounds of drain.
+const (
+	drainWait = 2 * time.Millisecond
+	drainMax  = 4 << 10
+)
 
 // upstreamReads is the body of a stream as its sse.Reader reads it. Once
 // relaying (before set), the first read of the upstream for an event
@@ -68,6 +97,8 @@ type upstreamReads struct {
 	// armed: the idle timer runs for the event being read (set by the
 	// event's first read, cleared by next).
 	armed bool
+	// eof: the body has been read to its end.
+	eof bool
 }
 
 func (u *upstreamReads) Read(p []byte) (int, error) {
@@ -76,7 +107,11 @@ func (u *upstreamReads) Read(p []byte) (int, error) {
 		u.timer.Reset(u.idle)
 		u.armed = true
 	}
-	return u.r.Read(p)
+	n, err := u.r.Read(p)
+	if err == io.EOF {
+		u.eof = true
+	}
+	return n, err
 }
 
 // next returns the next event; the reads of the upstream it needs are
@@ -219,6 +254,7 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, how Relay) *T
 	} else {
 		o = r.rest(s, resp.Status)
 	}
+	s.ended = r.obs.Ended()
 	resp.end = outcome.EndOf(resp.reqCtx)
 	resp.Outcome = o
 	s.span.End(resp.Status, o, nil)
