@@ -23,6 +23,23 @@ const chatStream = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"
 	"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
 	"data: [DONE]\n\n"
 
+// chatStreamCall is a Proxy with one OpenAI upstream at url and a streaming
+// chat call to it.
+func chatStreamCall(t *testing.T, url string) (*Proxy, *Call) {
+	t.Helper()
+	router, err := NewRouter([]config.Upstream{{Name: "openai", BaseURL: url + "/v1", Models: []string{"gpt-*"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(router.Close)
+	p := New(Options{Config: config.Default(), Router: router, Breakers: breaker.New([]breaker.Upstream{{Name: "openai"}}, breaker.Settings{}),
+		Budget: retry.NewBudget(retry.BudgetOptions{}), Metrics: metrics.New(prometheus.NewRegistry(), nil)})
+	body := []byte(`{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Hi"}]}`)
+	in := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
+	return p, &Call{In: in, Suffix: "/chat/completions", API: ChatCompletions, Body: body, Model: "gpt-4o", Stream: true,
+		Hops: []Hop{PrivateHop(router.Upstream("openai"), "sk-upstream")}}
+}
+
 // flushSignal is a client that says when a flush has sent [DONE].
 type flushSignal struct {
 	*httptest.ResponseRecorder
@@ -59,22 +76,11 @@ func TestStreamEndDrainedConnectionReused(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	cfg := config.Default()
-	router, err := NewRouter([]config.Upstream{{Name: "openai", BaseURL: srv.URL + "/v1", Models: []string{"gpt-*"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(router.Close)
-	p := New(Options{Config: cfg, Router: router, Breakers: breaker.New([]breaker.Upstream{{Name: "openai"}}, breaker.Settings{}),
-		Budget: retry.NewBudget(retry.BudgetOptions{}), Metrics: metrics.New(prometheus.NewRegistry(), nil)})
+	p, c := chatStreamCall(t, srv.URL)
 	p.drainWait = time.Minute // the test, not the clock, decides when the last chunk comes
 
 	idle := make(chan error, 1)
 	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{PutIdleConn: func(err error) { idle <- err }})
-	body := []byte(`{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Hi"}]}`)
-	in := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
-	c := &Call{In: in, Suffix: "/chat/completions", API: ChatCompletions, Body: body, Model: "gpt-4o", Stream: true,
-		Hops: []Hop{PrivateHop(router.Upstream("openai"), "sk-upstream")}}
 	resp, err := p.Execute(ctx, c)
 	if err != nil || resp.Stream == nil {
 		t.Fatalf("execute: %v, stream %v", err, resp.Stream != nil)
@@ -120,18 +126,7 @@ func TestStreamEndDrainBounded(t *testing.T) {
 		}
 	}))
 	t.Cleanup(func() { close(release); srv.Close() })
-	cfg := config.Default()
-	router, err := NewRouter([]config.Upstream{{Name: "openai", BaseURL: srv.URL + "/v1", Models: []string{"gpt-*"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(router.Close)
-	p := New(Options{Config: cfg, Router: router, Breakers: breaker.New([]breaker.Upstream{{Name: "openai"}}, breaker.Settings{}),
-		Budget: retry.NewBudget(retry.BudgetOptions{}), Metrics: metrics.New(prometheus.NewRegistry(), nil)})
-	body := []byte(`{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Hi"}]}`)
-	in := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
-	c := &Call{In: in, Suffix: "/chat/completions", API: ChatCompletions, Body: body, Model: "gpt-4o", Stream: true,
-		Hops: []Hop{PrivateHop(router.Upstream("openai"), "sk-upstream")}}
+	p, c := chatStreamCall(t, srv.URL)
 	resp, err := p.Execute(context.Background(), c)
 	if err != nil || resp.Stream == nil {
 		t.Fatalf("execute: %v", err)
