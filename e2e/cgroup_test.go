@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,29 +148,25 @@ func TestCgroupSustainedKeyed(t *testing.T) {
 			if store == "redis" {
 				flags = append(flags, "-redis-url", redisURL(t))
 			}
-			free := runLoad(t, gw, sustain, flags...)
-			boxed := runLoad(t, gw, sustain, append(flags, "-cgroup-limit", "256MiB")...)
-			cg := boxed.Cgroup
-			if cg == nil {
-				t.Fatal("the report has no cgroup: the gateway did not run in one")
-			}
-			if n := cg.End.OOMKills - cg.Start.OOMKills; n != 0 {
-				t.Errorf("the cgroup counted %d OOM kills", n)
-			}
-			if cg.End.LimitBytes != 256<<20 {
-				t.Errorf("cgroup limit %d, want %d", cg.End.LimitBytes, 256<<20)
-			}
-			for i, l := range boxed.Legs {
-				f := free.Legs[i]
-				t.Logf("%s: %.0f req/s in 256 MiB vs %.0f unlimited (%.2f×); peak RSS %.1f MiB (anon %.1f) vs %.1f (anon %.1f)",
-					l.Name, l.RPS, f.RPS, l.RPS/f.RPS, peak(l), anon(l), peak(f), anon(f))
-				if l.RPS < 0.5*f.RPS {
-					t.Errorf("%s: %.0f req/s in 256 MiB, below half of %.0f unlimited", l.Name, l.RPS, f.RPS)
+			// The two runs are minutes apart, and under `go test ./...`
+			// other packages' tests share the CPU with either: a pair
+			// whose cgroup run falls below half is measured once more,
+			// and fails only if that pair does too. A gateway the limit
+			// really slows (reclaim, thrashing) is slow both times.
+			var slow []string
+			for attempt := 1; attempt <= 2; attempt++ {
+				free := runLoad(t, gw, sustain, flags...)
+				boxed := runLoad(t, gw, sustain, append(flags, "-cgroup-limit", "256MiB")...)
+				checkCgroup(t, boxed)
+				slow = slowerInCgroup(t, free, boxed)
+				if len(slow) == 0 {
+					return
 				}
+				t.Logf("pair %d: %s", attempt, strings.Join(slow, "; "))
 			}
-			t.Logf("cgroup: peak usage %s of limit %d MiB, at the end %.1f MiB (anon %.1f, file %.1f)",
-				mibOrNA(cg.End.PeakBytes), cg.End.LimitBytes>>20, float64(cg.End.UsageBytes)/(1<<20),
-				float64(cg.End.AnonBytes)/(1<<20), float64(cg.End.FileBytes)/(1<<20))
+			for _, s := range slow {
+				t.Error(s)
+			}
 		})
 	}
 }
@@ -193,4 +190,38 @@ func mibOrNA(b int64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.1f MiB (%.0f%%)", float64(b)/(1<<20), 100*float64(b)/float64(256<<20))
+}
+
+// checkCgroup fails on a cgroup run that had OOM kills or another limit.
+func checkCgroup(t *testing.T, boxed loadReport) {
+	t.Helper()
+	cg := boxed.Cgroup
+	if cg == nil {
+		t.Fatal("the report has no cgroup: the gateway did not run in one")
+	}
+	if n := cg.End.OOMKills - cg.Start.OOMKills; n != 0 {
+		t.Errorf("the cgroup counted %d OOM kills", n)
+	}
+	if cg.End.LimitBytes != 256<<20 {
+		t.Errorf("cgroup limit %d, want %d", cg.End.LimitBytes, 256<<20)
+	}
+	t.Logf("cgroup: peak usage %s of limit %d MiB, at the end %.1f MiB (anon %.1f, file %.1f)",
+		mibOrNA(cg.End.PeakBytes), cg.End.LimitBytes>>20, float64(cg.End.UsageBytes)/(1<<20),
+		float64(cg.End.AnonBytes)/(1<<20), float64(cg.End.FileBytes)/(1<<20))
+}
+
+// slowerInCgroup logs each leg's throughput in the cgroup against without
+// a limit, and returns the legs below half.
+func slowerInCgroup(t *testing.T, free, boxed loadReport) []string {
+	t.Helper()
+	var slow []string
+	for i, l := range boxed.Legs {
+		f := free.Legs[i]
+		t.Logf("%s: %.0f req/s in 256 MiB vs %.0f unlimited (%.2f×); peak RSS %.1f MiB (anon %.1f) vs %.1f (anon %.1f)",
+			l.Name, l.RPS, f.RPS, l.RPS/f.RPS, peak(l), anon(l), peak(f), anon(f))
+		if l.RPS < 0.5*f.RPS {
+			slow = append(slow, fmt.Sprintf("%s: %.0f req/s in 256 MiB, below half of %.0f unlimited", l.Name, l.RPS, f.RPS))
+		}
+	}
+	return slow
 }
