@@ -63,27 +63,48 @@ func waitQueued(t *testing.T, g *commitGroup, n int) {
 }
 
 // groupOf starts a leader ("a") whose flush blocks, queues the others
-// behind it, releases the leader and returns each commit's error.
+// behind it, releases the leader and returns each commit's error ("<key>
+// panicked: …" for one whose write panicked on its goroutine).
 func groupOf(t *testing.T, f *gatedFlush, others ...string) map[string]error {
+	t.Helper()
+	entries := make([]*badger.Entry, len(others))
+	for i, k := range others {
+		entries[i] = badger.NewEntry([]byte(k), []byte("v"))
+	}
+	errs, _ := groupOfEntries(t, f, entries...)
+	return errs
+}
+
+// groupOfEntries is groupOf with the others' entries given, and the group
+// returned for later commits.
+func groupOfEntries(t *testing.T, f *gatedFlush, others ...*badger.Entry) (map[string]error, *commitGroup) {
 	t.Helper()
 	g := &commitGroup{flush: f.flush}
 	f.hold, f.entered = make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	errs := map[string]error{}
 	var wg sync.WaitGroup
-	commit := func(key string) {
+	commit := func(e *badger.Entry) {
 		defer wg.Done()
-		err := g.write(badger.NewEntry([]byte(key), []byte("v")))
+		key := string(e.Key)
+		defer func() {
+			if p := recover(); p != nil {
+				mu.Lock()
+				errs[key] = fmt.Errorf("%s panicked: %v", key, p)
+				mu.Unlock()
+			}
+		}()
+		err := g.write(e)
 		mu.Lock()
 		errs[key] = err
 		mu.Unlock()
 	}
 	wg.Add(1)
-	go commit("a")
+	go commit(badger.NewEntry([]byte("a"), []byte("v")))
 	<-f.entered
-	for i, k := range others {
+	for i, e := range others {
 		wg.Add(1)
-		go commit(k)
+		go commit(e)
 		waitQueued(t, g, i+2)
 	}
 	f.mu.Lock()
@@ -97,7 +118,7 @@ func groupOf(t *testing.T, f *gatedFlush, others ...string) map[string]error {
 	if len(g.queue) != 0 {
 		t.Fatalf("queue left with %d commits", len(g.queue))
 	}
-	return errs
+	return errs, g
 }
 
 func TestCommitGroupWritesQueuedCommitsTogether(t *testing.T) {
@@ -280,41 +301,15 @@ func TestCommitGroupSurvivesPanickingFlush(t *testing.T) {
 		}
 		return len(keys), nil
 	}}
-	g := &commitGroup{flush: f.flush}
-	f.hold, f.entered = make(chan struct{}), make(chan struct{})
-	errs := make(chan error, 3)
-	commit := func(key string) {
-		defer func() {
-			if p := recover(); p != nil {
-				errs <- fmt.Errorf("%s panicked: %v", key, p)
-			}
-		}()
-		errs <- g.write(badger.NewEntry([]byte(key), nil))
+	errs, g := groupOfEntries(t, f, badger.NewEntry([]byte("b"), nil), badger.NewEntry([]byte("c"), nil))
+	if errs["a"] != nil {
+		t.Errorf("a, written alone: %v", errs["a"])
 	}
-	go commit("a")
-	<-f.entered
-	go commit("b")
-	waitQueued(t, g, 2)
-	go commit("c")
-	waitQueued(t, g, 3)
-	f.mu.Lock()
-	hold := f.hold
-	f.hold = nil
-	f.mu.Unlock()
-	close(hold)
-	var got []string
-	for range 3 {
-		if err := <-errs; err != nil {
-			got = append(got, err.Error())
-		} else {
-			got = append(got, "ok")
-		}
+	if err := errs["b"]; err == nil || err.Error() != "b panicked: badger broke" {
+		t.Errorf("b, the leader of the panicking write: %v, want its panic", err)
 	}
-	slices.Sort(got)
-	want := []string{"b panicked: badger broke", errFlushPanicked.Error(), "ok"}
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("outcomes %q, want %q", got, want)
+	if !errors.Is(errs["c"], errFlushPanicked) {
+		t.Errorf("c, in the panicking write: %v, want errFlushPanicked", errs["c"])
 	}
 	if err := g.write(badger.NewEntry([]byte("d"), nil)); err != nil {
 		t.Fatalf("a commit after the panic: %v", err)
@@ -326,43 +321,24 @@ func TestCommitGroupSurvivesPanickingFlush(t *testing.T) {
 // alone.
 func TestCommitGroupBoundsBytes(t *testing.T) {
 	big := make([]byte, maxGroupBytes/3+1)
-	var sizes []int
-	g := &commitGroup{}
-	f := &gatedFlush{}
-	g.flush = func(batch []*groupWrite) (int, error) {
-		total := 0
-		for _, w := range batch {
-			total += len(w.e.Value)
-		}
-		sizes = append(sizes, total)
-		return f.flush(batch)
-	}
-	f.hold, f.entered = make(chan struct{}), make(chan struct{})
-	done := make(chan error, 8)
-	go func() { done <- g.write(badger.NewEntry([]byte("a"), nil)) }()
-	<-f.entered
-	keys := []string{"b", "c", "d", "e", "huge", "f"}
-	for i, k := range keys {
+	var others []*badger.Entry
+	for _, k := range []string{"b", "c", "d", "e", "huge", "f"} {
 		v := big
 		if k == "huge" {
 			v = make([]byte, 2*maxGroupBytes)
 		}
-		go func() { done <- g.write(badger.NewEntry([]byte(k), v)) }()
-		waitQueued(t, g, i+2)
+		others = append(others, badger.NewEntry([]byte(k), v))
 	}
-	f.mu.Lock()
-	hold := f.hold
-	f.hold = nil
-	f.mu.Unlock()
-	close(hold)
-	for range 1 + len(keys) {
-		if err := <-done; err != nil {
-			t.Fatal(err)
+	f := &gatedFlush{}
+	errs, _ := groupOfEntries(t, f, others...)
+	for k, err := range errs {
+		if err != nil {
+			t.Errorf("commit %s: %v", k, err)
 		}
 	}
 	want := [][]string{{"a"}, {"b", "c"}, {"d", "e"}, {"huge"}, {"f"}}
 	if !slices.EqualFunc(f.batches, want, slices.Equal) {
-		t.Fatalf("batches %v (value bytes %v), want %v", f.batches, sizes, want)
+		t.Fatalf("batches %v, want %v (b to f hold %d bytes each but huge, %d)", f.batches, want, len(big), 2*maxGroupBytes)
 	}
 }
 
