@@ -63,6 +63,19 @@ func (f *fakeAnthropic) calls() int {
 // client got before the commit point and the held tail.
 func messagesCall(t *testing.T, hold bool, streams ...[]byte) (*fakeAnthropic, *Response, *httptest.ResponseRecorder, *Tail) {
 	t.Helper()
+	p, fake, resp := messagesExecute(t, streams...)
+	if resp.Stream == nil {
+		return fake, resp, nil, nil
+	}
+	w := httptest.NewRecorder()
+	tail := p.RelayStream(w, resp, Relay{Start: time.Now(), Hold: hold})
+	return fake, resp, w, tail
+}
+
+// messagesExecute runs one streaming Messages call against an upstream
+// that sends streams in turn, up to its answer.
+func messagesExecute(t *testing.T, streams ...[]byte) (*Proxy, *fakeAnthropic, *Response) {
+	t.Helper()
 	fake := &fakeAnthropic{streams: streams}
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
@@ -83,12 +96,7 @@ func messagesCall(t *testing.T, hold bool, streams ...[]byte) (*fakeAnthropic, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Stream == nil {
-		return fake, resp, nil, nil
-	}
-	w := httptest.NewRecorder()
-	tail := p.RelayStream(w, resp, Relay{Start: time.Now(), Hold: hold})
-	return fake, resp, w, tail
+	return p, fake, resp
 }
 
 // A message_start followed by an overloaded_error event is a failure

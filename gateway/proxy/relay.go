@@ -240,7 +240,7 @@ func (p *Proxy) RelayStream(w http.ResponseWriter, resp *Response, how Relay) *T
 		h.Set("Trailer", trailer)
 	}
 	w.WriteHeader(resp.Status)
-	r := newRelay(&clientOut{w: w}, rec, hold, &s.span, s.api)
+	r := newRelay(newClientOut(w), rec, hold, &s.span, s.api)
 	s.up.before = r.out.flush
 	defer r.out.flush()
 	for _, ev := range s.first {
@@ -311,7 +311,14 @@ func (r *relay) event(ev []byte) {
 		r.tail.events = append(r.tail.events, kept)
 		return
 	}
-	r.out.write(ev) // flushed before the next read of the upstream
+	// Flushed before the next read of the upstream. The recorder's copy,
+	// when there is one, is never written again: a writer that keeps what
+	// it is sent (KeptWriter) holds it rather than a copy of its own.
+	if kept != nil {
+		r.out.writeKept(kept)
+	} else {
+		r.out.write(ev)
+	}
 }
 
 // rest relays the events after the first until the stream ends, and
@@ -399,7 +406,7 @@ func (t *Tail) Held() bool { return len(t.events) > 0 }
 // chunk and trailers, one write) or by a delivery check that flushes.
 func (t *Tail) Release() {
 	for _, ev := range t.events {
-		t.out.write(ev)
+		t.out.writeKept(ev) // the recorder's copies, or the relay's own
 	}
 	t.events = nil
 }
@@ -423,10 +430,25 @@ func (t *Tail) Fail(ev []byte) {
 // clientOut writes events to the client; after a failed write or flush
 // (the client left) it writes nothing more.
 type clientOut struct {
-	w    http.ResponseWriter
+	w http.ResponseWriter
+	// kept is w as a KeptWriter, when it is one.
+	kept KeptWriter
 	gone bool
 	// unflushed: written since the last flush.
 	unflushed bool
+}
+
+func newClientOut(w http.ResponseWriter) *clientOut {
+	kw, _ := w.(KeptWriter)
+	return &clientOut{w: w, kept: kw}
+}
+
+// KeptWriter is a client's writer that may keep the bytes WriteKept is
+// given rather than copy them (a keyed stream's, which keeps what it sent
+// for duplicates that join it): their writer never changes them again.
+type KeptWriter interface {
+	http.ResponseWriter
+	WriteKept(b []byte) (int, error)
 }
 
 // send writes ev and flushes it.
@@ -441,6 +463,19 @@ func (c *clientOut) write(ev []byte) {
 		return
 	}
 	if _, err := c.w.Write(ev); err != nil {
+		c.gone = true
+		return
+	}
+	c.unflushed = true
+}
+
+// writeKept writes ev, which is never changed again, as write does.
+func (c *clientOut) writeKept(ev []byte) {
+	if c.kept == nil || c.gone {
+		c.write(ev)
+		return
+	}
+	if _, err := c.kept.WriteKept(ev); err != nil {
 		c.gone = true
 		return
 	}

@@ -36,10 +36,12 @@ type liveStream struct {
 	// body is the bytes written, in chunks: a write goes whole into the
 	// last chunk, or into a new one when it does not fit, so that no byte
 	// is copied twice (a grown slice copied the whole stream so far) and
-	// what a joiner holds is never written again.
+	// what a joiner holds is never written again. Kept bytes (a
+	// recorder's, which nobody writes again) are a chunk of their own,
+	// not copied.
 	body    [][]byte
-	size    int       // bytes in body
-	inline  [2][]byte // body's first chunks, without an allocation
+	size    int                // bytes in body
+	inline  [liveInline][]byte // body's first chunks, without an allocation
 	trailer http.Header
 	done    bool
 	over    bool
@@ -81,16 +83,22 @@ func (l *liveStream) start(code int, h http.Header) {
 	l.notify()
 }
 
-// write records body bytes.
-func (l *liveStream) write(b []byte) {
+// write records body bytes: kept, b itself, which its writer never
+// changes again; else a copy.
+func (l *liveStream) write(b []byte, kept bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done || l.over || len(b) == 0 {
 		return
 	}
-	if l.size+len(b) > l.max || l.unrecordable != nil && l.unrecordable() {
-		l.over, l.body, l.size, l.inline = true, nil, 0, [2][]byte{}
-	} else {
+	switch {
+	case l.size+len(b) > l.max || l.unrecordable != nil && l.unrecordable():
+		l.over, l.body, l.size, l.inline = true, nil, 0, [liveInline][]byte{}
+	case kept:
+		// Capacity cut to length: no later write appends to it.
+		l.body = append(l.body, b[:len(b):len(b)])
+		l.size += len(b)
+	default:
 		last := len(l.body) - 1
 		if last < 0 || cap(l.body[last])-len(l.body[last]) < len(b) {
 			// A stream is a few KiB: start there, then double, up to
@@ -109,10 +117,13 @@ func (l *liveStream) write(b []byte) {
 }
 
 // The first chunk of a live stream's body, and the most a later one grows
-// to (a write larger than that gets a chunk of its own size).
+// to (a write larger than that gets a chunk of its own size); liveInline:
+// the chunks held before the list of them takes an allocation (each kept
+// event is one).
 const (
 	liveChunk    = 4 << 10
 	liveChunkMax = 64 << 10
+	liveInline   = 8
 )
 
 // reader reads the body written so far, without copying it. The caller
@@ -178,29 +189,43 @@ func (l *liveStream) finish() {
 type liveView struct {
 	status int
 	header http.Header
-	more   []byte // the body's bytes past the joiner's offset
+	more   []byte  // the body's bytes from the joiner's position
+	next   livePos // the position after more
 	done   bool
 	over   bool            // or aborted
 	wait   <-chan struct{} // closed at the next change
 }
 
-func (l *liveStream) view(off int) liveView {
+// livePos is a joiner's position in a live stream's body: a chunk, and
+// an offset in it. Keeping it, rather than a byte offset, spares a
+// joiner of a stream of many small kept chunks a walk over all of them
+// at each read.
+type livePos struct{ chunk, off int }
+
+// view shows the body's bytes from p: the rest of p's chunk, or, when it
+// has been read to its end and a later chunk has begun (so nothing more
+// is written to it), the next chunk. The joiner asks again for the rest.
+// Appends never touch the bytes shown.
+func (l *liveStream) view(p livePos) liveView {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.changed == nil {
 		l.changed = make(chan struct{})
 	}
-	v := liveView{status: l.status, header: l.header, done: l.done, over: l.over || l.aborted && l.done, wait: l.changed}
-	if !l.over {
-		// The rest of the chunk off falls in; the joiner asks again for
-		// the next one. Appends never touch these bytes.
-		for _, c := range l.body {
-			if off < len(c) {
-				v.more = c[off:len(c):len(c)]
-				break
-			}
-			off -= len(c)
+	v := liveView{status: l.status, header: l.header, done: l.done, over: l.over || l.aborted && l.done, wait: l.changed, next: p}
+	if l.over {
+		return v
+	}
+	for p.chunk < len(l.body) {
+		if c := l.body[p.chunk]; p.off < len(c) {
+			v.more = c[p.off:len(c):len(c)]
+			v.next = livePos{p.chunk, len(c)}
+			break
 		}
+		if p.chunk+1 == len(l.body) {
+			break // the last chunk, read to its end
+		}
+		p = livePos{p.chunk + 1, 0}
 	}
 	return v
 }
@@ -257,7 +282,7 @@ func (g *Handler) join(x *exchange, kr *idempotency.Request, l *liveStream) (boo
 	w, r, s := x.w, x.req, x.sum
 	deadline, stop := g.clientDeadline(x.dl, hooksOf(r.Context()))
 	defer stop()
-	v := l.view(0)
+	v := l.view(livePos{})
 	if v.status == 0 && !v.done {
 		var err error
 		if v, err = g.awaitStart(x, l, deadline); err != nil {
@@ -289,7 +314,7 @@ func (g *Handler) awaitStart(x *exchange, l *liveStream, deadline <-chan time.Ti
 	s.idemEvent = "wait"
 	timer := time.NewTimer(g.cfg.Idempotency.WaitTimeout.D())
 	defer timer.Stop()
-	v := l.view(0)
+	v := l.view(livePos{})
 	for v.status == 0 && !v.done {
 		select {
 		case <-v.wait:
@@ -303,7 +328,7 @@ func (g *Handler) awaitStart(x *exchange, l *liveStream, deadline <-chan time.Ti
 			s.class, s.idemEvent = "idempotency_in_flight", "conflict"
 			return v, &apierror.KeyInFlight{}
 		}
-		v = l.view(0)
+		v = l.view(livePos{})
 	}
 	return v, nil
 }
@@ -311,10 +336,10 @@ func (g *Handler) awaitStart(x *exchange, l *liveStream, deadline <-chan time.Ti
 // follow copies a live stream to the joiner until it ends.
 func (g *Handler) follow(x *exchange, kr *idempotency.Request, l *liveStream, deadline <-chan time.Time) error {
 	w, r := x.w, x.req
-	off := 0
+	var at livePos
 	unflushed := false // written since the last flush
 	for {
-		v := l.view(off)
+		v := l.view(at)
 		if v.over {
 			// It outgrew what is kept or recorded, or its work broke:
 			// never end it as if whole.
@@ -324,7 +349,7 @@ func (g *Handler) follow(x *exchange, kr *idempotency.Request, l *liveStream, de
 			if _, err := w.Write(v.more); err != nil {
 				return apierror.ClientGone
 			}
-			off += len(v.more)
+			at = v.next
 			unflushed = true
 			continue // the next chunk, if there is one, before a flush
 		}

@@ -326,12 +326,18 @@ func (h *handoff) writeHeader(code int) {
 	h.wrote = true
 }
 
-func (h *handoff) Write(b []byte) (int, error) {
+func (h *handoff) Write(b []byte) (int, error) { return h.write(b, false) }
+
+// WriteKept is Write for bytes that are never changed again
+// (proxy.KeptWriter): the live stream keeps them rather than a copy.
+func (h *handoff) WriteKept(b []byte) (int, error) { return h.write(b, true) }
+
+func (h *handoff) write(b []byte, kept bool) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.live != nil {
 		h.live.start(http.StatusOK, h.header)
-		h.live.write(b)
+		h.live.write(b, kept)
 	}
 	if h.ended {
 		h.failed = true
