@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -308,5 +309,51 @@ func TestNotStoredMarkerResolvesTheDeadLetter(t *testing.T) {
 				t.Fatalf("the dead letter of a key answered once is still listed: %+v", l.DeadLetters)
 			}
 		})
+	}
+}
+
+// releaseHook runs after the store has released a key: the moment a
+// client's retry may claim it.
+type releaseHook struct {
+	Store
+	after func()
+}
+
+func (s *releaseHook) Release(ctx context.Context, k cache.Key, owner string) error {
+	err := s.Store.Release(ctx, k, owner)
+	if s.after != nil {
+		s.after()
+	}
+	return err
+}
+
+// A retry that succeeds as soon as the failed call releases its key leaves
+// no dead letter behind: the letter is recorded before the key is released,
+// so the retry's success finds it and resolves it. (Released first, the
+// letter was written after the retry had succeeded, and stayed listed for a
+// key that had its answer.)
+func TestDeadLetterOfKeyRetriedAtOnceIsResolved(t *testing.T) {
+	var hook *releaseHook
+	h := newHarnessStore(t, func(c *config.Config) {
+		c.Clients = []config.Client{{Name: "team-a", Key: "key-a"}}
+		c.Retry.MaxAttempts = 1
+	}, func(s Store) Store { hook = &releaseHook{Store: s}; return hook }, fakeprovider.Options{})
+	hdr := map[string]string{"Authorization": "Bearer key-a", "Idempotency-Key": "order-12/summarize"}
+	var retry *result
+	hook.after = func() {
+		hook.after = nil // the retry's own releases, if any, run nothing
+		h.fake.SetDefault(fakeprovider.Step{})
+		r := h.chat(chatBody, hdr)
+		retry = &r
+	}
+	h.fake.SetDefault(fakeprovider.Step{Status: 503})
+	if r := h.chat(chatBody, hdr); r.status != 503 {
+		t.Fatalf("first call: %d %s", r.status, r.body)
+	}
+	if retry == nil || retry.status != 200 {
+		t.Fatalf("the retry made at the release: %+v", retry)
+	}
+	if l := listDLQ(t, h, ""); l.Total != 0 {
+		t.Fatalf("a dead letter is listed for a key that has its answer: %+v", l.DeadLetters)
 	}
 }

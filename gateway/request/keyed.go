@@ -446,8 +446,12 @@ func (k *keyedCall) run() (e workEnd) {
 			if p != http.ErrAbortHandler {
 				k.g.log.Error("panic in keyed call", "panic", fmt.Sprint(p), "idempotency_key", k.s.idemKey)
 			}
-			// Nothing was committed (a commit ends without panicking):
-			// release the key, and let a breaker waiting on this call go on.
+			// The client never saw the answer end: release the key, and
+			// let a breaker waiting on this call go on. A commit whose
+			// write panicked (a store's, or its group's leader's) may
+			// still have reached the store: the key's retry then replays
+			// that answer rather than running again, which the client,
+			// having seen no end, cannot tell from a first answer.
 			k.lease.Release(k.work)
 			if k.resp != nil {
 				k.resp.Report(outcome.Dropped())
@@ -714,18 +718,21 @@ func (k *keyedCall) resolved() {
 	}
 }
 
-// release releases the key of a request that did not produce a committable
-// answer (so the client's retry runs again) and records its dead letter
-// when the verdict says so. Content-keyed cache entries are not dead
-// letters: no client is waiting to retry them.
+// release records the dead letter of a request that did not produce a
+// committable answer, when the verdict says so, then releases its key (so
+// the client's retry runs again). In that order: a retry that succeeds
+// the moment the key is free finds the letter and resolves it; the other
+// way round, the letter was written after that success and stayed. A
+// retry meanwhile waits as for any key in flight. Content-keyed cache
+// entries are not dead letters: no client is waiting to retry them.
 func (k *keyedCall) release(v outcome.Verdict) {
 	k.s.idemEvent = "release"
-	k.lease.Release(k.work)
 	if v.DeadLetter != nil && !k.kr.Cache {
 		ctx, cancel := k.opCtx()
-		defer cancel()
 		k.g.dlq.Record(ctx, k.kr.Key, deadletter.RequestOf(k.cl, k.start), v.DeadLetter)
+		cancel()
 	}
+	k.lease.Release(k.work)
 }
 
 // replay notes a claim that answered the client itself.
