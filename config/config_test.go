@@ -273,7 +273,7 @@ func TestGoodConfig(t *testing.T) {
 		Store: Store{
 			Kind:       StoreRedis,
 			SyncWrites: true,
-			GCInterval: Duration(5 * time.Minute), OpTimeout: Duration(5 * time.Second),
+			GCInterval: Duration(5 * time.Minute), WritebackInterval: Duration(100 * time.Millisecond), OpTimeout: Duration(5 * time.Second),
 			UsageRescan: Duration(2 * time.Minute),
 			MaxBytes:    768 << 20,
 			Redis: Redis{
@@ -489,7 +489,7 @@ func TestDefaults(t *testing.T) {
 		{"limits.max_inflight_bytes", d.Limits.MaxInflightBytes, int64(0)},
 		{"limits.admission_wait", d.Limits.AdmissionWait.D(), 2 * time.Second},
 		{"store.gc_interval", d.Store.GCInterval.D(), 10 * time.Minute},
-		{"store.writeback_interval", d.Store.WritebackInterval.D(), time.Duration(0)},
+		{"store.writeback_interval", d.Store.WritebackInterval.D(), 100 * time.Millisecond},
 		{"store.redis.write_v1_records", d.Store.Redis.WriteV1Records, false},
 		{"store.redis.prefix", d.Store.Redis.Prefix, "llmgate:"},
 		{"limits.max_body_bytes", d.Limits.MaxBodyBytes, int64(32 << 20)},

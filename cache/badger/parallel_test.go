@@ -25,7 +25,7 @@ func BenchmarkKeyedParallel(b *testing.B) {
 	for _, wb := range []struct {
 		name  string
 		every time.Duration
-	}{{"writeback=off", 0}, {"writeback=100ms", 100 * time.Millisecond}} {
+	}{{"writeback=off", 0}, {"writeback=100ms", 100 * time.Millisecond}, {"writeback=20ms", 20 * time.Millisecond}} {
 		b.Run(wb.name, func(b *testing.B) { benchKeyedParallel(b, wb.every) })
 	}
 }

@@ -44,8 +44,10 @@ type Options struct {
 	SyncWrites bool
 	// GCInterval is the period of value-log garbage collection. If <= 0, 10m.
 	GCInterval time.Duration
-	// WritebackInterval is how often the value-log file being written is
-	// given to the kernel to write back (see writeback). If <= 0, never.
+	// WritebackInterval is how often the finished part of the value-log
+	// file being written is given to the kernel to write back (see
+	// writeback). If <= 0, never; the gateway's store.writeback_interval
+	// defaults to 100ms.
 	WritebackInterval time.Duration
 	// Now is the clock for leases, CreatedAt and ExpiresAt. If nil, time.Now.
 	Now func() time.Time

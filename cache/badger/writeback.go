@@ -13,78 +13,125 @@ import (
 // reaches ValueLogFileSize, Badger's one writer goroutine rotates it, and
 // rotating truncates it, which Badger's mmap library does only after an
 // msync of the whole file (ristretto z.MmapFile.Truncate): a synchronous
-// writeback of up to 16 MiB, 70 ms measured with strace under the load
-// tool's keyed leg, during which no commit completes. That was the keyed
-// p99.9. So with Options.WritebackInterval set (store.writeback_interval),
-// every interval in which the store wrote the kernel is asked to start
-// writing the file back (sync_file_range with SYNC_FILE_RANGE_WRITE, which
-// does not wait for it), and the rotation's msync finds little left to
-// write.
+// writeback of up to 16 MiB, 45–70 ms on this VM, during which no commit
+// completes. That made the keyed p99.9. So every Options.WritebackInterval
+// (store.writeback_interval, default 100ms) in which the store wrote, the
+// kernel is asked to start writing back the part of the file Badger has
+// finished (sync_file_range with SYNC_FILE_RANGE_WRITE, not waited for),
+// once that is writebackChunk or more; the rotation's msync then finds at
+// most about a chunk and a margin left to write.
 //
-// It is off by default because it costs CPU: writing back pages of a
-// mapping the process is writing on another CPU costs far more than the
-// same writeback at the rotation, when every commit waits and the other
-// CPU is idle. On a 2-vCPU VM, 16 MiB written back in rounds while a
-// writer ran took ~130 ms of CPU against ~20 ms for one msync at the end;
-// in the load tool's keyed legs it took ~10 µs per keyed JSON request and
-// 21% of keyed stream throughput, for a p99.9 of ~22 ms instead of ~50.
+// Only finished pages: the last writebackMargin bytes, which Badger may
+// still be copying into, are left out. The first design wrote the whole
+// file back every round, the page being written included, and skipped
+// rounds after more than 2 MiB; on a 2-vCPU VM it was measured then at
+// ~10 µs of CPU per keyed JSON request. In the load tool on 2026-12-06
+// (four alternating runs each of off, that design and this one, 100 ms)
+// neither showed a CPU cost beyond the runs' noise, while both took keyed
+// streams' p99.9 from ~61 ms to 21–23 ms. Flat out (BenchmarkKeyedParallel,
+// ~100 MB/s of 4 KiB records) a 20 ms interval halves p99.9 but costs
+// ~12 µs of CPU per commit and takes p99 from ~2 to ~5 ms; at 100 ms a
+// file fills between two rounds and nothing changes.
 //
 // It changes no durability: with SyncWrites off a commit returns once it
 // is in the page cache either way, and the kernel writes dirty pages back
 // within dirty_expire_centisecs anyway; this only starts some sooner.
 type writeback struct {
-	dir     string
-	fid     int      // the value-log file f is, -1 for none
-	f       *os.File // opened read-only: sync_file_range needs no more
-	seen    int64    // live.written at the last round
-	started int64    // live.written at the last writeback started
-	start   func(*os.File) error
+	dir  string
+	fid  int      // the value-log file f is, -1 for none
+	f    *os.File // opened read-only: sync_file_range needs no more
+	seen int64    // live.written at the last round
+	// end is where f's data ended at the last round, and from where the
+	// writeback started last ends: f's bytes before from are written back
+	// or being written.
+	end, from int64
+	// start starts the writeback of f's n bytes from off; dataEnd is where
+	// f's data ends (its first hole: Badger creates the file sparse at
+	// twice ValueLogFileSize and writes it from the start).
+	start   func(f *os.File, off, n int64) error
+	dataEnd func(f *os.File) (int64, error)
 }
 
 const (
-	// writebackMaxBytes: a round after more than this was written is
-	// skipped. At such a rate (20 MB/s at a 100 ms interval) the file
-	// rotates within a second anyway, and the writeback contends with
-	// Badger's writes to the same file: BenchmarkKeyedParallel (4 KiB
-	// records, ~60 MB/s) took 55–100 µs of CPU per commit with every round
-	// run instead of 38–55, and its p99.9 was no better.
-	writebackMaxBytes = 2 << 20
+	// writebackChunk: a round starts a writeback only once this much of
+	// the file is finished since the last one started, so the kernel
+	// writes the file in a few large extents, as the rotation's msync
+	// would, rather than in many small ones.
+	writebackChunk = 1 << 20
+	// writebackMargin: the last bytes written are left out of a writeback
+	// (rounded down to a page). Badger may still be copying into them,
+	// and a page written back while it is written is written twice and
+	// faults again: the older design, which wrote back the whole file
+	// every round, cost ~10 µs of CPU per keyed JSON request that way.
+	writebackMargin = 64 << 10
+	pageSize        = 4 << 10
 )
 
 // runWriteback runs a writeback round every interval until the store
 // closes; Open counted it in s.bg.
 func (s *Store) runWriteback(interval time.Duration) {
-	wb := &writeback{dir: s.dir, fid: -1, start: startWriteback}
+	wb := newWriteback(s.dir)
 	defer wb.close()
 	s.every(interval, func() { wb.round(s.live.written.Load()) })
 }
 
-// round starts the writeback of the newest value-log file if the store
-// has written since the last start, but not more than writebackMaxBytes
-// since the last round (written is live.written now): a burst's tail is
-// written back by the first round after it.
+func newWriteback(dir string) *writeback {
+	return &writeback{dir: dir, fid: -1, start: startWriteback, dataEnd: dataEnd}
+}
+
+// round starts the writeback of the newest value-log file's finished part
+// (all but its last writebackMargin bytes) not yet started, if that is
+// writebackChunk or more; written is live.written now. A round with
+// nothing written since the last costs nothing.
 func (wb *writeback) round(written int64) {
-	since := written - wb.seen
-	wb.seen = written
-	if written == wb.started || since > writebackMaxBytes {
+	if written == wb.seen {
 		return
 	}
-	wb.started = written
-	fid, name, ok := newestVlog(wb.dir)
+	wb.seen = written
+	end, ok := wb.newestEnd()
 	if !ok {
 		return
+	}
+	upto := (end - writebackMargin) &^ (pageSize - 1)
+	if upto-wb.from < writebackChunk {
+		return
+	}
+	// An error (a file GC removed, a filesystem without it) leaves the
+	// rotation's msync to write what is dirty, as without this.
+	if wb.start(wb.f, wb.from, upto-wb.from) == nil {
+		wb.from = upto
+	}
+}
+
+// newestEnd is where the data of the value-log file Badger writes ends,
+// following a rotation to the next file: the directory is read again when
+// the store wrote but the file it had did not grow (the writes went to a
+// new file, or to the memtable's log only).
+func (wb *writeback) newestEnd() (int64, bool) {
+	if wb.f != nil {
+		if end, err := wb.dataEnd(wb.f); err == nil && end != wb.end {
+			wb.end = end
+			return end, true
+		}
+	}
+	fid, name, ok := newestVlog(wb.dir)
+	if !ok {
+		return 0, false
 	}
 	if fid != wb.fid {
 		wb.close()
 		f, err := os.Open(filepath.Join(wb.dir, name))
 		if err != nil {
-			return
+			return 0, false
 		}
-		wb.f, wb.fid = f, fid
+		wb.f, wb.fid, wb.end, wb.from = f, fid, 0, 0
 	}
-	// An error (a file GC removed, a filesystem without it) leaves the
-	// rotation's msync to write what is dirty, as without this.
-	_ = wb.start(wb.f)
+	end, err := wb.dataEnd(wb.f)
+	if err != nil {
+		return 0, false
+	}
+	wb.end = end
+	return end, true
 }
 
 func (wb *writeback) close() {

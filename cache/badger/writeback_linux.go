@@ -9,9 +9,14 @@ import (
 // writebackSupported: runWriteback runs (see writeback).
 const writebackSupported = true
 
-// startWriteback asks the kernel to start writing f's dirty pages back,
-// without waiting for it, once the writeback the last round started has
-// finished (so that rounds do not pile up on a slow disk).
-func startWriteback(f *os.File) error {
-	return unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE)
+// startWriteback asks the kernel to start writing f's dirty pages in
+// [off, off+n) back, without waiting for it.
+func startWriteback(f *os.File, off, n int64) error {
+	return unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+}
+
+// dataEnd is where f's data ends: its first hole. A page Badger has
+// written through its map counts as data before it is written back.
+func dataEnd(f *os.File) (int64, error) {
+	return unix.Seek(int(f.Fd()), 0, unix.SEEK_HOLE)
 }

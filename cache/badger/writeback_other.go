@@ -11,6 +11,10 @@ import (
 // and the value log's rotation writes back all it holds (see writeback).
 const writebackSupported = false
 
-func startWriteback(*os.File) error {
+func startWriteback(*os.File, int64, int64) error {
 	return errors.New("sync_file_range not supported on this platform")
+}
+
+func dataEnd(*os.File) (int64, error) {
+	return 0, errors.New("sync_file_range not supported on this platform")
 }

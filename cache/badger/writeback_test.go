@@ -62,13 +62,13 @@ func commitBytes(t *testing.T, s *Store, n int) {
 }
 
 // waitClean waits (for the disk, not for a goroutine of ours) until the
-// newest value-log file holds under 256 KiB dirty.
-func waitClean(t *testing.T, dir string, within time.Duration) int {
+// newest value-log file holds under underKiB dirty.
+func waitClean(t *testing.T, dir string, underKiB int, within time.Duration) int {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		kib := vlogDirtyKiB(t, dir)
-		if kib < 256 || time.Now().After(deadline) {
+		if kib < underKiB || time.Now().After(deadline) {
 			return kib
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -76,10 +76,11 @@ func waitClean(t *testing.T, dir string, within time.Duration) int {
 }
 
 // TestWritebackLeavesTheRotationLittle: what the store writes to its value
-// log is written back within a few writeback intervals, not left dirty
-// for the rotation's msync to write while every commit waits. The
-// kernel's own flusher leaves dirty pages for 30 s, so without writeback
-// the 4 MiB written here are still dirty after 10 s.
+// log is written back within a few writeback intervals, all but its last
+// writebackChunk + writebackMargin at most, not left dirty for the
+// rotation's msync to write while every commit waits. The kernel's own
+// flusher leaves dirty pages for 30 s, so without writeback the 4 MiB
+// written here are still dirty after 10 s.
 func TestWritebackLeavesTheRotationLittle(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -93,31 +94,31 @@ func TestWritebackLeavesTheRotationLittle(t *testing.T) {
 			}
 			defer s.Close()
 			commitBytes(t, s, 2000)
+			const leftKiB = (writebackChunk+writebackMargin)>>10 + 64
 			if tc.every == 0 {
 				if kib := vlogDirtyKiB(t, dir); kib < 3<<10 {
 					t.Skipf("only %d KiB of the value log dirty after writing 4 MiB: this kernel wrote it back already", kib)
 				}
-				if kib := waitClean(t, dir, 2*time.Second); kib < 256 {
+				if kib := waitClean(t, dir, leftKiB, 2*time.Second); kib < leftKiB {
 					t.Fatalf("without writeback the value log was written back anyway (%d KiB dirty): this test cannot tell", kib)
 				}
-				// Rounds as runWriteback makes them: the first sees the
-				// burst and leaves it, the next writes it back.
-				wb := &writeback{dir: dir, fid: -1, start: startWriteback}
+				// A round as runWriteback makes it.
+				wb := newWriteback(dir)
 				defer wb.close()
 				wb.round(s.live.written.Load())
-				wb.round(s.live.written.Load())
 			}
-			if kib := waitClean(t, dir, 10*time.Second); kib >= 256 {
-				t.Fatalf("%d KiB of the value log still dirty 10 s after the writes", kib)
+			if kib := waitClean(t, dir, leftKiB, 10*time.Second); kib >= leftKiB {
+				t.Fatalf("%d KiB of the value log still dirty 10 s after the writes, want under %d", kib, leftKiB)
 			}
 		})
 	}
 }
 
 // TestWritebackRound: a round starts the writeback of the newest value-log
-// file only when the store has written since the last one started, not
-// in a burst (then the round after it does), and follows a rotation to
-// the new file.
+// file's finished part not yet started, only once that is writebackChunk
+// or more and only when the store has written since the last round; it
+// leaves out the last writebackMargin bytes (Badger may be writing them)
+// and follows a rotation to the new file.
 func TestWritebackRound(t *testing.T) {
 	dir := t.TempDir()
 	for _, n := range []string{"000001.vlog", "000002.vlog", "000003.mem", "000001.sst"} {
@@ -125,25 +126,44 @@ func TestWritebackRound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var started []string
-	wb := &writeback{dir: dir, fid: -1, start: func(f *os.File) error {
-		started = append(started, filepath.Base(f.Name()))
-		return nil
-	}}
+	ends := map[string]int64{}
+	var started, asked []string
+	wb := &writeback{dir: dir, fid: -1,
+		start: func(f *os.File, off, n int64) error {
+			started = append(started, fmt.Sprintf("%s@%d+%d", filepath.Base(f.Name()), off, n))
+			return nil
+		},
+		dataEnd: func(f *os.File) (int64, error) {
+			asked = append(asked, filepath.Base(f.Name()))
+			return ends[filepath.Base(f.Name())], nil
+		}}
 	defer wb.close()
-	wb.round(0)  // nothing written
-	wb.round(10) // starts
-	wb.round(10) // nothing since
+	const mib = 1 << 20
+	wb.round(0) // nothing written
+	if len(asked) != 0 {
+		t.Fatalf("a round with nothing written looked at %v", asked)
+	}
+	ends["000002.vlog"] = mib / 2
+	wb.round(10) // under a chunk finished
+	ends["000002.vlog"] = 2*mib + 100
+	wb.round(20) // 2 MiB + 100 written: all but the margin, page-aligned
+	wb.round(20) // nothing since
+	ends["000002.vlog"] = 2*mib + 200
+	wb.round(30) // a little more: under a chunk since the last start
+	ends["000002.vlog"] = 3*mib + 300*1024
+	wb.round(40) // from where the last ended
 	if err := os.WriteFile(filepath.Join(dir, "000010.vlog"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	wb.round(20) // starts, on the rotated file
-	burst := int64(20 + writebackMaxBytes + 1)
-	wb.round(burst) // a burst: left to the next round
-	wb.round(burst) // its tail, once the burst is over
-	wb.round(burst) // nothing since
-	if got, want := fmt.Sprint(started), "[000002.vlog 000010.vlog 000010.vlog]"; got != want {
-		t.Errorf("rounds started the writeback of %s, want %s", got, want)
+	ends["000010.vlog"] = 1*mib + writebackMargin
+	wb.round(50) // 000002 did not grow: the rotated file, from its start
+	want := fmt.Sprint([]string{
+		fmt.Sprintf("000002.vlog@0+%d", 2*mib-writebackMargin),
+		fmt.Sprintf("000002.vlog@%d+%d", 2*mib-writebackMargin, mib+300*1024),
+		fmt.Sprintf("000010.vlog@0+%d", mib),
+	})
+	if got := fmt.Sprint(started); got != want {
+		t.Errorf("rounds started\n%s\nwant\n%s", got, want)
 	}
 }
 
