@@ -178,3 +178,33 @@ func incompressible(n int) []byte {
 	}
 	return b
 }
+
+// TestDataEnd: where a sparse value-log file's data ends is its first
+// hole, pages written through a map counted; a file without a hole (one
+// Badger truncated at its rotation) has no end to tell.
+func TestDataEnd(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "000001.vlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(4 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, 10000), 0); err != nil {
+		t.Fatal(err)
+	}
+	end, err := dataEnd(f)
+	if err != nil {
+		t.Skipf("this filesystem reports no hole in a sparse file: %v", err)
+	}
+	if end < 10000 || end >= 4<<20 {
+		t.Errorf("data end %d, want from 10000 to under 4 MiB", end)
+	}
+	if err := f.Truncate(10000); err != nil {
+		t.Fatal(err)
+	}
+	if end, err := dataEnd(f); err == nil {
+		t.Errorf("a file without a hole has data end %d, want an error", end)
+	}
+}
