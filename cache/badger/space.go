@@ -290,7 +290,10 @@ func (s *Store) roomToWrite() error {
 
 // runSpace measures the store's room every interval and reopens a
 // read-only store read-write once the filesystem is above the floor.
-func (s *Store) runSpace() { s.every(s.space.interval, s.checkSpace) }
+func (s *Store) runSpace() {
+	defer s.bg.Done()
+	s.every(s.space.interval, s.checkSpace)
+}
 
 // checkSpace is one round of runSpace.
 func (s *Store) checkSpace() {

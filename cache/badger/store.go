@@ -857,16 +857,16 @@ func mapClosed(err error) error {
 // runSweep drops orphaned in-flight records (see flights.sweep) and wakes
 // their waiters, and forgets expired dead-letter ids, every interval.
 func (s *Store) runSweep(interval time.Duration) {
+	defer s.bg.Done()
 	s.every(interval, func() {
 		s.sweep()
 		s.forgetExpiredDeadLetters()
 	})
 }
 
-// every runs fn every interval until the store closes; Open counted it in
-// s.bg.
+// every runs fn every interval until the store closes. The caller, which
+// Open counted in s.bg, marks it done once its own cleanup has run.
 func (s *Store) every(interval time.Duration, fn func()) {
-	defer s.bg.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,8 +19,11 @@ import (
 // (store.writeback_interval, default 100ms) in which the store wrote, the
 // kernel is asked to start writing back the part of the file Badger has
 // finished (sync_file_range with SYNC_FILE_RANGE_WRITE, not waited for),
-// once that is writebackChunk or more; the rotation's msync then finds at
-// most about a chunk and a margin left to write.
+// once that is writebackChunk or more. The rotation's msync then finds
+// about writebackMargin plus the larger of a chunk and what the store
+// wrote in one interval left to write (at ~5 MB/s of records, ~3 MiB of
+// 16), though it still waits for a writeback under way and pays the
+// filesystem's journal commit.
 //
 // Only finished pages: the last writebackMargin bytes, which Badger may
 // still be copying into, are left out. The first design wrote the whole
@@ -53,23 +57,33 @@ type writeback struct {
 }
 
 const (
-	// writebackChunk: a round starts a writeback only once this much of
-	// the file is finished since the last one started, so the kernel
+	// writebackChunk: a round starts a writeback only once this much more
+	// of the file is finished since the last one started, so the kernel
 	// writes the file in a few large extents, as the rotation's msync
 	// would, rather than in many small ones.
 	writebackChunk = 1 << 20
-	// writebackMargin: the last bytes written are left out of a writeback
-	// (rounded down to a page). Badger may still be copying into them,
-	// and a page written back while it is written is written twice and
-	// faults again: the older design, which wrote back the whole file
-	// every round, cost ~10 µs of CPU per keyed JSON request that way.
-	writebackMargin = 64 << 10
+	// writebackMargin: the last bytes before the file's data end are left
+	// out of a writeback. Badger may still be copying into them, and a
+	// page written back while it is written is written twice and faults
+	// again: the first design, which wrote back the whole file every
+	// round, was measured at ~10 µs of CPU per keyed JSON request that
+	// way. 2 MiB, not a page: where the page cache uses large folios, a
+	// write fault may make a whole folio (up to 2 MiB) data ahead of what
+	// Badger has written.
+	writebackMargin = 2 << 20
 	pageSize        = 4 << 10
 )
 
 // runWriteback runs a writeback round every interval until the store
-// closes; Open counted it in s.bg.
+// closes, on a filesystem whose SEEK_HOLE is known to be cheap (see
+// writebackFS); Open counted it in s.bg.
 func (s *Store) runWriteback(interval time.Duration) {
+	defer s.bg.Done()
+	if fs, ok := writebackFS(s.dir); !ok {
+		s.log.Info("value-log writeback off: SEEK_HOLE is not known to be cheap on this filesystem",
+			slog.String("fs_type", fs))
+		return
+	}
 	wb := newWriteback(s.dir)
 	defer wb.close()
 	s.every(interval, func() { wb.round(s.live.written.Load()) })
@@ -80,9 +94,12 @@ func newWriteback(dir string) *writeback {
 }
 
 // round starts the writeback of the newest value-log file's finished part
-// (all but its last writebackMargin bytes) not yet started, if that is
-// writebackChunk or more; written is live.written now. A round with
-// nothing written since the last costs nothing.
+// (all but its last writebackMargin bytes), once writebackChunk or more
+// of it is finished since the last round that started one; written is
+// live.written now. A round with nothing written since the last costs
+// nothing. The range always starts at the file's start: pages already
+// written back cost the kernel only a lookup, and a page left out once
+// is taken the next time.
 func (wb *writeback) round(written int64) {
 	if written == wb.seen {
 		return
@@ -98,15 +115,16 @@ func (wb *writeback) round(written int64) {
 	}
 	// An error (a file GC removed, a filesystem without it) leaves the
 	// rotation's msync to write what is dirty, as without this.
-	if wb.start(wb.f, wb.from, upto-wb.from) == nil {
+	if wb.start(wb.f, 0, upto) == nil {
 		wb.from = upto
 	}
 }
 
 // newestEnd is where the data of the value-log file Badger writes ends,
 // following a rotation to the next file: the directory is read again when
-// the store wrote but the file it had did not grow (the writes went to a
-// new file, or to the memtable's log only).
+// the file it had did not grow or has no data end to tell (Badger
+// truncated it at its rotation), and a file of the same name that is not
+// the one it had open (a directory restored) is opened anew.
 func (wb *writeback) newestEnd() (int64, bool) {
 	if wb.f != nil {
 		if end, err := wb.dataEnd(wb.f); err == nil && end != wb.end {
@@ -118,9 +136,10 @@ func (wb *writeback) newestEnd() (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	if fid != wb.fid {
+	path := filepath.Join(wb.dir, name)
+	if fid != wb.fid || !wb.same(path) {
 		wb.close()
-		f, err := os.Open(filepath.Join(wb.dir, name))
+		f, err := os.Open(path)
 		if err != nil {
 			return 0, false
 		}
@@ -132,6 +151,16 @@ func (wb *writeback) newestEnd() (int64, bool) {
 	}
 	wb.end = end
 	return end, true
+}
+
+// same reports whether path is the file wb has open.
+func (wb *writeback) same(path string) bool {
+	if wb.f == nil {
+		return false
+	}
+	open, err1 := wb.f.Stat()
+	named, err2 := os.Stat(path)
+	return err1 == nil && err2 == nil && os.SameFile(open, named)
 }
 
 func (wb *writeback) close() {

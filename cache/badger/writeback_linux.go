@@ -2,6 +2,7 @@ package badgerstore
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -9,6 +10,25 @@ import (
 
 // writebackSupported: runWriteback runs (see writeback).
 const writebackSupported = true
+
+// writebackFS reports whether dir is on a filesystem where SEEK_HOLE is
+// cheap and sync_file_range starts a writeback without waiting for it:
+// ext2/3/4, XFS, Btrfs, and overlayfs (which asks the filesystem under
+// it; a container's root). Elsewhere the round does not run: on ZFS, for
+// one, SEEK_HOLE writes back every dirty page of a mapped file first, the
+// page Badger is writing included; on tmpfs nothing is written back.
+func writebackFS(dir string) (string, bool) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return "unknown", false
+	}
+	fs := fmt.Sprintf("0x%x", uint64(st.Type))
+	switch uint64(st.Type) {
+	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.OVERLAYFS_SUPER_MAGIC:
+		return fs, true
+	}
+	return fs, false
+}
 
 // startWriteback asks the kernel to start writing f's dirty pages in
 // [off, off+n) back, without waiting for it.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/cache/storetest"
 )
@@ -77,9 +79,10 @@ func waitClean(t *testing.T, dir string, underKiB int, within time.Duration) int
 
 // TestWritebackLeavesTheRotationLittle: what the store writes to its value
 // log is written back within a few writeback intervals, all but its last
-// writebackChunk + writebackMargin at most, not left dirty for the
-// rotation's msync to write while every commit waits. The kernel's own
-// flusher leaves dirty pages for 30 s, so without writeback the 4 MiB
+// writebackMargin (and up to a chunk more), not left dirty for the
+// rotation's msync to write while every commit waits; and the margin,
+// which Badger may still be writing, is not written back. The kernel's
+// own flusher leaves dirty pages for 30 s, so without writeback the 6 MiB
 // written here are still dirty after 10 s.
 func TestWritebackLeavesTheRotationLittle(t *testing.T) {
 	for _, tc := range []struct {
@@ -88,16 +91,19 @@ func TestWritebackLeavesTheRotationLittle(t *testing.T) {
 	}{{"off", 0}, {"on", 100 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
+			if fs, ok := writebackFS(dir); !ok {
+				t.Skipf("writeback does not run on this filesystem (type %s)", fs)
+			}
 			s, err := Open(Options{Dir: dir, Now: storetest.NewClock().Now, WritebackInterval: tc.every})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			commitBytes(t, s, 2000)
+			commitBytes(t, s, 3000)
 			const leftKiB = (writebackChunk+writebackMargin)>>10 + 64
 			if tc.every == 0 {
-				if kib := vlogDirtyKiB(t, dir); kib < 3<<10 {
-					t.Skipf("only %d KiB of the value log dirty after writing 4 MiB: this kernel wrote it back already", kib)
+				if kib := vlogDirtyKiB(t, dir); kib < 5<<10 {
+					t.Skipf("only %d KiB of the value log dirty after writing 6 MiB: this kernel wrote it back already", kib)
 				}
 				if kib := waitClean(t, dir, leftKiB, 2*time.Second); kib < leftKiB {
 					t.Fatalf("without writeback the value log was written back anyway (%d KiB dirty): this test cannot tell", kib)
@@ -107,18 +113,27 @@ func TestWritebackLeavesTheRotationLittle(t *testing.T) {
 				defer wb.close()
 				wb.round(s.live.written.Load())
 			}
-			if kib := waitClean(t, dir, leftKiB, 10*time.Second); kib >= leftKiB {
+			kib := waitClean(t, dir, leftKiB, 10*time.Second)
+			if kib >= leftKiB {
 				t.Fatalf("%d KiB of the value log still dirty 10 s after the writes, want under %d", kib, leftKiB)
+			}
+			// Half the margin, written out: a margin cut to a page
+			// fails here.
+			const keptKiB = 1 << 10
+			if kib < keptKiB {
+				t.Errorf("only %d KiB of the value log still dirty: the last of it, which Badger may be writing, was written back", kib)
 			}
 		})
 	}
 }
 
 // TestWritebackRound: a round starts the writeback of the newest value-log
-// file's finished part not yet started, only once that is writebackChunk
-// or more and only when the store has written since the last round; it
-// leaves out the last writebackMargin bytes (Badger may be writing them)
-// and follows a rotation to the new file.
+// file's finished part, from the file's start, once writebackChunk or
+// more is finished since the last one started and only when the store has
+// written since the last round; it leaves out the last writebackMargin
+// bytes (Badger may be writing them), and follows a rotation to the new
+// file (the old one, truncated, has no data end to tell) and a file of
+// the same name that is not the one it had open.
 func TestWritebackRound(t *testing.T) {
 	dir := t.TempDir()
 	for _, n := range []string{"000001.vlog", "000002.vlog", "000003.mem", "000001.sst"} {
@@ -134,8 +149,13 @@ func TestWritebackRound(t *testing.T) {
 			return nil
 		},
 		dataEnd: func(f *os.File) (int64, error) {
-			asked = append(asked, filepath.Base(f.Name()))
-			return ends[filepath.Base(f.Name())], nil
+			name := filepath.Base(f.Name())
+			asked = append(asked, name)
+			end, ok := ends[name]
+			if !ok || end < 0 {
+				return 0, errNoHole
+			}
+			return end, nil
 		}}
 	defer wb.close()
 	const mib = 1 << 20
@@ -143,27 +163,78 @@ func TestWritebackRound(t *testing.T) {
 	if len(asked) != 0 {
 		t.Fatalf("a round with nothing written looked at %v", asked)
 	}
-	ends["000002.vlog"] = mib / 2
+	ends["000002.vlog"] = writebackMargin + mib/2
 	wb.round(10) // under a chunk finished
-	ends["000002.vlog"] = 2*mib + 100
-	wb.round(20) // 2 MiB + 100 written: all but the margin, page-aligned
+	ends["000002.vlog"] = writebackMargin + 2*mib + 100
+	wb.round(20) // 2 MiB finished, page-aligned
 	wb.round(20) // nothing since
-	ends["000002.vlog"] = 2*mib + 200
+	ends["000002.vlog"] = writebackMargin + 2*mib + 200
 	wb.round(30) // a little more: under a chunk since the last start
-	ends["000002.vlog"] = 3*mib + 300*1024
-	wb.round(40) // from where the last ended
+	ends["000002.vlog"] = writebackMargin + 3*mib + 300*1024
+	wb.round(40) // a chunk and more since: again from the start
+	// The rotation: 000002 truncated (no hole), 000010 the new file.
+	ends["000002.vlog"] = -1
 	if err := os.WriteFile(filepath.Join(dir, "000010.vlog"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ends["000010.vlog"] = 1*mib + writebackMargin
-	wb.round(50) // 000002 did not grow: the rotated file, from its start
+	ends["000010.vlog"] = writebackMargin + mib
+	wb.round(50)
+	// A file of the same name replaces it (a directory restored).
+	if err := os.Remove(filepath.Join(dir, "000010.vlog")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "000010.vlog"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wb.round(60) // the open file did not grow: the new one, from scratch
 	want := fmt.Sprint([]string{
-		fmt.Sprintf("000002.vlog@0+%d", 2*mib-writebackMargin),
-		fmt.Sprintf("000002.vlog@%d+%d", 2*mib-writebackMargin, mib+300*1024),
+		fmt.Sprintf("000002.vlog@0+%d", 2*mib),
+		fmt.Sprintf("000002.vlog@0+%d", 3*mib+300*1024),
+		fmt.Sprintf("000010.vlog@0+%d", mib),
 		fmt.Sprintf("000010.vlog@0+%d", mib),
 	})
 	if got := fmt.Sprint(started); got != want {
 		t.Errorf("rounds started\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestDataEnd: where a sparse value-log file's data ends is its first
+// hole, pages written through a shared map and not yet written back
+// counted; a file without a hole (one Badger truncated at its rotation)
+// has no end to tell.
+func TestDataEnd(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "000001.vlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if fs, ok := writebackFS(filepath.Dir(f.Name())); !ok {
+		t.Skipf("writeback does not run on this filesystem (type %s)", fs)
+	}
+	const size = 4 << 20
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	for i := range 300 << 10 {
+		m[i] = 1
+	}
+	end, err := dataEnd(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end < 300<<10 || end >= size {
+		t.Errorf("data end %d, want from %d to under %d", end, 300<<10, size)
+	}
+	if err := f.Truncate(10000); err != nil {
+		t.Fatal(err)
+	}
+	if end, err := dataEnd(f); err == nil {
+		t.Errorf("a file without a hole has data end %d, want an error", end)
 	}
 }
 
@@ -177,34 +248,4 @@ func incompressible(n int) []byte {
 		b[i] = byte(rng.Uint32())
 	}
 	return b
-}
-
-// TestDataEnd: where a sparse value-log file's data ends is its first
-// hole, pages written through a map counted; a file without a hole (one
-// Badger truncated at its rotation) has no end to tell.
-func TestDataEnd(t *testing.T) {
-	f, err := os.Create(filepath.Join(t.TempDir(), "000001.vlog"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(4 << 20); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(make([]byte, 10000), 0); err != nil {
-		t.Fatal(err)
-	}
-	end, err := dataEnd(f)
-	if err != nil {
-		t.Skipf("this filesystem reports no hole in a sparse file: %v", err)
-	}
-	if end < 10000 || end >= 4<<20 {
-		t.Errorf("data end %d, want from 10000 to under 4 MiB", end)
-	}
-	if err := f.Truncate(10000); err != nil {
-		t.Fatal(err)
-	}
-	if end, err := dataEnd(f); err == nil {
-		t.Errorf("a file without a hole has data end %d, want an error", end)
-	}
 }
