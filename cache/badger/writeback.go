@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -126,8 +127,10 @@ func (wb *writeback) round(written int64) {
 // truncated it at its rotation), and a file of the same name that is not
 // the one it had open (a directory restored) is opened anew.
 func (wb *writeback) newestEnd() (int64, bool) {
+	var end int64
+	err := errNoFile
 	if wb.f != nil {
-		if end, err := wb.dataEnd(wb.f); err == nil && end != wb.end {
+		if end, err = wb.dataEnd(wb.f); err == nil && end != wb.end {
 			wb.end = end
 			return end, true
 		}
@@ -137,21 +140,23 @@ func (wb *writeback) newestEnd() (int64, bool) {
 		return 0, false
 	}
 	path := filepath.Join(wb.dir, name)
-	if fid != wb.fid || !wb.same(path) {
-		wb.close()
-		f, err := os.Open(path)
-		if err != nil {
-			return 0, false
-		}
-		wb.f, wb.fid, wb.end, wb.from = f, fid, 0, 0
+	if fid == wb.fid && wb.same(path) {
+		return end, err == nil // still the newest, and as it was
 	}
-	end, err := wb.dataEnd(wb.f)
+	wb.close()
+	f, err := os.Open(path)
 	if err != nil {
 		return 0, false
 	}
-	wb.end = end
-	return end, true
+	wb.f, wb.fid, wb.from = f, fid, 0
+	if wb.end, err = wb.dataEnd(f); err != nil {
+		return 0, false
+	}
+	return wb.end, true
 }
+
+// errNoFile: the writeback has no value-log file open.
+var errNoFile = errors.New("no value-log file open")
 
 // same reports whether path is the file wb has open.
 func (wb *writeback) same(path string) bool {
