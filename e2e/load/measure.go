@@ -56,9 +56,14 @@ type Leg struct {
 	API  string  `json:"api"`  // chat or messages (only closed-loop legs call messages)
 	Keys keyMode `json:"keys"`
 	// Budgeted: the requests are the budgeted client's (gatewayConfig).
-	Budgeted    bool       `json:"budgeted,omitempty"`
-	Mode        string     `json:"mode"` // closed or open
-	Concurrency int        `json:"concurrency,omitempty"`
+	Budgeted    bool   `json:"budgeted,omitempty"`
+	Mode        string `json:"mode"` // closed or open
+	Concurrency int    `json:"concurrency,omitempty"`
+	// Round is the closed-loop round (-rounds) this leg ran in, from 1;
+	// Rounds, on a leg pooled over rounds, how many it pools. Zero for a
+	// run of one round.
+	Round       int        `json:"round,omitempty"`
+	Rounds      int        `json:"rounds,omitempty"`
 	Rate        int        `json:"rate,omitempty"`
 	UpstreamMs  float64    `json:"upstream_latency_ms,omitempty"`
 	Requests    int        `json:"requests"`
@@ -80,34 +85,75 @@ type Leg struct {
 	ForeignCPUSeconds float64 `json:"foreign_cpu_seconds"`
 }
 
-func (l *Leg) fill(o outcome) {
-	var lat, ttfb []time.Duration
+// legSamples is what a leg's figures are computed from: the latencies of
+// its successes, its failures and its totals. Rounds of one leg (-rounds)
+// add up into one.
+type legSamples struct {
+	lat, ttfb   []time.Duration
+	errors      int
+	firstErrors []string
+	bodyBytes   int64
+	issued      int
+	elapsed     time.Duration
+	maxInFlight int64
+	maxLag      time.Duration
+}
+
+// samplesOf keeps of o what the leg's figures need.
+func samplesOf(o outcome) legSamples {
+	ls := legSamples{issued: o.issued, elapsed: o.elapsed, maxInFlight: o.maxInFlight, maxLag: o.maxLag}
 	for _, s := range o.samples {
 		if s.err != nil {
-			l.Errors++
-			if len(l.FirstErrors) < 5 && !slices.Contains(l.FirstErrors, s.err.Error()) {
-				l.FirstErrors = append(l.FirstErrors, s.err.Error())
+			ls.errors++
+			if len(ls.firstErrors) < 5 && !slices.Contains(ls.firstErrors, s.err.Error()) {
+				ls.firstErrors = append(ls.firstErrors, s.err.Error())
 			}
 			continue
 		}
-		lat = append(lat, s.lat)
-		l.BodyBytes += s.n
-		ttfb = append(ttfb, s.ttfb)
+		ls.lat = append(ls.lat, s.lat)
+		ls.bodyBytes += s.n
+		ls.ttfb = append(ls.ttfb, s.ttfb)
 	}
-	l.Requests = o.issued
-	if o.issued > 0 {
-		l.SuccessPct = 100 * float64(o.issued-l.Errors) / float64(o.issued)
+	return ls
+}
+
+// add pools b into ls: the samples of both, their totals summed, their
+// worsts the worse.
+func (ls *legSamples) add(b legSamples) {
+	ls.lat = append(ls.lat, b.lat...)
+	ls.ttfb = append(ls.ttfb, b.ttfb...)
+	ls.errors += b.errors
+	for _, e := range b.firstErrors {
+		if len(ls.firstErrors) < 5 && !slices.Contains(ls.firstErrors, e) {
+			ls.firstErrors = append(ls.firstErrors, e)
+		}
 	}
-	l.ElapsedS = o.elapsed.Seconds()
-	if o.elapsed > 0 {
-		l.RPS = float64(o.issued-l.Errors) / o.elapsed.Seconds()
+	ls.bodyBytes += b.bodyBytes
+	ls.issued += b.issued
+	ls.elapsed += b.elapsed
+	ls.maxInFlight = max(ls.maxInFlight, b.maxInFlight)
+	ls.maxLag = max(ls.maxLag, b.maxLag)
+}
+
+func (l *Leg) fill(o outcome) { l.fillFrom(samplesOf(o)) }
+
+// fillFrom sets l's figures from ls (whose latencies it sorts).
+func (l *Leg) fillFrom(ls legSamples) {
+	l.Errors, l.FirstErrors, l.BodyBytes = ls.errors, ls.firstErrors, ls.bodyBytes
+	l.Requests = ls.issued
+	if ls.issued > 0 {
+		l.SuccessPct = 100 * float64(ls.issued-ls.errors) / float64(ls.issued)
 	}
-	l.Latency = dist(lat)
+	l.ElapsedS = ls.elapsed.Seconds()
+	if ls.elapsed > 0 {
+		l.RPS = float64(ls.issued-ls.errors) / ls.elapsed.Seconds()
+	}
+	l.Latency = dist(ls.lat)
 	if l.Kind != "json" {
-		l.TTFB = dist(ttfb)
+		l.TTFB = dist(ls.ttfb)
 	}
-	l.MaxInFlight = o.maxInFlight
-	l.MaxLagMs = ms(o.maxLag)
+	l.MaxInFlight = ls.maxInFlight
+	l.MaxLagMs = ms(ls.maxLag)
 }
 
 // GatewayInfo is the gateway's startup and idle footprint.
@@ -193,6 +239,10 @@ type measurement struct {
 	self  string        // this executable, which is its own fakes and floors
 	env   []string      // the children's environment
 	cg    *cgroup.Group // the gateway's cgroup, or nil
+	// round is the closed-loop round under way (from 1); pool gathers
+	// each closed-loop leg's rounds when there are several.
+	round int
+	pool  roundPool
 	// cleanups run last in, first out when measure returns, as defers in
 	// measure itself would.
 	cleanups []func()
@@ -417,16 +467,24 @@ func (m *measurement) add(l Leg) error {
 // streams, for each API of -apis (chat, then /v1/messages, next to each
 // other so that both meet the machine in the same state), direct, through
 // the floor and through the gateway (unkeyed, fresh keys, replays of one
-// key).
+// key). With -rounds N it runs them all N times over, one round after the
+// other, so that the floor's and the gateway's legs take turns with
+// whatever else the machine does; each leg's rounds are then pooled into
+// one (rounds.go).
 func (m *measurement) closedLegs() error {
-	for _, conc := range m.s.Concurrency {
-		for _, kind := range []string{"json", "stream"} {
-			for _, api := range m.s.APIs {
-				if err := m.closedLegsOf(api, kind, conc); err != nil {
-					return err
+	for m.round = 1; m.round <= m.s.rounds(); m.round++ {
+		for _, conc := range m.s.Concurrency {
+			for _, kind := range []string{"json", "stream"} {
+				for _, api := range m.s.APIs {
+					if err := m.closedLegsOf(api, kind, conc); err != nil {
+						return err
+					}
 				}
 			}
 		}
+	}
+	if m.s.rounds() > 1 {
+		m.rep.RoundLegs, m.rep.Legs = m.rep.Legs, m.pool.legs()
 	}
 	return nil
 }
@@ -468,13 +526,13 @@ func (m *measurement) closedLeg(l Leg) error {
 	}
 	url, proxy := p.base(l.Path, model)
 	sh := &shot{url: url, body: body, stream: kind == "stream", streamEnd: end, keys: l.Keys,
-		key: fmt.Sprintf("load-%s-c%d-%s-%s-%v-", m.runID, conc, l.API, kind, l.Budgeted)}
+		key: fmt.Sprintf("load-%s-r%d-c%d-%s-%s-%v-", m.runID, m.round, conc, l.API, kind, l.Budgeted)}
 	if l.Budgeted {
 		sh.auth = budgetedClientKey
 	}
 	c := newClient(conc)
 	if l.Keys == replay {
-		sh.key = fmt.Sprintf("load-%s-c%d-%s-%s-replayed", m.runID, conc, l.API, kind)
+		sh.key = fmt.Sprintf("load-%s-r%d-c%d-%s-%s-replayed", m.runID, m.round, conc, l.API, kind)
 		first := *sh
 		first.keys = freshKey
 		first.key = sh.key
@@ -486,7 +544,7 @@ func (m *measurement) closedLeg(l Leg) error {
 	var pf *profile
 	o := closedLoop(ctx, c, sh, closedPlan{conc: conc, warm: s.Warmup, dur: s.Duration, measuring: func() {
 		lw = watchLeg(p.pids(), proxy)
-		pf = startProfile(s, proxy, l.Name, s.Duration)
+		pf = startProfile(s, proxy, m.profileName(l.Name), s.Duration)
 	}})
 	pf.wait()
 	return m.endLeg(l, lw, c, o)
@@ -516,7 +574,12 @@ func (m *measurement) endLeg(l Leg, lw legWatch, c *http.Client, o outcome) erro
 		l.Proxy = lw.w.stop()
 	}
 	c.CloseIdleConnections()
-	l.fill(o)
+	ls := samplesOf(o)
+	if m.s.rounds() > 1 && l.Mode == "closed" {
+		l.Round = m.round
+		m.pool.add(l, ls)
+	}
+	l.fillFrom(ls)
 	return m.add(l)
 }
 

@@ -21,9 +21,12 @@ type report struct {
 	Host     hostInfo    `json:"host"`
 	Gateway  GatewayInfo `json:"gateway"`
 	Legs     []Leg       `json:"legs"`
-	Targets  []Target    `json:"targets"`
-	Store    storeChoice `json:"store"`
-	Cgroup   *CgroupInfo `json:"cgroup,omitempty"`
+	// RoundLegs are the closed-loop legs of each round, with -rounds N > 1
+	// (Legs then holds each pooled over its rounds).
+	RoundLegs []Leg       `json:"round_legs,omitempty"`
+	Targets   []Target    `json:"targets"`
+	Store     storeChoice `json:"store"`
+	Cgroup    *CgroupInfo `json:"cgroup,omitempty"`
 	// Timeline is the gateway's memory every 250 ms from the first
 	// sustained leg to the end of -idle-after.
 	Timeline []TimePoint `json:"timeline,omitempty"`
@@ -169,6 +172,7 @@ func (r *report) markdown() string {
 	var b strings.Builder
 	r.mdHeader(&b)
 	r.mdLegs(&b)
+	r.mdRounds(&b)
 	r.mdAPIs(&b)
 	r.mdBudgets(&b)
 	r.mdOpenLoop(&b)
@@ -187,9 +191,13 @@ func (r *report) mdHeader(b *strings.Builder) {
 	if s.Quick {
 		b.WriteString("**Quick mode: a check of the tool. These numbers mean nothing.**\n\n")
 	}
-	fmt.Fprintf(b, "%s · %s %s/%s · %d CPUs (GOMAXPROCS %d) · closed-loop legs %v after %v warm-up · fake content %d B\n\n",
+	rounds := ""
+	if s.rounds() > 1 {
+		rounds = fmt.Sprintf(", %d rounds of each pooled (see Rounds)", s.rounds())
+	}
+	fmt.Fprintf(b, "%s · %s %s/%s · %d CPUs (GOMAXPROCS %d) · closed-loop legs %v after %v warm-up%s · fake content %d B\n\n",
 		r.Started.Format(time.RFC3339), r.Host.GoVersion, r.Host.OS, r.Host.Arch, r.Host.NumCPU, r.Host.GOMAXPROCS,
-		s.Duration, s.Warmup, s.ContentBytes)
+		s.Duration, s.Warmup, rounds, s.ContentBytes)
 	b.WriteString("The load generator, the fake upstream, the floor proxy and the gateway share this machine's CPUs. ")
 	b.WriteString("Latency is send → last byte (streams: TTFB is send → first body byte); percentiles over successful requests; ")
 	b.WriteString("req/s counts successes. Proxy columns are the process on the path (floor or llmgate): peak RSS during the leg (in brackets its anonymous part, sampled every 50 ms; the rest is file-mapped), CPU seconds used in it, and those per request served in µs.\n\n")

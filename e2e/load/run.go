@@ -43,7 +43,10 @@ type settings struct {
 	Pprof         string        `json:"pprof,omitempty"`
 	ConfigExtra   string        `json:"config_extra,omitempty"`
 	CgroupLimit   int64         `json:"cgroup_limit_bytes,omitempty"`
-	Out           string        `json:"-"`
+	// Rounds is how many times the closed-loop legs run (-rounds); their
+	// figures are pooled over them.
+	Rounds int    `json:"rounds,omitempty"`
+	Out    string `json:"-"`
 
 	only *regexp.Regexp // compiled Only
 }
@@ -138,6 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	cg := fs.String("cgroup", "", "run the gateway inside this existing cgroup `dir` (its memory figures and OOM kills are reported)")
 	cgLimit := fs.String("cgroup-limit", "", "run the gateway in a new memory cgroup with this limit (e.g. 256MiB) and swap off, made inside the tool's own cgroup and removed at the end")
 	pprofKind := fs.String("pprof", "", "profile the gateway over each of its legs: `kind` profile (CPU), trace (execution trace), or heap, allocs, block, mutex (the change over the leg), written to -out as <leg>.<kind>")
+	rounds := fs.Int("rounds", 1, "run the closed-loop legs this many times over, round after round, and pool each leg's rounds: the floor and the gateway take turns, the ratios and percentiles rest on N times the requests, and a table gives each round's ratios")
 	extra := fs.String("config-extra", "", "YAML appended to the gateway's config, top-level keys it does not set (e.g. 'memory: {limit_ratio: 0.7}')")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
@@ -153,6 +157,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		BigBytes: *bigBytes, BigChunkBytes: *bigChunk, Settle: *settle,
 		Gateway: *gw, Out: *out, Only: *only, Sustain: *sustain, SustainC: *sustainC, IdleAfter: *idleAfter,
 		Store: storeChoice{Kind: *store}, Cgroup: *cg, Pprof: *pprofKind, ConfigExtra: *extra,
+		Rounds: *rounds,
 	}
 	if *quick {
 		s.quickDefaults(set)
@@ -283,6 +288,9 @@ func (s *settings) rangeErrors() []error {
 	}
 	if s.BigChunkBytes < 1 {
 		errs = append(errs, fmt.Errorf("-big-chunk-bytes: %d is not positive", s.BigChunkBytes))
+	}
+	if s.Rounds < 1 || s.Rounds > 50 {
+		errs = append(errs, fmt.Errorf("-rounds: %d is not in [1, 50]", s.Rounds))
 	}
 	if s.Settle < 0 || s.Settle > time.Minute {
 		errs = append(errs, fmt.Errorf("-settle: %v is not in [0, 1m]", s.Settle))
