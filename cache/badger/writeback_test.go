@@ -79,9 +79,9 @@ func waitClean(t *testing.T, dir string, underKiB int, within time.Duration) int
 
 // TestWritebackLeavesTheRotationLittle: what the store writes to its value
 // log is written back within a few writeback intervals, all but its last
-// writebackMargin (and up to a chunk more), not left dirty for the
-// rotation's msync to write while every commit waits; and the margin,
-// which Badger may still be writing, is not written back. The kernel's
+// folio (and up to a chunk more), not left dirty for the
+// rotation's msync to write while every commit waits; and the last
+// folio, which Badger may still be writing, is not written back. The kernel's
 // own flusher leaves dirty pages for 30 s, so without writeback the 6 MiB
 // written here are still dirty after 10 s.
 func TestWritebackLeavesTheRotationLittle(t *testing.T) {
@@ -100,7 +100,7 @@ func TestWritebackLeavesTheRotationLittle(t *testing.T) {
 			}
 			defer s.Close()
 			commitBytes(t, s, 3000)
-			const leftKiB = (writebackChunk+writebackMargin)>>10 + 64
+			const leftKiB = (writebackChunk+writebackMaxMargin)>>10 + 64
 			if tc.every == 0 {
 				if kib := vlogDirtyKiB(t, dir); kib < 5<<10 {
 					t.Skipf("only %d KiB of the value log dirty after writing 6 MiB: this kernel wrote it back already", kib)
@@ -117,9 +117,9 @@ func TestWritebackLeavesTheRotationLittle(t *testing.T) {
 			if kib >= leftKiB {
 				t.Fatalf("%d KiB of the value log still dirty 10 s after the writes, want under %d", kib, leftKiB)
 			}
-			// Half the margin, written out: a margin cut to a page
-			// fails here.
-			const keptKiB = 1 << 10
+			// Half the least margin: a round that wrote back up to
+			// the data end fails here.
+			const keptKiB = writebackMinMargin >> 11
 			if kib < keptKiB {
 				t.Errorf("only %d KiB of the value log still dirty: the last of it, which Badger may be writing, was written back", kib)
 			}
@@ -130,8 +130,8 @@ func TestWritebackLeavesTheRotationLittle(t *testing.T) {
 // TestWritebackRound: a round starts the writeback of the newest value-log
 // file's finished part, from the file's start, once writebackChunk or
 // more is finished since the last one started and only when the store has
-// written since the last round; it leaves out the last writebackMargin
-// bytes (Badger may be writing them), and follows a rotation to the new
+// written since the last round; it leaves out the last folio (Badger may
+// be writing it: finishedBefore), and follows a rotation to the new
 // file (the old one, truncated, has no data end to tell) and a file of
 // the same name that is not the one it had open.
 func TestWritebackRound(t *testing.T) {
@@ -163,21 +163,24 @@ func TestWritebackRound(t *testing.T) {
 	if len(asked) != 0 {
 		t.Fatalf("a round with nothing written looked at %v", asked)
 	}
-	ends["000002.vlog"] = writebackMargin + mib/2
+	// An end 64 KiB past a multiple of 128 KiB has its last 64 KiB left
+	// out (finishedBefore).
+	at := func(finished int64) int64 { return finished + writebackMinMargin }
+	ends["000002.vlog"] = at(mib / 2)
 	wb.round(10) // under a chunk finished
-	ends["000002.vlog"] = writebackMargin + 2*mib + 100
-	wb.round(20) // 2 MiB finished, page-aligned
+	ends["000002.vlog"] = at(2 * mib)
+	wb.round(20) // 2 MiB finished
 	wb.round(20) // nothing since
-	ends["000002.vlog"] = writebackMargin + 2*mib + 200
+	ends["000002.vlog"] = at(2*mib + 128<<10)
 	wb.round(30) // a little more: under a chunk since the last start
-	ends["000002.vlog"] = writebackMargin + 3*mib + 300*1024
+	ends["000002.vlog"] = at(3*mib + 384<<10)
 	wb.round(40) // a chunk and more since: again from the start
 	// The rotation: 000002 truncated (no hole), 000010 the new file.
 	ends["000002.vlog"] = -1
 	if err := os.WriteFile(filepath.Join(dir, "000010.vlog"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ends["000010.vlog"] = writebackMargin + mib
+	ends["000010.vlog"] = at(mib)
 	wb.round(50)
 	// A file of the same name replaces it (a directory restored).
 	if err := os.Remove(filepath.Join(dir, "000010.vlog")); err != nil {
@@ -189,13 +192,77 @@ func TestWritebackRound(t *testing.T) {
 	wb.round(60) // the open file did not grow: the new one, from scratch
 	want := fmt.Sprint([]string{
 		fmt.Sprintf("000002.vlog@0+%d", 2*mib),
-		fmt.Sprintf("000002.vlog@0+%d", 3*mib+300*1024),
+		fmt.Sprintf("000002.vlog@0+%d", 3*mib+384<<10),
 		fmt.Sprintf("000010.vlog@0+%d", mib),
 		fmt.Sprintf("000010.vlog@0+%d", mib),
 	})
 	if got := fmt.Sprint(started); got != want {
 		t.Errorf("rounds started\n%s\nwant\n%s", got, want)
 	}
+}
+
+// TestFinishedBefore: what a round leaves out before a data end is the
+// largest power of two that divides it (the last folio can be no larger),
+// within 64 KiB and 2 MiB, and what it writes back ends on a page.
+func TestFinishedBefore(t *testing.T) {
+	const kib, mib = 1 << 10, 1 << 20
+	for _, tc := range []struct{ end, want int64 }{
+		{5*mib + 16*kib, 5*mib + 16*kib - 64*kib}, // a 16 KiB folio: the least margin
+		{5*mib + 384*kib, 5*mib + 256*kib},        // 128 KiB
+		{3 * mib, 2 * mib},                        // 1 MiB
+		{16 * mib, 14 * mib},                      // no folio is over 2 MiB
+		{2*mib + 100, 2*mib - 64*kib},             // not on a page: the least margin, and a page's start
+		{0, -2 * mib},                             // nothing finished
+	} {
+		if got := finishedBefore(tc.end); got != tc.want {
+			t.Errorf("finishedBefore(%d) = %d, want %d", tc.end, got, tc.want)
+		}
+	}
+}
+
+// TestFinishedBeforeHoldsTheWriter: on this machine's kernel and
+// filesystem, a file written in order through a shared map (as Badger
+// writes its value log) never has a page being written, nor one after it,
+// before finishedBefore of its data end: the last folio the writer
+// faulted in is what ends the data, and it is no larger than the end's
+// alignment. A kernel whose page cache broke that (a data end reported
+// inside a folio, folios past the writer counted as data) fails here.
+func TestFinishedBeforeHoldsTheWriter(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "000001.vlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if fs, ok := writebackFS(filepath.Dir(f.Name())); !ok {
+		t.Skipf("writeback does not run on this filesystem (type %s)", fs)
+	}
+	const size, used = 32 << 20, 6 << 20
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	entry := incompressible(1500) // about a compressed record
+	var ahead int64
+	for off := 0; off+len(entry) <= used; off += len(entry) {
+		copy(m[off:], entry)
+		cursor := int64(off + len(entry))
+		end, err := dataEnd(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end < cursor {
+			t.Fatalf("data end %d before the bytes written, %d", end, cursor)
+		}
+		ahead = max(ahead, end-cursor)
+		if fin := finishedBefore(end); fin > cursor&^(pageSize-1) {
+			t.Fatalf("finishedBefore(%d) = %d takes in the page being written (writer at %d)", end, fin, cursor)
+		}
+	}
+	t.Logf("the data end ran up to %d bytes ahead of the writer", ahead)
 }
 
 // TestDataEnd: where a sparse value-log file's data ends is its first
