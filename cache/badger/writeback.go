@@ -31,13 +31,13 @@ import (
 // the whole file back every round, the page being written included, and
 // skipped rounds after more than 2 MiB; on a 2-vCPU VM it was measured
 // then at ~10 µs of CPU per keyed JSON request. In the load tool on
-// 2026-12-06 (four alternating runs each of off, that design and this
-// one with a 64 KiB margin, 100 ms) neither showed a CPU cost beyond the
-// runs' noise, while both took keyed streams' p99.9 from ~61 ms to 21–23
-// ms. Flat out (BenchmarkKeyedParallel, ~100 MB/s of 4 KiB records) a
-// 20 ms interval halves p99.9 but costs ~12 µs of CPU per commit and
-// takes p99 from ~2 to ~5 ms; at 100 ms a file fills between two rounds
-// and nothing changes.
+// 2026-12-06 (four alternating runs each of off, that design and a later
+// one that left a fixed 64 KiB out, 100 ms) neither showed a CPU cost
+// beyond the runs' noise, while both took keyed streams' p99.9 from ~61
+// ms to 21–23 ms. Flat out (BenchmarkKeyedParallel, ~100 MB/s of 4 KiB
+// records) a 20 ms interval halves p99.9 but costs ~12 µs of CPU per
+// commit and takes p99 from ~2 to ~5 ms; at 100 ms a file fills between
+// two rounds and nothing changes.
 //
 // It changes no durability: with SyncWrites off a commit returns once it
 // is in the page cache either way, and the kernel writes dirty pages back
@@ -65,10 +65,14 @@ const (
 	// would, rather than in many small ones.
 	writebackChunk = 1 << 20
 	// writebackMinMargin and writebackMaxMargin bound what is left out
-	// before the file's data end (finishedBefore): at least 64 KiB, in
-	// case a filesystem reports the data end at a block inside the last
-	// folio rather than at its end; at most 2 MiB, the largest folio the
-	// page cache makes of a file here.
+	// before the file's data end (finishedBefore). The floor is cheap
+	// insurance against a data end reported inside the last folio (no
+	// write-fault path of ext4, XFS or Btrfs makes one): it helps only
+	// where that end is within 64 KiB of the folio's start. The cap is
+	// the largest folio the page cache makes of a file on x86-64 with 4
+	// KiB pages (PMD order); where pages are 16 or 64 KiB (arm64) folios
+	// can be larger, and part of the writer's folio may then be written
+	// back early: a cost, not a fault.
 	writebackMinMargin = 64 << 10
 	writebackMaxMargin = 2 << 20
 	pageSize           = 4 << 10
@@ -123,21 +127,31 @@ func (wb *writeback) round(written int64) {
 // finishedBefore is where the finished part of a value-log file whose
 // data ends at end ends: before the file's last folio. Badger writes the
 // file in order from its start, so the page it is copying into is in the
-// folio a write fault last made data, the last one; every byte before
-// that folio is written and will not be written again. A page written
-// back while Badger writes it would be written twice and fault again (the
-// first design, which wrote back the whole file every round, was measured
-// at ~10 µs of CPU per keyed JSON request that way), and on a filesystem
-// that keeps pages stable under writeback (Btrfs) the write would wait
-// for the disk. The page cache's folios are naturally aligned, so the last
-// one is no larger than the largest power of two that divides end: on
-// 6.18/ext4 the data end ran at most 16 KiB ahead of a sequential writer
-// through a shared map, and that bound held at each of 11,000 writes.
-// The margin taken is that power of two, within writebackMinMargin and
-// writebackMaxMargin: ~64 KiB at most rounds, where a fixed 2 MiB left
-// the rotation's msync ~3 MiB to write (median 15.5 ms over six rotations
-// in the load tool's keyed JSON leg, against 4.1 ms over seven with a
-// 256 KiB margin).
+// folio a write fault last made data (a fault reserves its whole folio,
+// and SEEK_HOLE on ext4, XFS and Btrfs counts no read-ahead folio past it
+// as data): the last one. Every byte before that folio is written and
+// will not be written again. The page cache's folios are naturally
+// aligned, so the last one is no larger than the largest power of two
+// that divides end; the margin taken is that power of two, within
+// writebackMinMargin and writebackMaxMargin: 64 KiB at most rounds.
+//
+// Writing back a page Badger still writes is never a fault, only a cost:
+// the page is written twice and faults again (the first design, which
+// wrote back the whole file every round, was measured at ~10 µs of CPU
+// per keyed JSON request that way), and where pages are kept stable under
+// writeback (Btrfs) Badger's write waits for the disk. One case the rule
+// does not cover: XFS with an extent-size hint allocates unwritten extents
+// rounded up to it, and SEEK_HOLE then counts zeroed read-ahead folios
+// past the writer as data.
+//
+// Measured on 6.18/ext4: a standalone program writing 1,500-byte entries
+// in order through a shared map found the writer inside the last
+// power-of-two-aligned block of the data end at each of ~11,000 writes,
+// the end at most 16 KiB ahead (TestFinishedBeforeHoldsTheWriter checks
+// the same on the machine it runs on). In the load tool's keyed JSON leg
+// (three alternating runs of four rounds) the rotation's msync took a
+// median of 18.4 ms over 13 rotations with a fixed 2 MiB margin, and 3.7
+// ms over 6 with this rule: it has ~1.5 MiB left to write instead of ~3.
 func finishedBefore(end int64) int64 {
 	margin := int64(writebackMaxMargin)
 	if low := end & -end; low > 0 {

@@ -258,8 +258,16 @@ func TestFinishedBeforeHoldsTheWriter(t *testing.T) {
 			t.Fatalf("data end %d before the bytes written, %d", end, cursor)
 		}
 		ahead = max(ahead, end-cursor)
-		if fin := finishedBefore(end); fin > cursor&^(pageSize-1) {
-			t.Fatalf("finishedBefore(%d) = %d takes in the page being written (writer at %d)", end, fin, cursor)
+		// The writer's folio holds its page and runs to the data end,
+		// and a folio's size is a power of two: it starts no later
+		// than end less the power of two at or above that span.
+		page := cursor &^ int64(os.Getpagesize()-1)
+		folio := int64(1)
+		for folio < end-page {
+			folio <<= 1
+		}
+		if fin := finishedBefore(end); fin > end-folio {
+			t.Fatalf("finishedBefore(%d) = %d takes in the folio being written (writer at %d, its folio from %d at the latest)", end, fin, cursor, end-folio)
 		}
 	}
 	t.Logf("the data end ran up to %d bytes ahead of the writer", ahead)

@@ -135,8 +135,6 @@ func (ls *legSamples) add(b legSamples) {
 	ls.maxLag = max(ls.maxLag, b.maxLag)
 }
 
-func (l *Leg) fill(o outcome) { l.fillFrom(samplesOf(o)) }
-
 // fillFrom sets l's figures from ls (whose latencies it sorts).
 func (l *Leg) fillFrom(ls legSamples) {
 	l.Errors, l.FirstErrors, l.BodyBytes = ls.errors, ls.firstErrors, ls.bodyBytes
@@ -239,8 +237,9 @@ type measurement struct {
 	self  string        // this executable, which is its own fakes and floors
 	env   []string      // the children's environment
 	cg    *cgroup.Group // the gateway's cgroup, or nil
-	// round is the closed-loop round under way (from 1); pool gathers
-	// each closed-loop leg's rounds when there are several.
+	// round is the closed-loop round under way (from 1; 0 outside the
+	// rounds); pool gathers each closed-loop leg's rounds when there are
+	// several.
 	round int
 	pool  roundPool
 	// cleanups run last in, first out when measure returns, as defers in
@@ -483,6 +482,7 @@ func (m *measurement) closedLegs() error {
 			}
 		}
 	}
+	m.round = 0 // the legs after (the big stream's) are not pooled
 	if m.s.rounds() > 1 {
 		m.rep.RoundLegs, m.rep.Legs = m.rep.Legs, m.pool.legs()
 	}
@@ -575,7 +575,7 @@ func (m *measurement) endLeg(l Leg, lw legWatch, c *http.Client, o outcome) erro
 	}
 	c.CloseIdleConnections()
 	ls := samplesOf(o)
-	if m.s.rounds() > 1 && l.Mode == "closed" {
+	if m.s.rounds() > 1 && m.round > 0 {
 		l.Round = m.round
 		m.pool.add(l, ls)
 	}

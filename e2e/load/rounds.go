@@ -65,6 +65,12 @@ func (p *roundPool) legs() []Leg {
 		l := pl.leg
 		l.Rounds = pl.rounds
 		l.Proxy = pl.proxy
+		if pl.proxy != nil && pl.proxy.GC != nil {
+			pu, gc := *pl.proxy, *pl.proxy.GC
+			gc.CPUFraction /= float64(pl.rounds) // mergeGC summed it
+			pu.GC = &gc
+			l.Proxy = &pu
+		}
 		l.ForeignCPUSeconds = pl.foreign
 		l.fillFrom(pl.samples)
 		out = append(out, l)
@@ -93,14 +99,14 @@ func mergeUsage(a, b *ProcUsage) *ProcUsage {
 }
 
 // mergeGC is mergeUsage for the gateway's GC figures (nil for the floor).
-// The GC's CPU share is the rounds' mean.
+// The GC's CPU shares are summed; legs takes their mean.
 func mergeGC(a, b *GCUsage) *GCUsage {
 	if a == nil || b == nil {
 		return nil
 	}
 	m := *b
 	m.Cycles = a.Cycles + b.Cycles
-	m.CPUFraction = (a.CPUFraction + b.CPUFraction) / 2
+	m.CPUFraction = a.CPUFraction + b.CPUFraction
 	m.HeapGoalMaxMiB = max(a.HeapGoalMaxMiB, b.HeapGoalMaxMiB)
 	m.HeapAllocMaxMiB = max(a.HeapAllocMaxMiB, b.HeapAllocMaxMiB)
 	return &m
