@@ -288,7 +288,7 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 
 	rep.LoadAvgStart = loadAvg()
 	m.onEnd(func() { rep.LoadAvgEnd = loadAvg() })
-	if err := m.closedLegs(); err != nil {
+	if err := m.inRounds(m.closedLegs); err != nil {
 		return err
 	}
 	var tl *timeline
@@ -298,7 +298,7 @@ func measure(ctx context.Context, s settings, rep *report, logw io.Writer) error
 			return err
 		}
 	}
-	if err := m.openLegs(); err != nil {
+	if err := m.inRounds(m.openLegs); err != nil {
 		return err
 	}
 	if err := m.bigLegs(); err != nil {
@@ -466,25 +466,37 @@ func (m *measurement) add(l Leg) error {
 // streams, for each API of -apis (chat, then /v1/messages, next to each
 // other so that both meet the machine in the same state), direct, through
 // the floor and through the gateway (unkeyed, fresh keys, replays of one
-// key). With -rounds N it runs them all N times over, one round after the
-// other, so that the floor's and the gateway's legs take turns with
-// whatever else the machine does; each leg's rounds are then pooled into
-// one (rounds.go).
+// key).
 func (m *measurement) closedLegs() error {
-	for m.round = 1; m.round <= m.s.rounds(); m.round++ {
-		for _, conc := range m.s.Concurrency {
-			for _, kind := range []string{"json", "stream"} {
-				for _, api := range m.s.APIs {
-					if err := m.closedLegsOf(api, kind, conc); err != nil {
-						return err
-					}
+	for _, conc := range m.s.Concurrency {
+		for _, kind := range []string{"json", "stream"} {
+			for _, api := range m.s.APIs {
+				if err := m.closedLegsOf(api, kind, conc); err != nil {
+					return err
 				}
 			}
 		}
 	}
-	m.round = 0 // the legs after (the big stream's) are not pooled
+	return nil
+}
+
+// inRounds runs legs (the closed-loop or the open-loop ones) -rounds
+// times over, one round after the other, so that the floor's and the
+// gateway's legs take turns with whatever else the machine does; with
+// more than one round it pools each leg's rounds (rounds.go): rep.Legs
+// gets the pooled legs, rep.RoundLegs each round's.
+func (m *measurement) inRounds(legs func() error) error {
+	first := len(m.rep.Legs)
+	m.pool = roundPool{}
+	for m.round = 1; m.round <= m.s.rounds(); m.round++ {
+		if err := legs(); err != nil {
+			return err
+		}
+	}
+	m.round = 0 // legs outside the rounds (sustained, big) are not pooled
 	if m.s.rounds() > 1 {
-		m.rep.RoundLegs, m.rep.Legs = m.rep.Legs, m.pool.legs()
+		m.rep.RoundLegs = append(m.rep.RoundLegs, m.rep.Legs[first:]...)
+		m.rep.Legs = append(m.rep.Legs[:first], m.pool.legs()...)
 	}
 	return nil
 }
@@ -623,7 +635,7 @@ func (s settings) openLegs() []Leg {
 func (m *measurement) openLeg(l Leg) error {
 	s, p := m.s, m.p
 	url, proxy := p.base(l.Path, modelSlow)
-	sh := &shot{url: url, body: chatBody(modelSlow, false), keys: l.Keys, key: fmt.Sprintf("load-%s-open%d-", m.runID, l.Rate)}
+	sh := &shot{url: url, body: chatBody(modelSlow, false), keys: l.Keys, key: fmt.Sprintf("load-%s-r%d-open%d-", m.runID, m.round, l.Rate)}
 	c := newClient(4 * l.Rate)
 	lw := watchLeg(p.pids(), proxy)
 	o := openLoop(m.ctx, c, sh, openPlan{rate: l.Rate, dur: s.OpenDuration, timeout: s.Slow + 30*time.Second})

@@ -119,7 +119,7 @@ type roundRatio struct {
 	of   func(leg func(string) *Leg) (float64, bool)
 }
 
-func roundRatios() []roundRatio {
+func roundRatios(s settings) []roundRatio {
 	var rs []roundRatio
 	for _, g := range cpuGoals {
 		rs = append(rs, roundRatio{
@@ -130,6 +130,26 @@ func roundRatios() []roundRatio {
 					return 0, false
 				}
 				return cpuPerRequest(l) / cpuPerRequest(f), true
+			}})
+	}
+	for _, g := range openGoals {
+		if s.TargetRate == 0 {
+			break
+		}
+		prefix := fmt.Sprintf("open %d/s ", s.TargetRate)
+		rs = append(rs, roundRatio{
+			fmt.Sprintf("added %s, %s%s ÷ %sfloor (target ≤ %.1f)", g.q, prefix, g.leg, prefix, g.limit),
+			func(leg func(string) *Leg) (float64, bool) {
+				l, f := leg(prefix+g.leg), leg(prefix+"floor")
+				if !usable(l, f) {
+					return 0, false
+				}
+				up := ms(s.Slow)
+				floor := quantile(f.Latency, g.q) - up
+				if floor <= 0 {
+					return 0, false
+				}
+				return (quantile(l.Latency, g.q) - up) / floor, true
 			}})
 	}
 	return append(rs,
@@ -167,13 +187,13 @@ func (r *report) mdRounds(b *strings.Builder) {
 	if n < 2 || len(r.RoundLegs) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "## Rounds\n\nThe closed-loop legs ran %d times over, round after round. The tables above pool each leg's rounds (requests, proxy CPU seconds and latencies together; peaks are the highest), and the targets judge the pooled legs. Each round's ratios, their median and the pooled legs' ratio:\n\n", n)
+	fmt.Fprintf(b, "## Rounds\n\nThe closed-loop legs ran %d times over, round after round, and then the open-loop ones. The tables pool each leg's rounds (requests, proxy CPU seconds and latencies together; peaks are the highest), and the targets judge the pooled legs. Each round's ratios, their median and the pooled legs' ratio:\n\n", n)
 	b.WriteString("| ratio |")
 	for i := 1; i <= n; i++ {
 		fmt.Fprintf(b, " round %d |", i)
 	}
 	b.WriteString(" median | pooled |\n|---|" + strings.Repeat("--:|", n+2) + "\n")
-	for _, rr := range roundRatios() {
+	for _, rr := range roundRatios(r.Settings) {
 		var row strings.Builder
 		var got []float64
 		for i := 1; i <= n; i++ {

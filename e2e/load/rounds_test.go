@@ -128,10 +128,11 @@ func TestRoundsFlag(t *testing.T) {
 	}
 }
 
-// TestQuickRounds runs two rounds of a few legs against the real gateway:
-// the second round's fresh keys are new to the store (a key replayed
-// would fail the leg), results.json keeps every round's legs beside the
-// pooled ones, and each pooled leg has its rounds' requests.
+// TestQuickRounds runs two rounds of a few closed-loop and open-loop legs
+// against the real gateway: the second round's fresh keys are new to the
+// store (a key replayed would fail the leg), results.json keeps every
+// round's legs beside the pooled ones, each pooled leg has its rounds'
+// requests, and the rounds table follows both kinds of leg.
 func TestQuickRounds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway; skipped with -short")
@@ -140,8 +141,8 @@ func TestQuickRounds(t *testing.T) {
 	defer cancel()
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	args := []string{"-quick", "-rounds", "2", "-c", "16", "-apis", "chat", "-target-rate", "0",
-		"-only", "^c=16 (floor|llmgate keyed|llmgate replay|stream llmgate keyed)$", "-out", out}
+	args := []string{"-quick", "-rounds", "2", "-c", "16", "-apis", "chat",
+		"-only", "^(c=16 (floor|llmgate keyed|llmgate replay|stream llmgate keyed)|open 100/s (floor|llmgate keyed))$", "-out", out}
 	if err := run(ctx, args, &stdout, &stderr); err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
 	}
@@ -149,7 +150,8 @@ func TestQuickRounds(t *testing.T) {
 	if err := json.Unmarshal(readFile(t, out, "results.json"), &rep); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
-	names := []string{"c=16 floor", "c=16 llmgate keyed", "c=16 llmgate replay", "c=16 stream llmgate keyed"}
+	names := []string{"c=16 floor", "c=16 llmgate keyed", "c=16 llmgate replay", "c=16 stream llmgate keyed",
+		"open 100/s floor", "open 100/s llmgate keyed"}
 	if len(rep.Legs) != len(names) || len(rep.RoundLegs) != 2*len(names) {
 		t.Fatalf("%d legs and %d round legs, want %d and %d", len(rep.Legs), len(rep.RoundLegs), len(names), 2*len(names))
 	}
@@ -170,7 +172,10 @@ func TestQuickRounds(t *testing.T) {
 			t.Errorf("%s: pooled proxy figures %+v", name, l.Proxy)
 		}
 	}
-	if !strings.Contains(stdout.String(), "| CPU per request, c=16 llmgate keyed ÷ c=16 floor (target ≤ 1.35) |") {
-		t.Errorf("no rounds table:\n%s", stdout.String())
+	for _, row := range []string{"| CPU per request, c=16 llmgate keyed ÷ c=16 floor (target ≤ 1.35) |",
+		"| added p99, open 100/s llmgate keyed ÷ open 100/s floor (target ≤ 1.5) |"} {
+		if !strings.Contains(stdout.String(), row) {
+			t.Errorf("the rounds table has no row %s:\n%s", row, stdout.String())
+		}
 	}
 }

@@ -43,8 +43,8 @@ type settings struct {
 	Pprof         string        `json:"pprof,omitempty"`
 	ConfigExtra   string        `json:"config_extra,omitempty"`
 	CgroupLimit   int64         `json:"cgroup_limit_bytes,omitempty"`
-	// Rounds is how many times the closed-loop legs run (-rounds); their
-	// figures are pooled over them.
+	// Rounds is how many times the closed-loop and the open-loop legs
+	// run (-rounds); their figures are pooled over them.
 	Rounds int    `json:"rounds,omitempty"`
 	Out    string `json:"-"`
 
@@ -141,7 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	cg := fs.String("cgroup", "", "run the gateway inside this existing cgroup `dir` (its memory figures and OOM kills are reported)")
 	cgLimit := fs.String("cgroup-limit", "", "run the gateway in a new memory cgroup with this limit (e.g. 256MiB) and swap off, made inside the tool's own cgroup and removed at the end")
 	pprofKind := fs.String("pprof", "", "profile the gateway over each of its legs: `kind` profile (CPU), trace (execution trace), or heap, allocs, block, mutex (the change over the leg), written to -out as <leg>.<kind>")
-	rounds := fs.Int("rounds", 1, "run the closed-loop legs this many times over, round after round, and pool each leg's rounds: the floor and the gateway take turns, the ratios and percentiles rest on N times the requests, and a table gives each round's ratios")
+	rounds := fs.Int("rounds", 1, "run the closed-loop legs, then the open-loop ones, this many times over, round after round, and pool each leg's rounds: the floor and the gateway take turns, the ratios and percentiles rest on N times the requests, and a table gives each round's ratios")
 	extra := fs.String("config-extra", "", "YAML appended to the gateway's config, top-level keys it does not set (e.g. 'memory: {limit_ratio: 0.7}')")
 	if err := fs.Parse(args); err != nil {
 		return settings{}, err
