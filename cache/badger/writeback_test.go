@@ -201,6 +201,30 @@ func TestWritebackRound(t *testing.T) {
 	}
 }
 
+// sparseMap is a sparse value-log file of size bytes, as Badger makes
+// one, and a shared writable map of it; the test is skipped where
+// writeback does not run.
+func sparseMap(t *testing.T, size int) (*os.File, []byte) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "000001.vlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if fs, ok := writebackFS(filepath.Dir(f.Name())); !ok {
+		t.Skipf("writeback does not run on this filesystem (type %s)", fs)
+	}
+	if err := f.Truncate(int64(size)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(m) })
+	return f, m
+}
+
 // TestFinishedBefore: what a round leaves out before a data end is the
 // largest power of two that divides it (the last folio can be no larger),
 // within 64 KiB and 2 MiB, and what it writes back ends on a page.
@@ -228,23 +252,8 @@ func TestFinishedBefore(t *testing.T) {
 // alignment. A kernel whose page cache broke that (a data end reported
 // inside a folio, folios past the writer counted as data) fails here.
 func TestFinishedBeforeHoldsTheWriter(t *testing.T) {
-	f, err := os.Create(filepath.Join(t.TempDir(), "000001.vlog"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if fs, ok := writebackFS(filepath.Dir(f.Name())); !ok {
-		t.Skipf("writeback does not run on this filesystem (type %s)", fs)
-	}
-	const size, used = 32 << 20, 6 << 20
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
+	const used = 6 << 20
+	f, m := sparseMap(t, 32<<20)
 	entry := incompressible(1500) // about a compressed record
 	var ahead int64
 	for off := 0; off+len(entry) <= used; off += len(entry) {
@@ -278,23 +287,8 @@ func TestFinishedBeforeHoldsTheWriter(t *testing.T) {
 // counted; a file without a hole (one Badger truncated at its rotation)
 // has no end to tell.
 func TestDataEnd(t *testing.T) {
-	f, err := os.Create(filepath.Join(t.TempDir(), "000001.vlog"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if fs, ok := writebackFS(filepath.Dir(f.Name())); !ok {
-		t.Skipf("writeback does not run on this filesystem (type %s)", fs)
-	}
 	const size = 4 << 20
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
+	f, m := sparseMap(t, size)
 	for i := range 300 << 10 {
 		m[i] = 1
 	}

@@ -34,22 +34,7 @@ func TestMain(m *testing.M) {
 // that every leg ran and that no request failed. It asserts nothing about
 // timing.
 func TestQuick(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the gateway; skipped with -short")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	if err := run(ctx, []string{"-quick", "-sustain", "300ms", "-out", out}, &stdout, &stderr); err != nil {
-		t.Fatalf("run: %v\n%s", err, stderr.String())
-	}
-
-	var rep report
-	js := readFile(t, out, "results.json")
-	if err := json.Unmarshal(js, &rep); err != nil {
-		t.Fatalf("results.json: %v", err)
-	}
+	rep, stdout, out := runTool(t, "-quick", "-sustain", "300ms")
 	want := []string{}
 	for _, c := range []string{"c=1", "c=16"} {
 		for _, api := range []string{c, c + " messages"} {
@@ -65,7 +50,7 @@ func TestQuick(t *testing.T) {
 		t.Errorf("%d legs, want %d", len(rep.Legs), len(want))
 	}
 	md := string(readFile(t, out, "results.md"))
-	if md != stdout.String() {
+	if md != stdout {
 		t.Error("results.md differs from what was printed")
 	}
 	if _, cmp, ok := strings.Cut(md, "## /v1/messages against /v1/chat/completions"); !ok || !strings.Contains(cmp, "| c=16 stream llmgate keyed | ") {
@@ -125,6 +110,27 @@ func TestQuick(t *testing.T) {
 			t.Errorf("chart.svg has no row for %q", name)
 		}
 	}
+}
+
+// runTool runs the whole tool with args, writing to a temporary -out, and
+// returns its report as results.json has it, what it printed and the
+// directory. It builds and runs the gateway: skipped with -short.
+func runTool(t *testing.T, args ...string) (rep report, stdout, out string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the gateway; skipped with -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out = t.TempDir()
+	var so, se bytes.Buffer
+	if err := run(ctx, append(args, "-out", out), &so, &se); err != nil {
+		t.Fatalf("run: %v\n%s", err, se.String())
+	}
+	if err := json.Unmarshal(readFile(t, out, "results.json"), &rep); err != nil {
+		t.Fatalf("results.json: %v", err)
+	}
+	return rep, so.String(), out
 }
 
 func readFile(t *testing.T, dir, name string) []byte {

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -134,22 +131,8 @@ func TestRoundsFlag(t *testing.T) {
 // round's legs beside the pooled ones, each pooled leg has its rounds'
 // requests, and the rounds table follows both kinds of leg.
 func TestQuickRounds(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the gateway; skipped with -short")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	args := []string{"-quick", "-rounds", "2", "-c", "16", "-apis", "chat",
-		"-only", "^(c=16 (floor|llmgate keyed|llmgate replay|stream llmgate keyed)|open 100/s (floor|llmgate keyed))$", "-out", out}
-	if err := run(ctx, args, &stdout, &stderr); err != nil {
-		t.Fatalf("run: %v\n%s", err, stderr.String())
-	}
-	var rep report
-	if err := json.Unmarshal(readFile(t, out, "results.json"), &rep); err != nil {
-		t.Fatalf("results.json: %v", err)
-	}
+	rep, stdout, _ := runTool(t, "-quick", "-rounds", "2", "-c", "16", "-apis", "chat",
+		"-only", "^(c=16 (floor|llmgate keyed|llmgate replay|stream llmgate keyed)|open 100/s (floor|llmgate keyed))$")
 	names := []string{"c=16 floor", "c=16 llmgate keyed", "c=16 llmgate replay", "c=16 stream llmgate keyed",
 		"open 100/s floor", "open 100/s llmgate keyed"}
 	if len(rep.Legs) != len(names) || len(rep.RoundLegs) != 2*len(names) {
@@ -174,8 +157,8 @@ func TestQuickRounds(t *testing.T) {
 	}
 	for _, row := range []string{"| CPU per request, c=16 llmgate keyed ÷ c=16 floor (target ≤ 1.35) |",
 		"| added p99, open 100/s llmgate keyed ÷ open 100/s floor (target ≤ 1.5) |"} {
-		if !strings.Contains(stdout.String(), row) {
-			t.Errorf("the rounds table has no row %s:\n%s", row, stdout.String())
+		if !strings.Contains(stdout, row) {
+			t.Errorf("the rounds table has no row %s:\n%s", row, stdout)
 		}
 	}
 }
