@@ -513,8 +513,8 @@ type Store struct {
 	GCInterval Duration `yaml:"gc_interval"`
 	// WritebackInterval is how often the Badger store asks the kernel to
 	// start writing back the part of the value-log file it has finished
-	// writing (sync_file_range, not waited for; all but the last 2 MiB,
-	// once 1 MiB more is finished), so that the file's rotation every 16
+	// writing (sync_file_range, not waited for; all but its last folio,
+	// 64 KiB to 2 MiB, once 1 MiB more is finished), so that the file's rotation every 16
 	// MiB — an msync in Badger's one writer goroutine, during which no
 	// commit completes (~50–100 ms under load) — finds a few MiB to write
 	// instead of up to 16. It cuts keyed streams' p99.9 under sustained

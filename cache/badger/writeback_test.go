@@ -91,9 +91,7 @@ func TestWritebackLeavesTheRotationLittle(t *testing.T) {
 	}{{"off", 0}, {"on", 100 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			if fs, ok := writebackFS(dir); !ok {
-				t.Skipf("writeback does not run on this filesystem (type %s)", fs)
-			}
+			needWriteback(t, dir)
 			s, err := Open(Options{Dir: dir, Now: storetest.NewClock().Now, WritebackInterval: tc.every})
 			if err != nil {
 				t.Fatal(err)
@@ -201,6 +199,15 @@ func TestWritebackRound(t *testing.T) {
 	}
 }
 
+// needWriteback skips the test where writeback does not run on dir's
+// filesystem.
+func needWriteback(t *testing.T, dir string) {
+	t.Helper()
+	if fs, ok := writebackFS(dir); !ok {
+		t.Skipf("writeback does not run on this filesystem (type %s)", fs)
+	}
+}
+
 // sparseMap is a sparse value-log file of size bytes, as Badger makes
 // one, and a shared writable map of it; the test is skipped where
 // writeback does not run.
@@ -211,9 +218,7 @@ func sparseMap(t *testing.T, size int) (*os.File, []byte) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	if fs, ok := writebackFS(filepath.Dir(f.Name())); !ok {
-		t.Skipf("writeback does not run on this filesystem (type %s)", fs)
-	}
+	needWriteback(t, filepath.Dir(f.Name()))
 	if err := f.Truncate(int64(size)); err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,9 @@
 // the floor, llmgate and llmgate with a fresh Idempotency-Key per
 // request, whose added latency (a percentile less the upstream's wait)
 // the targets set against the floor's. Then, with -big, one ~50 MiB stream per path, for the gateway's
-// peak memory growth. Throughout, the floor's and the gateway's RSS, peak
+// peak memory growth. -rounds N runs the closed-loop legs, then the
+// open-loop ones, N times over and pools each leg's rounds (rounds.go).
+// Throughout, the floor's and the gateway's RSS, peak
 // RSS, threads and CPU time are read from /proc.
 package main
 

@@ -59,7 +59,7 @@ type Leg struct {
 	Budgeted    bool   `json:"budgeted,omitempty"`
 	Mode        string `json:"mode"` // closed or open
 	Concurrency int    `json:"concurrency,omitempty"`
-	// Round is the closed-loop round (-rounds) this leg ran in, from 1;
+	// Round is the round (-rounds) this leg ran in, from 1;
 	// Rounds, on a leg pooled over rounds, how many it pools. Zero for a
 	// run of one round.
 	Round       int        `json:"round,omitempty"`
@@ -105,9 +105,7 @@ func samplesOf(o outcome) legSamples {
 	for _, s := range o.samples {
 		if s.err != nil {
 			ls.errors++
-			if len(ls.firstErrors) < 5 && !slices.Contains(ls.firstErrors, s.err.Error()) {
-				ls.firstErrors = append(ls.firstErrors, s.err.Error())
-			}
+			ls.noteError(s.err.Error())
 			continue
 		}
 		ls.lat = append(ls.lat, s.lat)
@@ -117,6 +115,13 @@ func samplesOf(o outcome) legSamples {
 	return ls
 }
 
+// noteError keeps e among the first distinct errors (up to five).
+func (ls *legSamples) noteError(e string) {
+	if len(ls.firstErrors) < 5 && !slices.Contains(ls.firstErrors, e) {
+		ls.firstErrors = append(ls.firstErrors, e)
+	}
+}
+
 // add pools b into ls: the samples of both, their totals summed, their
 // worsts the worse.
 func (ls *legSamples) add(b legSamples) {
@@ -124,9 +129,7 @@ func (ls *legSamples) add(b legSamples) {
 	ls.ttfb = append(ls.ttfb, b.ttfb...)
 	ls.errors += b.errors
 	for _, e := range b.firstErrors {
-		if len(ls.firstErrors) < 5 && !slices.Contains(ls.firstErrors, e) {
-			ls.firstErrors = append(ls.firstErrors, e)
-		}
+		ls.noteError(e)
 	}
 	ls.bodyBytes += b.bodyBytes
 	ls.issued += b.issued
@@ -237,9 +240,8 @@ type measurement struct {
 	self  string        // this executable, which is its own fakes and floors
 	env   []string      // the children's environment
 	cg    *cgroup.Group // the gateway's cgroup, or nil
-	// round is the closed-loop round under way (from 1; 0 outside the
-	// rounds); pool gathers each closed-loop leg's rounds when there are
-	// several.
+	// round is the round under way (from 1; 0 outside the rounds); pool
+	// gathers each leg's rounds when there are several.
 	round int
 	pool  roundPool
 	// cleanups run last in, first out when measure returns, as defers in

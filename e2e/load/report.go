@@ -21,8 +21,8 @@ type report struct {
 	Host     hostInfo    `json:"host"`
 	Gateway  GatewayInfo `json:"gateway"`
 	Legs     []Leg       `json:"legs"`
-	// RoundLegs are the closed-loop legs of each round, with -rounds N > 1
-	// (Legs then holds each pooled over its rounds).
+	// RoundLegs are the closed-loop and open-loop legs of each round, with
+	// -rounds N > 1 (Legs then holds each pooled over its rounds).
 	RoundLegs []Leg       `json:"round_legs,omitempty"`
 	Targets   []Target    `json:"targets"`
 	Store     storeChoice `json:"store"`

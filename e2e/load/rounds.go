@@ -9,9 +9,9 @@ import (
 // Rounds (-rounds N). On a machine whose CPUs the load generator, the
 // fake, the floor and the gateway share, one leg's CPU per request moves
 // by a fifth from run to run, more than most changes a profile points
-// at. Running every closed-loop leg N times, round after round, has the
-// floor's and the gateway's legs take turns with whatever else the
-// machine does; pooling a leg's rounds (their requests, CPU seconds and
+// at. Running every closed-loop leg N times, round after round, and then
+// every open-loop leg N times, has the floor's and the gateway's legs
+// take turns with whatever else the machine does; pooling a leg's rounds (their requests, CPU seconds and
 // latencies together) puts N times the requests behind each ratio and
 // percentile. The targets judge the pooled legs; mdRounds shows how far
 // the rounds' own ratios spread.
@@ -19,8 +19,8 @@ import (
 // rounds is -rounds, at least 1.
 func (s settings) rounds() int { return max(1, s.Rounds) }
 
-// roundPool gathers the rounds of each closed-loop leg, in the order the
-// legs first ran.
+// roundPool gathers the rounds of each leg, in the order the legs first
+// ran.
 type roundPool struct {
 	order []string
 	byLeg map[string]*pooledLeg
