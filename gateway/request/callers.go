@@ -6,7 +6,9 @@ import (
 	"time"
 )
 
-// callers runs keyed calls on goroutines kept between calls. A keyed
+// callers runs keyed calls whose client set a deadline (X-Llmgate-Deadline:
+// the handler returns at it, the call runs on) on goroutines kept between
+// calls; the others run on their handler's goroutine (runHere). A keyed
 // call's path (proxy, retry loop, attempt, tracing, the upstream's
 // transport) is deeper than a new goroutine's first stack, so a call on a
 // goroutine of its own grew and copied its stack on every request

@@ -205,12 +205,14 @@ func (g *Handler) storageCheck(kr *idempotency.Request) error {
 }
 
 // runClaimed runs a claimed key's call. The call outlives the client: it
-// runs on its own goroutine, detached from the client's context and bounded
-// by the operator's deadline, so that when the client leaves or its own
-// deadline passes (often shorter than the model's latency) the call still
-// finishes and commits, and the client's retry gets this answer instead of
-// paying for a second, different one. The handler waits for it, or for the
-// client's deadline.
+// runs detached from the client's context and bounded by the operator's
+// deadline, so that when the client leaves or its own deadline passes
+// (often shorter than the model's latency) the call still finishes and
+// commits, and the client's retry gets this answer instead of paying for a
+// second, different one. The handler waits for it, or for the client's
+// deadline: with a deadline of the client's the call runs on a goroutine
+// of its own (the handler returns at the deadline); without one, on the
+// handler's (runHere).
 func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempotency.Lease) error {
 	w, r, cl, dl, s, hd := x.w, x.req, x.call, x.dl, x.sum, x.held
 	work, it, done := g.work.start(r.Context(), dl.operator)
@@ -224,9 +226,8 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 	live, unlive := x.live, x.unlive
 	k := &keyedCall{g: g, h: newHandoff(w, r, live, g.cfg.Server.WriteStallTimeout.D()), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk,
 		out: x.out}
-	ended := make(chan workEnd, 1)
 	cl.Source.Hold() // a spooled body outlives the handler while the call runs on
-	g.callers.run(func() {
+	call := func() workEnd {
 		defer cl.Source.Close()
 		defer done()
 		defer unlive()
@@ -241,11 +242,8 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 		// Unregistered before the handler can answer: the client's next
 		// request with the key must not join a stream that has ended.
 		unlive()
-		ended <- e
-	})
-	deadline, stop := g.clientDeadline(dl, hk)
-	defer stop()
-	gone := r.Context().Done()
+		return e
+	}
 	finish := func(e workEnd) error {
 		*s = k.s
 		if e.panic != nil {
@@ -253,6 +251,16 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 		}
 		return e.err
 	}
+	deadline, stop := g.clientDeadline(dl, hk)
+	defer stop()
+	if deadline == nil {
+		// No deadline of the client's to answer at: the handler waits for
+		// the call whatever happens, so it runs the call itself.
+		return finish(g.runHere(r, it, k, s, call))
+	}
+	ended := make(chan workEnd, 1)
+	g.callers.run(func() { ended <- call() })
+	gone := r.Context().Done()
 	for {
 		select {
 		case e := <-ended:
@@ -289,6 +297,27 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 			k.h.end(nil)
 		}
 	}
+}
+
+// runHere runs a keyed call on the handler's goroutine, for a client
+// with no deadline of its own: nothing can make the handler return before
+// the call ends, so the call needs no goroutine of its own. Should the
+// client leave, the call is counted as detached and its writes go nowhere
+// from then on, as in runClaimed's loop; that is done before runHere
+// returns, so the handoff is never touched after the handler has.
+func (g *Handler) runHere(r *http.Request, it *workItem, k *keyedCall, s *summary, call func() workEnd) workEnd {
+	left := make(chan struct{})
+	stop := context.AfterFunc(r.Context(), func() {
+		defer close(left)
+		g.detach(it, s)
+		k.h.end(nil)
+	})
+	defer func() {
+		if !stop() {
+			<-left
+		}
+	}()
+	return call()
 }
 
 // clientDeadline is the timer of the client's X-Llmgate-Deadline (nil when
