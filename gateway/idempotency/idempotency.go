@@ -50,7 +50,7 @@ type Options struct {
 	Store   Store
 	Metrics *metrics.Metrics
 	// Lease is how long a claim lives without renewal; it is renewed every
-	// Lease/3 while the call runs.
+	// quarter to a third of Lease while the call runs (renew.go).
 	Lease time.Duration
 	// WaitTimeout bounds how long a duplicate waits for the first request.
 	WaitTimeout time.Duration
@@ -71,6 +71,8 @@ type Keeper struct {
 	wait    time.Duration
 	opTime  time.Duration
 	log     *slog.Logger
+	// renewals keeps the leases of the calls in flight alive (renew.go).
+	renewals *renewals
 	// inProcess: the store runs its operations in this process and looks
 	// at a context only as they begin (InProcessStore), so an op timeout
 	// would bound nothing and cost a timer per operation.
@@ -88,7 +90,8 @@ type InProcessStore interface {
 
 // New returns a Keeper.
 func New(o Options) *Keeper {
-	k := &Keeper{store: o.Store, metrics: o.Metrics, lease: o.Lease, wait: o.WaitTimeout, opTime: o.OpTimeout, log: o.Logger}
+	k := &Keeper{store: o.Store, metrics: o.Metrics, lease: o.Lease, wait: o.WaitTimeout, opTime: o.OpTimeout, log: o.Logger,
+		renewals: newRenewals(o.Lease)}
 	if ip, ok := o.Store.(InProcessStore); ok {
 		k.inProcess = ip.InProcess()
 	}
@@ -424,45 +427,15 @@ type Lease struct {
 	// released: the key was given up; a second Release (a failed commit
 	// released it, then the caller's cleanup does) does nothing.
 	released atomic.Bool
-}
 
-// Renew keeps the claim alive while a long call or stream runs, until the
-// returned stop is called. It is a timer, not a goroutine: most keyed calls
-// end before the first renewal, and then stopping costs no goroutine start
-// and no hand-off. stop waits for a renewal in progress, so none runs
-// after it returns.
-func (l *Lease) Renew(ctx context.Context) (stop func()) {
-	lease := l.k.lease
-	var (
-		mu      sync.Mutex
-		stopped bool
-		t       *time.Timer
-	)
-	mu.Lock()
-	defer mu.Unlock()
-	t = time.AfterFunc(lease/3, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped || ctx.Err() != nil {
-			return
-		}
-		octx, cancel := l.k.opCtx(ctx)
-		err := l.k.store.Renew(octx, l.req.Key, l.owner, lease)
-		cancel()
-		if err != nil {
-			l.k.log.Warn("renewing idempotency lease failed", "idempotency_key", HashKey(l.req.Key), "err", err)
-			if errors.Is(err, cache.ErrNotOwner) {
-				return
-			}
-		}
-		t.Reset(lease / 3)
-	})
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		t.Stop()
-	}
+	// Renewal (renew.go): renewCtx is the call's, set by Renew; renewMu
+	// is held across a renewal and guards the two flags: renewStopped
+	// (StopRenewing), renewLost (the store said the key is not ours, or
+	// the call's context ended).
+	renewCtx     context.Context
+	renewMu      sync.Mutex
+	renewStopped bool
+	renewLost    bool
 }
 
 // opCtx is the context of one store operation: detached from ctx's end,

@@ -232,8 +232,8 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 		defer done()
 		defer unlive()
 		defer held()
-		stopRenew := lease.Renew(work)
-		defer stopRenew()
+		lease.Renew(work)
+		defer lease.StopRenewing()
 		e := k.run()
 		k.h.over()
 		if e.panic != nil && live != nil {

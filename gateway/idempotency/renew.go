@@ -1,0 +1,155 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+)
+
+// renewals keeps the leases of a Keeper's calls in flight alive with one
+// timer for all of them, not one per call (a timer started and stopped on
+// every keyed request, and the closures around it, for a renewal that most
+// calls end before). A call adds its lease as it starts and removes it as
+// it ends: a map insert and delete. The timer ticks every twelfth of the
+// lease while any lease is held, and each tick renews the leases a quarter
+// of the lease has passed for since they were claimed or last renewed —
+// so a lease is renewed at most a third of it after the last time, as a
+// timer per call renewed it — each on a goroutine of its own, as a store
+// on a network may take its time. A tick that finds no lease lets the
+// timer lapse: an idle Keeper holds no timer and no goroutine.
+type renewals struct {
+	lease time.Duration
+	now   func() time.Time
+	// start runs a renewal on a goroutine of its own (a test's runs it
+	// when it says).
+	start func(func())
+
+	mu sync.Mutex
+	// due holds each lease's next renewal; one being renewed is absent
+	// (renewing) until its renewal ends.
+	due      map[*Lease]time.Time
+	renewing map[*Lease]bool
+	timer    *time.Timer
+	armed    bool
+}
+
+func newRenewals(lease time.Duration) *renewals {
+	return &renewals{lease: lease, now: time.Now, start: func(f func()) { go f() },
+		due: map[*Lease]time.Time{}, renewing: map[*Lease]bool{}}
+}
+
+// every is how long a lease goes unrenewed; tick, how often the timer
+// looks.
+func (r *renewals) every() time.Duration { return r.lease / 4 }
+func (r *renewals) tickEvery() time.Duration {
+	return max(r.lease/12, time.Millisecond)
+}
+
+// add holds l until remove, renewing it.
+func (r *renewals) add(l *Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.due[l] = r.now().Add(r.every())
+	if r.armed {
+		return
+	}
+	r.armed = true
+	if r.timer == nil {
+		r.timer = time.AfterFunc(r.tickEvery(), r.tick)
+		return
+	}
+	r.timer.Reset(r.tickEvery())
+}
+
+// remove stops renewing l. A renewal of it under way is not waited for
+// (Lease.StopRenewing does that).
+func (r *renewals) remove(l *Lease) {
+	r.mu.Lock()
+	delete(r.due, l)
+	delete(r.renewing, l)
+	r.mu.Unlock()
+}
+
+// tick starts the renewals due and arms the timer again while any lease
+// is held.
+func (r *renewals) tick() {
+	r.mu.Lock()
+	now := r.now()
+	var due []*Lease
+	for l, at := range r.due {
+		if !now.Before(at) {
+			due = append(due, l)
+			delete(r.due, l)
+			r.renewing[l] = true
+		}
+	}
+	if len(r.due) == 0 && len(r.renewing) == 0 {
+		r.armed = false
+	} else {
+		r.timer.Reset(r.tickEvery())
+	}
+	r.mu.Unlock()
+	for _, l := range due {
+		r.start(func() { r.renewed(l) })
+	}
+}
+
+// renewed renews l, and puts it back to be renewed again unless it was
+// removed meanwhile (or its renewal said it is lost: keep reports false).
+func (r *renewals) renewed(l *Lease) {
+	l.renewOnce()
+	keep := l.keep()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.renewing[l] {
+		delete(r.renewing, l)
+		if keep {
+			r.due[l] = r.now().Add(r.every())
+		}
+	}
+}
+
+// Renew keeps the claim alive while a long call or stream runs, until
+// StopRenewing: the Keeper's one timer renews it (renewals).
+func (l *Lease) Renew(ctx context.Context) {
+	l.renewCtx = ctx
+	l.k.renewals.add(l)
+}
+
+// StopRenewing ends Renew. It waits for a renewal under way, so none runs
+// after it returns.
+func (l *Lease) StopRenewing() {
+	l.k.renewals.remove(l)
+	l.renewMu.Lock()
+	l.renewStopped = true
+	l.renewMu.Unlock()
+}
+
+// renewOnce renews the lease in the store, unless it was stopped or its
+// call's context has ended. A renewal that finds the key no longer ours
+// stops the renewals.
+func (l *Lease) renewOnce() {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	if l.renewStopped || l.renewCtx.Err() != nil {
+		l.renewLost = true
+		return
+	}
+	octx, cancel := l.k.opCtx(l.renewCtx)
+	err := l.k.store.Renew(octx, l.req.Key, l.owner, l.k.lease)
+	cancel()
+	if err != nil {
+		l.k.log.Warn("renewing idempotency lease failed", "idempotency_key", HashKey(l.req.Key), "err", err)
+		l.renewLost = errors.Is(err, cache.ErrNotOwner)
+	}
+}
+
+// keep reports whether the lease is to be renewed again.
+func (l *Lease) keep() bool {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	return !l.renewLost && !l.renewStopped
+}

@@ -1,0 +1,159 @@
+package idempotency
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/gateway/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// renewStore counts renewals, and answers them with err.
+type renewStore struct {
+	Store
+	mu      sync.Mutex
+	renewed int
+	err     error
+}
+
+func (s *renewStore) Renew(context.Context, cache.Key, string, time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.renewed++
+	return s.err
+}
+
+func (s *renewStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewed
+}
+
+// renewHarness is a Keeper with an hour's lease on a clock the test moves,
+// whose renewals run when the test runs them (run).
+type renewHarness struct {
+	k       *Keeper
+	store   *renewStore
+	now     time.Time
+	pending []func()
+}
+
+func newRenewHarness() *renewHarness {
+	h := &renewHarness{store: &renewStore{}, now: time.Unix(1_700_000_000, 0)}
+	h.k = New(Options{Store: h.store, Metrics: metrics.New(prometheus.NewRegistry(), nil), Lease: time.Hour})
+	h.k.renewals.now = func() time.Time { return h.now }
+	h.k.renewals.start = func(f func()) { h.pending = append(h.pending, f) }
+	return h
+}
+
+func (h *renewHarness) lease(id string) *Lease {
+	return &Lease{k: h.k, req: &Request{Key: cache.Key{Scope: "c", Endpoint: "/v1/chat/completions", ID: id}}, owner: "o-" + id}
+}
+
+// at moves the clock to d after the start and ticks, then runs the
+// renewals the tick started.
+func (h *renewHarness) at(d time.Duration) {
+	h.now = time.Unix(1_700_000_000, 0).Add(d)
+	h.k.renewals.tick()
+	h.run()
+}
+
+func (h *renewHarness) run() {
+	p := h.pending
+	h.pending = nil
+	for _, f := range p {
+		f()
+	}
+}
+
+func (h *renewHarness) held() int {
+	r := h.k.renewals
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.due) + len(r.renewing)
+}
+
+// TestRenewalsRenewEachLeaseInTime: one timer renews every lease held, a
+// quarter of the lease after its claim and then after each renewal — never
+// later than a third, given the tick of a twelfth — and stops with
+// StopRenewing; with none held, the timer lapses.
+func TestRenewalsRenewEachLeaseInTime(t *testing.T) {
+	h := newRenewHarness()
+	defer func() { h.k.renewals.timer.Stop() }()
+	if got := h.k.renewals.tickEvery(); got != 5*time.Minute {
+		t.Fatalf("tick every %v, want a twelfth of the lease", got)
+	}
+	a, b := h.lease("a"), h.lease("b")
+	a.Renew(context.Background())
+	h.at(10 * time.Minute)
+	b.Renew(context.Background()) // due at 25 min
+	h.at(14 * time.Minute)
+	if n := h.store.count(); n != 0 {
+		t.Fatalf("%d renewals before a quarter of the lease", n)
+	}
+	h.at(15 * time.Minute) // a's first renewal
+	if n := h.store.count(); n != 1 {
+		t.Fatalf("%d renewals at a quarter of a's lease, want 1", n)
+	}
+	h.at(25 * time.Minute) // b's first
+	h.at(30 * time.Minute) // a's second
+	if n := h.store.count(); n != 3 {
+		t.Fatalf("%d renewals by 30 min, want 3 (a twice, b once)", n)
+	}
+	a.StopRenewing()
+	b.StopRenewing()
+	h.at(time.Hour)
+	if n := h.store.count(); n != 3 {
+		t.Fatalf("renewed after StopRenewing: %d renewals", n)
+	}
+	if h.held() != 0 || h.k.renewals.armed {
+		t.Fatalf("after the last lease: %d held, timer armed %v", h.held(), h.k.renewals.armed)
+	}
+	// The next lease arms it again.
+	c := h.lease("c")
+	c.Renew(context.Background())
+	if !h.k.renewals.armed {
+		t.Fatal("a lease held with no timer armed")
+	}
+	c.StopRenewing()
+}
+
+// TestRenewalStopsWhenLost: a renewal that finds the key no longer the
+// lease's (ErrNotOwner), or its call's context ended, renews it no more; a
+// renewal started before StopRenewing that runs after it renews nothing.
+func TestRenewalStopsWhenLost(t *testing.T) {
+	h := newRenewHarness()
+	defer func() { h.k.renewals.timer.Stop() }()
+	h.store.err = cache.ErrNotOwner
+	lost := h.lease("lost")
+	lost.Renew(context.Background())
+	h.at(15 * time.Minute)
+	h.at(45 * time.Minute)
+	if n := h.store.count(); n != 1 || h.held() != 0 {
+		t.Fatalf("a lost lease: %d renewals, still held %v; want 1, false", n, h.held() != 0)
+	}
+
+	h.store.err = nil
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := h.lease("ended")
+	ended.Renew(ctx)
+	cancel()
+	h.at(time.Hour)
+	if n := h.store.count(); n != 1 || h.held() != 0 {
+		t.Fatalf("a lease whose call ended: %d renewals, still held %v; want 1, false", n, h.held() != 0)
+	}
+	ended.StopRenewing()
+
+	late := h.lease("late")
+	late.Renew(context.Background())
+	h.now = h.now.Add(15 * time.Minute)
+	h.k.renewals.tick() // started, not yet run
+	late.StopRenewing()
+	h.run()
+	if n := h.store.count(); n != 1 {
+		t.Fatalf("a renewal ran after StopRenewing returned: %d renewals", n)
+	}
+}
