@@ -328,10 +328,11 @@ func TestAdminIdempotencyRecord(t *testing.T) {
 }
 
 // TestLeaseRenewedDuringLongCall: a call longer than the lease keeps its
-// claim (renewed every lease/3), so a duplicate waits instead of taking the
-// key over and calling the upstream a second time.
+// claim (renewed at most a third of the lease after the last time), so a
+// duplicate waits instead of taking the key over and calling the upstream
+// a second time.
 func TestLeaseRenewedDuringLongCall(t *testing.T) {
-	// 300 ms: renewed every 100 ms, so a goroutine stalled ~200 ms by a
+	// 300 ms: renewed every 75–100 ms, so a goroutine stalled ~200 ms by a
 	// loaded machine (CI under -race) does not lose it; the call lasts
 	// over three leases.
 	h := newHarness(t, func(c *config.Config) { c.Idempotency.Lease = config.Duration(300 * time.Millisecond) })

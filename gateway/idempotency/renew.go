@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -13,19 +14,21 @@ import (
 // timer for all of them, not one per call (a timer started and stopped on
 // every keyed request, and the closures around it, for a renewal that most
 // calls end before). A call adds its lease as it starts and removes it as
-// it ends: a map insert and delete. The timer ticks every twelfth of the
-// lease while any lease is held, and each tick renews the leases a quarter
-// of the lease has passed for since they were claimed or last renewed —
-// so a lease is renewed at most a third of it after the last time, as a
-// timer per call renewed it — each on a goroutine of its own, as a store
-// on a network may take its time. A tick that finds no lease lets the
-// timer lapse: an idle Keeper holds no timer and no goroutine.
+// it ends: a map insert and delete. The timer ticks every 24th of the
+// lease while any lease is held, and each tick starts the renewals of the
+// leases a quarter of the lease has passed for since they were claimed or
+// last renewed, each on a goroutine of its own (a store on a network may
+// take its time) after a random delay within the tick, so that the leases
+// one tick finds do not reach the store all at once; a lease is renewed
+// at most a third of the lease after the last time, as a timer per call
+// renewed it. A tick that finds no lease lets the timer lapse: an idle
+// Keeper holds no timer and no goroutine.
 type renewals struct {
 	lease time.Duration
 	now   func() time.Time
-	// start runs a renewal on a goroutine of its own (a test's runs it
-	// when it says).
-	start func(func())
+	// start runs a renewal on a goroutine of its own within delay (a
+	// test's runs it when it says).
+	start func(delay time.Duration, renew func())
 
 	mu sync.Mutex
 	// due holds each lease's next renewal; one being renewed is absent
@@ -37,15 +40,21 @@ type renewals struct {
 }
 
 func newRenewals(lease time.Duration) *renewals {
-	return &renewals{lease: lease, now: time.Now, start: func(f func()) { go f() },
+	return &renewals{lease: lease, now: time.Now, start: spread,
 		due: map[*Lease]time.Time{}, renewing: map[*Lease]bool{}}
 }
 
-// every is how long a lease goes unrenewed; tick, how often the timer
-// looks.
+// spread runs renew on a goroutine of its own after a random part of
+// within.
+func spread(within time.Duration, renew func()) {
+	time.AfterFunc(rand.N(within), renew)
+}
+
+// every is how long a lease goes unrenewed; tickEvery, how often the
+// timer looks (and the most a renewal it starts is delayed: spread).
 func (r *renewals) every() time.Duration { return r.lease / 4 }
 func (r *renewals) tickEvery() time.Duration {
-	return max(r.lease/12, time.Millisecond)
+	return max(r.lease/24, time.Millisecond)
 }
 
 // add holds l until remove, renewing it.
@@ -93,7 +102,7 @@ func (r *renewals) tick() {
 	}
 	r.mu.Unlock()
 	for _, l := range due {
-		r.start(func() { r.renewed(l) })
+		r.start(r.tickEvery(), func() { r.renewed(l) })
 	}
 }
 

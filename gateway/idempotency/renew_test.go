@@ -17,9 +17,14 @@ type renewStore struct {
 	mu      sync.Mutex
 	renewed int
 	err     error
+	// hook, when set, runs as a renewal begins.
+	hook func()
 }
 
 func (s *renewStore) Renew(context.Context, cache.Key, string, time.Duration) error {
+	if s.hook != nil {
+		s.hook()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.renewed++
@@ -45,7 +50,12 @@ func newRenewHarness() *renewHarness {
 	h := &renewHarness{store: &renewStore{}, now: time.Unix(1_700_000_000, 0)}
 	h.k = New(Options{Store: h.store, Metrics: metrics.New(prometheus.NewRegistry(), nil), Lease: time.Hour})
 	h.k.renewals.now = func() time.Time { return h.now }
-	h.k.renewals.start = func(f func()) { h.pending = append(h.pending, f) }
+	h.k.renewals.start = func(within time.Duration, f func()) {
+		if within != h.k.renewals.tickEvery() {
+			panic("a renewal spread over other than a tick")
+		}
+		h.pending = append(h.pending, f)
+	}
 	return h
 }
 
@@ -83,8 +93,8 @@ func (h *renewHarness) held() int {
 func TestRenewalsRenewEachLeaseInTime(t *testing.T) {
 	h := newRenewHarness()
 	defer func() { h.k.renewals.timer.Stop() }()
-	if got := h.k.renewals.tickEvery(); got != 5*time.Minute {
-		t.Fatalf("tick every %v, want a twelfth of the lease", got)
+	if got := h.k.renewals.tickEvery(); got != 150*time.Second {
+		t.Fatalf("tick every %v, want a 24th of the lease", got)
 	}
 	a, b := h.lease("a"), h.lease("b")
 	a.Renew(context.Background())
@@ -151,9 +161,40 @@ func TestRenewalStopsWhenLost(t *testing.T) {
 	late.Renew(context.Background())
 	h.now = h.now.Add(15 * time.Minute)
 	h.k.renewals.tick() // started, not yet run
+	if !h.k.renewals.armed {
+		t.Fatal("the timer lapsed while a lease was being renewed")
+	}
 	late.StopRenewing()
 	h.run()
 	if n := h.store.count(); n != 1 {
 		t.Fatalf("a renewal ran after StopRenewing returned: %d renewals", n)
+	}
+}
+
+// TestStopRenewingWaitsForRenewal: StopRenewing returns only once a
+// renewal under way has, so none reaches the store after it (a renewal
+// racing the call's commit would find the key no longer in flight).
+func TestStopRenewingWaitsForRenewal(t *testing.T) {
+	h := newRenewHarness()
+	defer func() { h.k.renewals.timer.Stop() }()
+	entered, release := make(chan struct{}), make(chan struct{})
+	h.store.hook = func() { close(entered); <-release }
+	l := h.lease("slow")
+	l.Renew(context.Background())
+	h.now = h.now.Add(15 * time.Minute)
+	h.k.renewals.tick()
+	go h.run()
+	<-entered
+	stopped := make(chan struct{})
+	go func() { l.StopRenewing(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("StopRenewing returned while a renewal was under way")
+	case <-time.After(50 * time.Millisecond): // a StopRenewing that does not wait returns at once
+	}
+	close(release)
+	<-stopped
+	if h.held() != 0 {
+		t.Fatal("a stopped lease is still held")
 	}
 }

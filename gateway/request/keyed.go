@@ -340,7 +340,7 @@ func (g *Handler) clientDeadline(dl deadlines, hk *CallHooks) (<-chan time.Time,
 type CallHooks struct {
 	// Deadline replaces the timer of X-Llmgate-Deadline.
 	Deadline <-chan time.Time
-	// At is called by the call's goroutine at each SettlePoint.
+	// At is called by the call at each SettlePoint.
 	At func(SettlePoint)
 	// Cutting is called by the handler when the deadline has passed,
 	// before it ends the handoff; Cut once it has ended it.
@@ -438,9 +438,9 @@ func endAtClientDeadline(w http.ResponseWriter, wrote, goesOn bool, cl *proxy.Ca
 	return false
 }
 
-// workEnd is how a keyed call's goroutine ended: an error for the handler
-// to write, or a panic for the handler to re-raise (http.ErrAbortHandler
-// aborts the response).
+// workEnd is how a keyed call ended: an error for the handler to write,
+// or a panic for the handler to re-raise (http.ErrAbortHandler aborts the
+// response).
 type workEnd struct {
 	err   error
 	panic any
