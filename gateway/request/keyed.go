@@ -227,23 +227,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 	k := &keyedCall{g: g, h: newHandoff(w, r, live, g.cfg.Server.WriteStallTimeout.D()), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk,
 		out: x.out}
 	cl.Source.Hold() // a spooled body outlives the handler while the call runs on
-	call := func() workEnd {
-		defer cl.Source.Close()
-		defer done()
-		defer unlive()
-		defer held()
-		lease.Renew(work)
-		defer lease.StopRenewing()
-		e := k.run()
-		k.h.over()
-		if e.panic != nil && live != nil {
-			live.abort()
-		}
-		// Unregistered before the handler can answer: the client's next
-		// request with the key must not join a stream that has ended.
-		unlive()
-		return e
-	}
+	call := func() workEnd { return k.runHeld(live, unlive, done, held) }
 	finish := func(e workEnd) error {
 		*s = k.s
 		if e.panic != nil {
@@ -297,6 +281,27 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 			k.h.end(nil)
 		}
 	}
+}
+
+// runHeld runs the call, then gives back what it held: its lease's
+// renewal, its client's slot and body bytes (held), its registration as a
+// live stream (unlive) and in the work set (done), and its spooled body.
+func (k *keyedCall) runHeld(live *liveStream, unlive, done, held func()) workEnd {
+	defer k.cl.Source.Close()
+	defer done()
+	defer unlive()
+	defer held()
+	k.lease.Renew(k.work)
+	defer k.lease.StopRenewing()
+	e := k.run()
+	k.h.over()
+	if e.panic != nil && live != nil {
+		live.abort()
+	}
+	// Unregistered before the handler can answer: the client's next
+	// request with the key must not join a stream that has ended.
+	unlive()
+	return e
 }
 
 // runHere runs a keyed call on the handler's goroutine, for a client
