@@ -159,6 +159,10 @@ func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict, beforeE
 	}
 	if resp.Rest == nil {
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+		if ww, ok := w.(WholeWriter); ok {
+			ww.WriteWhole(resp.Status, resp.Body)
+			return nil
+		}
 	}
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)
@@ -179,6 +183,15 @@ func WriteJSON(w http.ResponseWriter, resp *Response, v outcome.Verdict, beforeE
 		}
 	}
 	return nil
+}
+
+// WholeWriter is a ResponseWriter that takes an answer's status line and
+// its whole body in one step, so that nothing can come between them (a
+// keyed call's handoff, which the client's deadline may end: an answer
+// written whole by then goes out; one whose status line alone was out
+// would be cut).
+type WholeWriter interface {
+	WriteWhole(status int, body []byte)
 }
 
 // ErrClientWrite: a write to the client failed (it left, or its deadline

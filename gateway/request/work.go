@@ -211,7 +211,8 @@ type handoff struct {
 	// (it left, or the handler had ended the handoff).
 	failed bool
 	// delivered: the work's whole answer went out before the handler
-	// ended the handoff (deliver); the handler then leaves it be.
+	// ended the handoff (deliver, or WriteWhole); the handler then leaves
+	// it be.
 	delivered bool
 	// live, when not nil, records what the work writes for duplicates
 	// that join it (live.go), also after the handler has ended.
@@ -335,6 +336,26 @@ func (h *handoff) WriteKept(b []byte) (int, error) { return h.write(b, true) }
 func (h *handoff) write(b []byte, kept bool) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.writeLocked(b, kept)
+}
+
+// WriteWhole writes a JSON answer's status line and body under one hold
+// of the lock (proxy.WholeWriter), and marks it delivered when both
+// reached net/http: the client's deadline, which takes the same lock, then
+// finds either nothing written (and answers 504 itself) or the whole
+// answer, which goes out as the handler returns — never a status line
+// without its body, which it could only cut.
+func (h *handoff) WriteWhole(status int, body []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.writeHeader(status)
+	if _, err := h.writeLocked(body, false); err == nil && !h.ended && !h.failed {
+		h.delivered = true
+	}
+}
+
+// writeLocked is write; the caller holds mu.
+func (h *handoff) writeLocked(b []byte, kept bool) (int, error) {
 	if h.live != nil {
 		h.live.start(http.StatusOK, h.header)
 		h.live.write(b, kept)
