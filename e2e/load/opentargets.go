@@ -18,6 +18,19 @@ var openGoals = []openGoal{
 	{", keyed", "llmgate keyed", "p99", 1.5},
 }
 
+// openPrefix is what the names of the open-loop legs at -target-rate
+// begin with.
+func openPrefix(s settings) string { return fmt.Sprintf("open %d/s ", s.TargetRate) }
+
+// legs are g's two legs, found by leg: llmgate's and the floor's.
+func (g openGoal) legs(s settings, leg func(string) *Leg) (l, floor *Leg) {
+	return leg(openPrefix(s) + g.leg), leg(openPrefix(s) + "floor")
+}
+
+// added is what a leg of latencies d added to the upstream's wait at g's
+// percentile.
+func (g openGoal) added(s settings, d *Dist) float64 { return quantile(d, g.q) - ms(s.Slow) }
+
 // quantile is d's p99 or p99.9.
 func quantile(d *Dist, q string) float64 {
 	if q == "p99.9" {
@@ -41,8 +54,7 @@ func openTargets(r *report) []Target {
 		if g.limit != 1 {
 			goal = fmt.Sprintf("100%% success and %s added %s ≤ %.1f × floor's added %s", g.leg, g.q, g.limit, g.q)
 		}
-		prefix := fmt.Sprintf("open %d/s ", s.TargetRate)
-		l, f := r.leg(prefix+g.leg), r.leg(prefix+"floor")
+		l, f := g.legs(s, r.leg)
 		switch {
 		case s.TargetRate == 0 || l == nil || f == nil:
 			ts = append(ts, Target{name, goal, "legs missing", "n/a"})
@@ -54,8 +66,7 @@ func openTargets(r *report) []Target {
 			ts = append(ts, Target{name, goal, fmt.Sprintf("%.2f%% success, no successful request", l.SuccessPct), "MISS"})
 			continue
 		}
-		up := ms(s.Slow)
-		got, floor := quantile(l.Latency, g.q)-up, quantile(f.Latency, g.q)-up
+		got, floor := g.added(s, l.Latency), g.added(s, f.Latency)
 		lim := g.limit * floor
 		ts = append(ts, Target{name, goal, fmt.Sprintf("%.2f%% success (%d of %d), added %s %.1f ms vs limit %.1f ms (floor %.1f ms)",
 			l.SuccessPct, l.Requests-l.Errors, l.Requests, g.q, got, lim, floor), verdict(l.Errors == 0 && got <= lim)})

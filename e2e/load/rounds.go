@@ -136,20 +136,19 @@ func roundRatios(s settings) []roundRatio {
 		if s.TargetRate == 0 {
 			break
 		}
-		prefix := fmt.Sprintf("open %d/s ", s.TargetRate)
+		prefix := openPrefix(s)
 		rs = append(rs, roundRatio{
 			fmt.Sprintf("added %s, %s%s ÷ %sfloor (target ≤ %.1f)", g.q, prefix, g.leg, prefix, g.limit),
 			func(leg func(string) *Leg) (float64, bool) {
-				l, f := leg(prefix+g.leg), leg(prefix+"floor")
+				l, f := g.legs(s, leg)
 				if !usable(l, f) {
 					return 0, false
 				}
-				up := ms(s.Slow)
-				floor := quantile(f.Latency, g.q) - up
+				floor := g.added(s, f.Latency)
 				if floor <= 0 {
 					return 0, false
 				}
-				return (quantile(l.Latency, g.q) - up) / floor, true
+				return g.added(s, l.Latency) / floor, true
 			}})
 	}
 	return append(rs,
