@@ -143,7 +143,10 @@ func (l *Lease) StopRenewing() {
 func (l *Lease) renewOnce() {
 	l.renewMu.Lock()
 	defer l.renewMu.Unlock()
-	if l.renewStopped || l.renewCtx.Err() != nil {
+	if l.renewStopped {
+		return
+	}
+	if l.renewCtx.Err() != nil {
 		l.renewLost = true
 		return
 	}

@@ -272,13 +272,10 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 			}
 			return nil
 		case <-gone:
-			// The client left: the call goes on (the handler waits for it,
-			// so the log line says how it ended), counted as detached. Its
-			// writes go nowhere from now on, so nothing it writes later can
-			// pass for an answer the client received.
+			// The handler waits for the call, so the log line says how it
+			// ended.
 			gone = nil
-			g.detach(it, s)
-			k.h.end(nil)
+			g.clientLeft(it, k, s)
 		}
 	}
 }
@@ -304,18 +301,25 @@ func (k *keyedCall) runHeld(live *liveStream, unlive, done, held func()) workEnd
 	return e
 }
 
+// clientLeft is what a keyed call's client leaving does: the call goes on,
+// counted as detached, and its writes go nowhere from now on, so nothing
+// it writes later can pass for an answer the client received.
+func (g *Handler) clientLeft(it *workItem, k *keyedCall, s *summary) {
+	g.detach(it, s)
+	k.h.end(nil)
+}
+
 // runHere runs a keyed call on the handler's goroutine, for a client
 // with no deadline of its own: nothing can make the handler return before
 // the call ends, so the call needs no goroutine of its own. Should the
-// client leave, the call is counted as detached and its writes go nowhere
-// from then on, as in runClaimed's loop; that is done before runHere
-// returns, so the handoff is never touched after the handler has.
+// client leave, clientLeft runs, as in runClaimed's loop, and is done
+// before runHere returns, so the handoff is never touched after the
+// handler has.
 func (g *Handler) runHere(r *http.Request, it *workItem, k *keyedCall, s *summary, call func() workEnd) workEnd {
 	left := make(chan struct{})
 	stop := context.AfterFunc(r.Context(), func() {
 		defer close(left)
-		g.detach(it, s)
-		k.h.end(nil)
+		g.clientLeft(it, k, s)
 	})
 	defer func() {
 		if !stop() {
