@@ -514,10 +514,10 @@ type Store struct {
 	// WritebackInterval is how often the Badger store asks the kernel to
 	// start writing back the part of the value-log file it has finished
 	// writing (sync_file_range, not waited for; all but its last folio,
-	// 64 KiB to 2 MiB, once 1 MiB more is finished), so that the file's rotation every 16
-	// MiB — an msync in Badger's one writer goroutine, during which no
-	// commit completes (~50–100 ms under load) — finds a few MiB to write
-	// instead of up to 16. It cuts keyed streams' p99.9 under sustained
+	// 64 KiB to 2 MiB, once 1 MiB more is finished), so that the file's
+	// rotation every 16 MiB — an msync in Badger's one writer goroutine,
+	// during which no commit completes (~50–100 ms under load) — finds a
+	// few MiB to write instead of up to 16. It cuts keyed streams' p99.9 under sustained
 	// keyed load from ~60 ms to ~23 ms; its CPU cost did not show in the
 	// load tool. It runs on ext2/3/4, XFS, Btrfs and overlayfs only (the
 	// log says so at startup elsewhere). Durability is the same either

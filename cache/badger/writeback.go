@@ -99,8 +99,8 @@ func newWriteback(dir string) *writeback {
 
 // round starts the writeback of the newest value-log file's finished part
 // (finishedBefore), once writebackChunk or more of it is finished since
-// the last round that started one; written is live.written now. A round with nothing written since the last costs
-// nothing. The range always starts at the file's start: pages already
+// the last round that started one; written is live.written now. A round
+// with nothing written since the last costs nothing. The range always starts at the file's start: pages already
 // written back cost the kernel only a lookup, and a page left out once
 // is taken the next time.
 func (wb *writeback) round(written int64) {

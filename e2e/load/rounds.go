@@ -11,9 +11,9 @@ import (
 // by a fifth from run to run, more than most changes a profile points
 // at. Running every closed-loop leg N times, round after round, and then
 // every open-loop leg N times, has the floor's and the gateway's legs
-// take turns with whatever else the machine does; pooling a leg's rounds (their requests, CPU seconds and
-// latencies together) puts N times the requests behind each ratio and
-// percentile. The targets judge the pooled legs; mdRounds shows how far
+// take turns with whatever else the machine does; pooling a leg's rounds
+// (their requests, CPU seconds and latencies together) puts N times the
+// requests behind each ratio and percentile. The targets judge the pooled legs; mdRounds shows how far
 // the rounds' own ratios spread.
 
 // rounds is -rounds, at least 1.
