@@ -1,6 +1,7 @@
 package request
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 
@@ -110,6 +111,10 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 			return &fieldError{Param: "model", Msg: "model must be a string"}
 		}
 		r.Model = jsonscan.Unquote(v)
+		if e := modelTooLong(r.Model); e != nil {
+			r.Model = "" // not logged either
+			return e
+		}
 	case "stream":
 		switch string(v) {
 		case "true":
@@ -162,6 +167,25 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 		}
 	}
 	return nil
+}
+
+// maxModelBytes is the longest model name the gateway takes. What learns
+// models keeps a name for the life of the process — a breaker of its own
+// and a metric label, up to 64 of each per upstream — and the request log
+// writes it on every line: unbounded, one tenant's names (up to a whole
+// body long) could pin memory for every tenant. Real names are far
+// shorter: OpenAI fine-tune ids, Bedrock ARNs and Hugging Face ids are
+// all well under 200 bytes.
+const maxModelBytes = 256
+
+// modelTooLong is the client's error for a model name over maxModelBytes,
+// worded as OpenAI words a string too long; nil for any other name.
+func modelTooLong(model string) *fieldError {
+	if len(model) <= maxModelBytes {
+		return nil
+	}
+	return &fieldError{Param: "model", Code: "string_above_max_length", Msg: fmt.Sprintf(
+		"Invalid 'model': string too long. Expected a string of at most %d bytes, but got one of %d bytes", maxModelBytes, len(model))}
 }
 
 // fieldError is a well-formed body with a field llmgate cannot accept: of
