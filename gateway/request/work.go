@@ -212,8 +212,8 @@ type handoff struct {
 	failed bool
 	// delivered: the work's whole answer went out before the handler
 	// ended the handoff (deliver, or WriteWhole); the handler then leaves
-	// it be.
-	delivered bool
+	// it be. Set under mu; read without it by end.
+	delivered atomic.Bool
 	// live, when not nil, records what the work writes for duplicates
 	// that join it (live.go), also after the handler has ended.
 	live *liveStream
@@ -222,9 +222,14 @@ type handoff struct {
 	// not hold back the joiners, who follow the work, not the client.
 	stall time.Duration
 	rc    *http.ResponseController
-	// ending is set by end before it cuts a blocked write short; guard
-	// then never sets a later deadline over end's.
+	// ending is set by end as it begins, before it takes mu: a write
+	// that starts from then on is cut at once (beginWrite), and guard
+	// never sets a later deadline over the cut. Cleared when end finds
+	// the answer delivered: the work goes on writing its end.
 	ending atomic.Bool
+	// writing: a write or flush to the client is under way (beginWrite);
+	// end cuts it short with a write deadline of now.
+	writing atomic.Bool
 	// guardedAt is when guard last set the write deadline (zero: none is
 	// set). Under mu.
 	guardedAt time.Time
@@ -262,11 +267,40 @@ func (h *handoff) guard() {
 	}
 	_ = h.rc.SetWriteDeadline(now.Add(h.stall + h.stall/4))
 	h.guardedAt = now
-	if h.ending.Load() {
+	if h.cutting() {
 		// end set its deadline of now before or while this one was
 		// set: keep end's, so the write it cuts is cut at once.
 		_ = h.rc.SetWriteDeadline(time.Now())
 	}
+}
+
+// beginWrite marks a write (or flush) to the client under way, for end,
+// and cuts it at once if end has begun; endWrite marks it over. The
+// caller holds mu. end cuts only a write under way (it may be stuck on a
+// client that stopped reading), never the response as such: over HTTP/2
+// a write deadline that passes resets the stream whether a write is under
+// way or not, which would cut the 504 end writes, or an answer it finds
+// delivered. Each of end and a write that starts as it begins sees the
+// other's mark (end sets ending, then reads writing; a write sets
+// writing, then reads ending), so no write it should cut escapes both.
+func (h *handoff) beginWrite() {
+	h.writing.Store(true)
+	if h.cutting() {
+		cutWrites(h.w)
+	}
+}
+
+func (h *handoff) endWrite() { h.writing.Store(false) }
+
+// cutting reports that end has begun and a write must be cut: unless the
+// answer was delivered, after which the work only writes its end (a
+// trailer, a last flush), which end leaves be.
+func (h *handoff) cutting() bool { return h.ending.Load() && !h.delivered.Load() }
+
+// cutWrites fails the write to w under way, and any until the deadline is
+// lifted, at once.
+func cutWrites(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now())
 }
 
 // unguard lifts guard's deadline after a write, on HTTP/2 (perWrite).
@@ -350,7 +384,7 @@ func (h *handoff) WriteWhole(status int, body []byte) {
 	defer h.mu.Unlock()
 	h.writeHeader(status)
 	if _, err := h.writeLocked(body, false); err == nil && !h.ended && !h.failed {
-		h.delivered = true
+		h.delivered.Store(true)
 	}
 }
 
@@ -369,7 +403,9 @@ func (h *handoff) writeLocked(b []byte, kept bool) (int, error) {
 	}
 	h.writeHeader(http.StatusOK)
 	h.guard()
+	h.beginWrite()
 	n, err := h.w.Write(b)
+	h.endWrite()
 	h.unguard()
 	if err != nil {
 		h.failed = true
@@ -413,12 +449,15 @@ func (h *handoff) deliver(settle func() error) (delivered bool, err error) {
 	// change its framing (a short body loses its Content-Length for
 	// chunked encoding); its client's departure shows in its context.
 	if isStream(h.w.Header()) {
-		if err := proxy.FlushClient(h.w); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		h.beginWrite()
+		err := proxy.FlushClient(h.w)
+		h.endWrite()
+		if err != nil && !errors.Is(err, http.ErrNotSupported) {
 			h.failed = true
 			return false, nil
 		}
 	}
-	h.delivered = true
+	h.delivered.Store(true)
 	return true, settle()
 }
 
@@ -445,7 +484,9 @@ func (h *handoff) FlushError() error {
 		return nil
 	}
 	h.guard()
+	h.beginWrite()
 	err := proxy.FlushClient(h.w)
+	h.endWrite()
 	h.unguard()
 	if err != nil && !errors.Is(err, http.ErrNotSupported) {
 		h.failed = true
@@ -468,20 +509,23 @@ func (h *handoff) trailer(k, v string) {
 
 // end stops the work's writes; last, when non-nil, writes the handler's own
 // ending first (wrote says whether the status line is out). A write the
-// work is blocked in (a client that stopped reading) is ended first with a
-// write deadline, so the handler never waits on a stuck client. It reports
-// what last reported — or, when the work's answer was delivered whole
-// (deliver), it ends nothing and reports delivered: the handler waits for
-// the work, which has nothing left to write but its trailer.
+// work is blocked in (a client that stopped reading) is cut first with a
+// write deadline, so the handler never waits on a stuck client; only a
+// write under way is (beginWrite). It reports what last reported — or,
+// when the work's answer was delivered whole (deliver), it ends nothing
+// and reports delivered: the handler waits for the work, which has
+// nothing left to write but its end (a trailer, a last flush).
 func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool)) (abort, delivered bool) {
 	h.ending.Store(true)
-	rc := http.NewResponseController(h.w)
-	_ = rc.SetWriteDeadline(time.Now())
+	if h.writing.Load() && !h.delivered.Load() {
+		cutWrites(h.w)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_ = rc.SetWriteDeadline(time.Time{})
+	_ = http.NewResponseController(h.w).SetWriteDeadline(time.Time{})
 	h.guardedAt = time.Time{}
-	if h.delivered {
+	if h.delivered.Load() {
+		h.ending.Store(false) // the work's end must not be cut
 		return false, true
 	}
 	if !h.ended && last != nil {
