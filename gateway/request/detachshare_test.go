@@ -42,3 +42,28 @@ func TestDetachedShareEvictsTheBiggestHolder(t *testing.T) {
 		t.Fatalf("detached = %d, want the cap", n)
 	}
 }
+
+// With no clients configured every request's client is "", one tenant:
+// it may detach up to the whole cap, as it may hold the whole of
+// limits.max_inflight_bytes (admission exempts "" from its share too).
+// It had half: a single-tenant gateway cancelled detached calls past 128
+// of the default 256, releasing their keys and writing dead letters.
+func TestNoClientsDetachUpToTheCap(t *testing.T) {
+	s := newWorkSet(4)
+	var ctxs []context.Context
+	for i := range 4 {
+		ctx, it, _ := s.start(context.Background(), time.Time{})
+		if !s.detach(it) {
+			t.Fatalf("detached call %d of a cap of 4 was cancelled (no clients configured)", i+1)
+		}
+		ctxs = append(ctxs, ctx)
+	}
+	if _, it, _ := s.start(context.Background(), time.Time{}); s.detach(it) {
+		t.Fatal("a fifth detached call past the cap of 4 was not cancelled")
+	}
+	for i, ctx := range ctxs {
+		if ctx.Err() != nil {
+			t.Fatalf("detached call %d was cancelled by one past the cap", i+1)
+		}
+	}
+}

@@ -86,10 +86,16 @@ func (s *workSet) start(parent context.Context, operatorDeadline time.Time) (ctx
 	}
 }
 
-// share is the most detached calls one client may hold: half the cap (as
-// a client may hold half of limits.max_inflight_bytes), so that one client
-// whose calls hang cannot take every slot; at least one.
-func (s *workSet) share() int { return max(int(s.max/2), 1) }
+// share is the most detached calls client may hold: half the cap (as a
+// client may hold half of limits.max_inflight_bytes), so that one client
+// whose calls hang cannot take every slot; at least one. With no clients
+// configured every request's client is "", the only tenant: the whole cap.
+func (s *workSet) share(client string) int {
+	if client == "" {
+		return int(s.max)
+	}
+	return max(int(s.max/2), 1)
+}
 
 // detach counts it as running on without its client. A call already
 // finished (or already detached) is left as it is. Past its client's
@@ -105,7 +111,7 @@ func (s *workSet) detach(it *workItem) bool {
 		return true
 	}
 	own := s.byClient[it.client]
-	if len(own) >= s.share() {
+	if len(own) >= s.share(it.client) {
 		it.state.Store(workEvicted)
 		it.cancel(errDetachedCap)
 		return false
