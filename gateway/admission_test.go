@@ -45,7 +45,7 @@ func TestAdmissionBoundsBodiesInFlight(t *testing.T) {
 	releaseAll := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseAll)
 	timers := make(chan chan time.Time, n)
-	bound := int64(admitted*(len(body)+1) + len(body)/2)
+	bound := int64(admitted*len(body) + len(body)/2)
 	h := newHarnessOptions(t, func(c *config.Config) {
 		c.Upstreams[0].BaseURL = up.URL + "/v1"
 		c.Limits.MaxBodyBytes = 2 << 20
@@ -69,8 +69,8 @@ func TestAdmissionBoundsBodiesInFlight(t *testing.T) {
 			for range admitted {
 				<-arrived
 			}
-			if got := h.gw.admit.InUse(); got != int64(admitted*(len(body)+1)) {
-				t.Errorf("bytes reserved %d with %d admitted, want %d", got, admitted, admitted*(len(body)+1))
+			if got := h.gw.admit.InUse(); got != int64(admitted*len(body)) {
+				t.Errorf("bytes reserved %d with %d admitted, want %d", got, admitted, admitted*len(body))
 			}
 		}
 	}
@@ -201,6 +201,63 @@ func TestClientShare(t *testing.T) {
 	small := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
 	if r := h.chat(small, map[string]string{"Authorization": "Bearer key-alice"}); r.status != http.StatusOK {
 		t.Errorf("alice's chat while mallory holds her share: %d %s", r.status, r.body)
+	}
+}
+
+// TestClientShareLeavesOneWholeBody: with limits.max_inflight_bytes at
+// twice limits.max_body_bytes (the default's rule), one client holding
+// all it may — a chunked body stalled at the limit, waiting to send the
+// byte past it — leaves another room for a body of the largest size. A
+// body's reservation counted the byte read past its limit (or past its
+// declared length, to see its end), so the first held max + 1 bytes and
+// the second needed max + 1: 2 bytes too many, and its 503 broke the
+// share's promise.
+func TestClientShareLeavesOneWholeBody(t *testing.T) {
+	const max = 1 << 20
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Limits.MaxBodyBytes = max
+		c.Limits.MaxInflightBytes = 2 * max
+		c.Limits.AdmissionWait = config.Duration(100 * time.Millisecond)
+		c.Clients = []config.Client{{Name: "mallory", Key: "key-mallory"}, {Name: "alice", Key: "key-alice"}}
+	}, nil, fakeprovider.Options{}, nil)
+	w, _ := h.trickle("/v1/chat/completions", "application/json", "key-mallory", -1) // chunked
+	if _, err := w.Write(make([]byte, max)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitInUse(max)
+	head := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"`
+	tail := `"}]}`
+	whole := head + strings.Repeat("a", max-len(head)-len(tail)) + tail
+	if r := h.chat(whole, map[string]string{"Authorization": "Bearer key-alice"}); r.status != http.StatusOK {
+		t.Errorf("alice's body of the largest size while mallory holds her share: %d %.300s", r.status, r.body)
+	}
+	if got := h.gw.admit.InUse(); got > max {
+		t.Errorf("mallory's stalled body holds %d bytes, over the %d it sent", got, max)
+	}
+	// Alice's chunked bodies: the largest size is read to its end, one
+	// byte more is refused.
+	chunked := func(body string) int {
+		req, err := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/chat/completions", struct{ io.Reader }{strings.NewReader(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer key-alice")
+		res, err := testClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if len(res.TransferEncoding) == 0 && req.ContentLength > 0 {
+			t.Fatal("the request was not chunked")
+		}
+		return res.StatusCode
+	}
+	if got := chunked(whole); got != http.StatusOK {
+		t.Errorf("alice's chunked body of the largest size: %d", got)
+	}
+	if got := chunked(whole + " "); got != http.StatusRequestEntityTooLarge {
+		t.Errorf("alice's chunked body one byte over: %d, want 413", got)
 	}
 }
 

@@ -550,13 +550,13 @@ func ambiguousCredentials(what string) *apierror.Error {
 // clientShare is the most request bytes in memory one client may hold:
 // half of limits.max_inflight_bytes, so that one tenant trickling bodies
 // leaves the other half to the rest, but at least one body of
-// limits.max_body_bytes (and the byte read past it), so that any allowed
-// request can be read.
+// limits.max_body_bytes, so that any allowed request can be read (a body
+// holds no byte past its own: admission.Reservation.Body).
 func clientShare(l config.Limits) int64 {
 	if l.MaxInflightBytes <= 0 {
 		return 0
 	}
-	return max(l.MaxInflightBytes/2, l.MaxBodyBytes+1)
+	return max(l.MaxInflightBytes/2, l.MaxBodyBytes)
 }
 
 // spoolShare is the most request bytes one client may hold spooled to

@@ -233,21 +233,21 @@ func (r *Reservation) Held() int64 { return r.n }
 // under r, reserving as the bytes arrive, never the declared length up
 // front: a client that declares a large body and sends it slowly holds
 // only about what it sent. The buffer starts at one chunk and doubles as
-// it fills (capped at length+1 — one byte more to see EOF without
-// growing — or limit+1), and r reserves each growth before it is made, so
-// what r holds is what the buffer takes. It reads at most limit+1 bytes,
-// so that the caller can tell a body over limit.
+// it fills, up to length or limit, and r reserves each growth before it is
+// made, so what r holds is what the buffer takes — never a byte more than
+// the body's own: a full buffer is checked for the body's end with a read
+// of one byte outside it. A body longer than limit is ErrOverLimit (also
+// one longer than length, which net/http never gives).
 func (r *Reservation) Body(ctx context.Context, b *Bound, body io.Reader, length, limit int64) ([]byte, error) {
-	body = io.LimitReader(body, limit+1)
-	most := limit + 1
+	most := limit
 	if length >= 0 {
-		most = min(length+1, most)
+		most = min(length, most)
 	}
 	var buf []byte
 	for {
 		if len(buf) == cap(buf) {
 			if int64(len(buf)) >= most {
-				return buf, nil // the limit's extra byte, or more than declared
+				return buf, atEnd(body)
 			}
 			n := min(max(2*int64(cap(buf)), chunk), most)
 			if err := r.Reserve(ctx, b, n-int64(cap(buf))); err != nil {
@@ -262,6 +262,26 @@ func (r *Reservation) Body(ctx context.Context, b *Bound, body io.Reader, length
 		}
 		if err != nil {
 			return buf, err
+		}
+	}
+}
+
+// ErrOverLimit: a body read by Body holds more than its limit.
+var ErrOverLimit = errors.New("the body is longer than its limit")
+
+// atEnd reads on from a body whose bytes fill the buffer: nil at its end,
+// ErrOverLimit if it has another byte, or the read's error.
+func atEnd(body io.Reader) error {
+	var one [1]byte
+	for {
+		n, err := body.Read(one[:])
+		switch {
+		case n > 0:
+			return ErrOverLimit
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return err
 		}
 	}
 }

@@ -223,12 +223,11 @@ func (g *Handler) readBodyUpTo(r *http.Request, held *admission.Reservation, lim
 		return nil, err
 	case errors.Is(err, context.Canceled): // the client left while it waited
 		return nil, apierror.ClientGone
+	case errors.Is(err, admission.ErrOverLimit):
+		return nil, &apierror.TooLarge{Limit: limit}
 	}
 	if err != nil {
 		return nil, apierror.InvalidCode("", "", "Could not read the request body.", err)
-	}
-	if int64(len(body)) > limit {
-		return nil, &apierror.TooLarge{Limit: limit}
 	}
 	return body, nil
 }
