@@ -118,8 +118,9 @@ type Settings struct {
 	// seen (Allow) when as many have been learned gets no breaker of its
 	// own: only the upstream-wide one guards it (connection failures), so
 	// no two untracked models share a fate, and a tenant naming many
-	// models cannot make one breaker refuse them all. Learned breakers
-	// live as long as the Registry. If 0, DefaultMaxLearnedModels is used.
+	// models cannot make one breaker refuse them all. One client may learn
+	// half of them (AllowFor). Learned breakers live as long as the
+	// Registry. If 0, DefaultMaxLearnedModels is used.
 	MaxLearnedModels int
 	// OnUntracked, if not nil, is called the first time per upstream a
 	// model gets no breaker because MaxLearnedModels were learned, with

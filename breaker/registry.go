@@ -39,9 +39,12 @@ type upstream struct {
 	// under ScopeModel the upstream-wide one for connection failures.
 	own *entry
 
-	mu        sync.RWMutex
-	models    map[string]*entry
-	learned   int  // models added after New, lanes not counted
+	mu      sync.RWMutex
+	models  map[string]*entry
+	learned int // models added after New, lanes not counted
+	// learnedBy counts the models each client learned (named first): at
+	// most its share (Registry.share) each.
+	learnedBy map[string]int
 	untracked bool // a model was refused a breaker (OnUntracked called)
 }
 
@@ -56,7 +59,8 @@ func New(ups []Upstream, s Settings) *Registry {
 			if r.s.Scope == ScopeUpstream {
 				covers = "upstream"
 			}
-			set = &upstream{name: u.Name, own: r.newEntry(Key{Upstream: u.Name}, covers), models: map[string]*entry{}}
+			set = &upstream{name: u.Name, own: r.newEntry(Key{Upstream: u.Name}, covers), models: map[string]*entry{},
+				learnedBy: map[string]int{}}
 			r.ups[u.Name] = set
 			r.names = append(r.names, u.Name)
 		}
@@ -83,11 +87,12 @@ func (r *Registry) upstream(name string) (*upstream, error) {
 
 // model returns the breaker of model, making it if it is new: a lane's
 // always, a learned model's while fewer than MaxLearnedModels were
-// learned; else nil (the model has no breaker of its own).
+// learned and fewer than its share by client (who names it first); else
+// nil (the model has no breaker of its own).
 // A model whose name looks like a lane but is not asked for as one (a
 // client's body naming "(files)") has none: it cannot share a lane's fate
 // nor make lanes past the bound.
-func (r *Registry) model(set *upstream, model string, lane bool) *entry {
+func (r *Registry) model(set *upstream, model, client string, lane bool) *entry {
 	if isLane(model) != lane {
 		return nil
 	}
@@ -97,7 +102,7 @@ func (r *Registry) model(set *upstream, model string, lane bool) *entry {
 	if e != nil {
 		return e
 	}
-	e, first := r.learn(set, model, lane)
+	e, first := r.learn(set, model, client, lane)
 	if e == nil && first && r.s.OnUntracked != nil {
 		r.s.OnUntracked(Key{Upstream: set.name, Model: model})
 	}
@@ -105,8 +110,9 @@ func (r *Registry) model(set *upstream, model string, lane bool) *entry {
 }
 
 // learn makes model's (or lane's) breaker under set's lock; first
-// reports the first model of set refused one.
-func (r *Registry) learn(set *upstream, model string, lane bool) (e *entry, first bool) {
+// reports the first model of set refused one for want of room (not for a
+// client past its share).
+func (r *Registry) learn(set *upstream, model, client string, lane bool) (e *entry, first bool) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	if e := set.models[model]; e != nil {
@@ -118,12 +124,27 @@ func (r *Registry) learn(set *upstream, model string, lane bool) (e *entry, firs
 			first, set.untracked = !set.untracked, true
 			return nil, first
 		}
+		if set.learnedBy[client] >= r.share(client) {
+			return nil, false
+		}
 		set.learned++
+		set.learnedBy[client]++
 		covers = "model"
 	}
 	e = r.newEntry(Key{Upstream: set.name, Model: model}, covers)
 	set.models[model] = e
 	return e, false
+}
+
+// share is the most models client may learn per upstream: half of
+// MaxLearnedModels (at least one), so that one tenant naming many models
+// leaves the other half to the rest, as with every global bound; all of
+// it for "" (no clients configured, or an operator).
+func (r *Registry) share(client string) int {
+	if client == "" {
+		return r.s.MaxLearnedModels
+	}
+	return max(r.s.MaxLearnedModels/2, 1)
 }
 
 // find returns k's breaker without making one; nil if it has none.
@@ -157,17 +178,24 @@ func (r *Registry) find(k Key) *entry {
 // which breaker). An unknown upstream gives an error wrapping
 // ErrUnknownUpstream.
 func (r *Registry) Allow(upstream, model string) (done func(res Result, class string), err error) {
-	return r.allowFor(upstream, model, false)
+	return r.allowOn(upstream, model, "", false)
+}
+
+// AllowFor is Allow for a request of client ("": none configured): a model
+// it is the first to name gets a breaker of its own within its share of
+// MaxLearnedModels (half of it), so one client cannot take every slot.
+func (r *Registry) AllowFor(client, upstream, model string) (done func(res Result, class string), err error) {
+	return r.allowOn(upstream, model, client, false)
 }
 
 // AllowLane is Allow for a request that names no model, on the lane of its
 // route family (see Lane): its failures open the lane, never the
 // upstream's own breaker. Under ScopeUpstream it is Allow(upstream, "").
 func (r *Registry) AllowLane(upstream, family string) (done func(res Result, class string), err error) {
-	return r.allowFor(upstream, Lane(family), true)
+	return r.allowOn(upstream, Lane(family), "", true)
 }
 
-func (r *Registry) allowFor(upstream, model string, lane bool) (done func(res Result, class string), err error) {
+func (r *Registry) allowOn(upstream, model, client string, lane bool) (done func(res Result, class string), err error) {
 	set, err := r.upstream(upstream)
 	if err != nil {
 		return nil, err
@@ -179,7 +207,7 @@ func (r *Registry) allowFor(upstream, model string, lane bool) (done func(res Re
 	if r.s.Scope == ScopeUpstream || model == "" {
 		return own.done, nil // done counts a ConnectionFailure as a Failure
 	}
-	e := r.model(set, model, lane)
+	e := r.model(set, model, client, lane)
 	if e == nil {
 		return func(res Result, class string) { own.done(ownResult(res), class) }, nil
 	}
@@ -305,7 +333,7 @@ func (r *Registry) ForceOpen(k Key) error {
 		if r.s.Scope == ScopeUpstream {
 			return fmt.Errorf("breaker: upstream %q has one breaker for every model (scope upstream)", k.Upstream)
 		}
-		if e = r.model(set, k.Model, isLane(k.Model)); e == nil {
+		if e = r.model(set, k.Model, "", isLane(k.Model)); e == nil {
 			return fmt.Errorf("breaker: upstream %q already keeps breakers for %d learned models, the most it keeps; model %q has no breaker of its own to force open (name it in the upstream's models, or force the upstream's own)", k.Upstream, r.s.MaxLearnedModels, k.Model)
 		}
 	}

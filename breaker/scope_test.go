@@ -224,3 +224,59 @@ func BenchmarkAllowModel(b *testing.B) {
 		}
 	})
 }
+
+// TestLearnedModelsShared: one client may learn at most half the
+// upstream's MaxLearnedModels; past its share a model it names first gets
+// no breaker of its own (as past the cap), and the other half stays for
+// the rest. A model another client learned is anyone's, counted against
+// no one else. Without clients ("") the whole cap is one tenant's. One
+// tenant naming many models used to take every slot, and another
+// tenant's failing model then opened no breaker at all.
+func TestLearnedModelsShared(t *testing.T) {
+	r := New([]Upstream{{Name: "u"}}, Settings{MaxLearnedModels: 4, ConsecutiveFailures: 2})
+	allow := func(client, model string) {
+		t.Helper()
+		done, err := r.AllowFor(client, "u", model)
+		if err != nil {
+			t.Fatalf("%s naming %s: %v", client, model, err)
+		}
+		done(Success, "")
+	}
+	for _, m := range []string{"a1", "a2", "a3", "a4", "a5"} {
+		allow("mallory", m)
+	}
+	allow("alice", "a1") // learned by mallory: alice's share untouched
+	allow("alice", "b1")
+	allow("alice", "b2")
+	allow("alice", "b3") // past alice's share too
+	var models []string
+	for _, st := range r.Snapshot() {
+		models = append(models, st.Model)
+	}
+	if want := []string{"", "a1", "a2", "b1", "b2"}; !slices.Equal(models, want) {
+		t.Fatalf("models %q, want %q: two for each client", models, want)
+	}
+	// Alice's model opens as a learned model's does.
+	for range 2 {
+		done, err := r.AllowFor("alice", "u", "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done(Failure, "transient")
+	}
+	if _, err := r.AllowFor("alice", "u", "b1"); err == nil {
+		t.Error("alice's failing model did not open its breaker")
+	}
+
+	solo := New([]Upstream{{Name: "u"}}, Settings{MaxLearnedModels: 4})
+	for _, m := range []string{"m1", "m2", "m3", "m4"} {
+		done, err := solo.AllowFor("", "u", m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done(Success, "")
+	}
+	if n := len(solo.Snapshot()); n != 5 {
+		t.Errorf("without clients, %d breakers, want the upstream's own and 4 learned", n)
+	}
+}

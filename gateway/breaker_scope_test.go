@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/cmd/gateway/demo"
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/e2e/fakeprovider"
@@ -314,4 +316,47 @@ func newTLSTestServer(t *testing.T) string {
 	srv := httptest.NewTLSServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// TestLearnedBreakersSharedByClients: a tenant naming many models (all the
+// upstream's 64 learned-model slots and more) takes at most half of them:
+// another tenant's failing model still gets a breaker of its own, which
+// opens. Before, the flood took every slot, and the other tenant's
+// failing model was sent on and on (8 requests, 16 provider calls with
+// retries, in the attack that found it).
+func TestLearnedBreakersSharedByClients(t *testing.T) {
+	h := newHarnessStore(t, func(c *config.Config) {
+		c.Retry.MaxAttempts = 1
+		c.Breaker.ConsecutiveFailures = 3
+		c.Clients = []config.Client{{Name: "mallory", Key: "key-mallory"}, {Name: "alice", Key: "key-alice"}}
+	}, nil, fakeprovider.Options{DemoModels: true, DemoOutage: time.Hour})
+	mallory := map[string]string{"Authorization": "Bearer key-mallory"}
+	alice := map[string]string{"Authorization": "Bearer key-alice"}
+	for i := range breaker.DefaultMaxLearnedModels + 6 {
+		if r := h.chat(modelBody(fmt.Sprintf("gpt-flood-%d", i), false), mallory); r.status != 200 {
+			t.Fatalf("mallory's model %d: %d %s", i, r.status, r.body)
+		}
+	}
+	for i := range 3 {
+		if r := h.chat(modelBody(demo.DemoDown, false), alice); r.status != 503 {
+			t.Fatalf("alice's demo-down call %d: %d %s", i, r.status, r.body)
+		}
+	}
+	before := h.fake.Calls("")
+	r := h.chat(modelBody(demo.DemoDown, false), alice)
+	if e := wantOpenAIError(t, r, 503); e["code"] != "upstream_unavailable" {
+		t.Fatalf("alice's failing model after three failures: %s, want its open breaker's 503", r.body)
+	}
+	if h.fake.Calls("") != before {
+		t.Fatal("alice's failing model still reached the upstream: it got no breaker of its own")
+	}
+	learned := 0
+	for _, b := range breakers(t, h) {
+		if strings.HasPrefix(b.Model, "gpt-flood-") {
+			learned++
+		}
+	}
+	if learned != breaker.DefaultMaxLearnedModels/2 {
+		t.Errorf("mallory's models have %d breakers, want her share, %d", learned, breaker.DefaultMaxLearnedModels/2)
+	}
 }

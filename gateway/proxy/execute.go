@@ -122,6 +122,10 @@ type Call struct {
 	// tenant the call is made for, by which a chained llmgate narrows its
 	// scope (see request.TenantHeader).
 	Tenant string
+	// Client is the client the call is made for ("": none configured),
+	// whose share of a bound shared by clients it counts against (the
+	// models an upstream learns breakers for).
+	Client string
 	// Deadline: no attempt or fallback starts after it. ClientDeadline
 	// says it is the client's own (X-Llmgate-Deadline), not the
 	// operator's: a retry it stops says nothing about the upstream.
@@ -201,7 +205,7 @@ func (c *Call) allow(b *breaker.Registry, upstream string) (func(breaker.Result,
 	if c.Model == "" && c.Lane != "" {
 		return b.AllowLane(upstream, c.Lane)
 	}
-	return b.Allow(upstream, c.Model)
+	return b.AllowFor(c.Client, upstream, c.Model)
 }
 
 // Result is the settle input for this response (after a stream's end).

@@ -70,6 +70,7 @@ type sharedView struct {
 // recorded there), the plan is likewise the one hop to that fallback.
 func (g *Handler) plan(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view sharedView) error {
 	client := ClientOf(r)
+	cl.Client = client
 	chain := u.Chain()
 	if !slices.ContainsFunc(chain, func(cu *proxy.Upstream) bool { return g.sharedKey(client, cu) }) {
 		cl.Hops = make([]proxy.Hop, 0, len(chain))
