@@ -113,8 +113,8 @@ func TestBody(t *testing.T) {
 		limit  int64 // the bound
 		want   int64 // held after
 	}{
-		{"known length", int64(len(body)), 1 << 20, int64(len(body)) + 1},
-		{"unknown length", -1, 1 << 20, 512 << 10}, // 64, 128, 256, 512 KiB
+		{"known length", int64(len(body)), 1 << 20, int64(len(body))}, // not a byte past it
+		{"unknown length", -1, 1 << 20, 512 << 10},                    // 64, 128, 256, 512 KiB
 		{"unknown length, at the bound", -1, int64(len(body)), int64(len(body))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,6 +132,27 @@ func TestBody(t *testing.T) {
 			}
 			r.Release()
 		})
+	}
+}
+
+// A body one byte over its limit is ErrOverLimit, holding no more than the
+// limit; one of exactly the limit is read whole, whether its length is
+// known or not.
+func TestBodyOverLimit(t *testing.T) {
+	body := bytes.Repeat([]byte("x"), 100<<10)
+	for _, length := range []int64{-1, int64(len(body))} {
+		b := New(Options{Limit: 1 << 20})
+		var r Reservation
+		got, err := r.Body(context.Background(), b, bytes.NewReader(body), length, int64(len(body)))
+		if err != nil || len(got) != len(body) || r.Held() != int64(len(body)) {
+			t.Fatalf("length %d, a body of exactly the limit: %d bytes, held %d, %v", length, len(got), r.Held(), err)
+		}
+		r.Release()
+		_, err = r.Body(context.Background(), b, bytes.NewReader(append(body, 'y')), -1, int64(len(body)))
+		if !errors.Is(err, ErrOverLimit) || r.Held() > int64(len(body)) {
+			t.Fatalf("a body one byte over: %v, held %d", err, r.Held())
+		}
+		r.Release()
 	}
 }
 
