@@ -264,7 +264,7 @@ func (l *Ledger) charge(ln line, req Request, r Run) (amount int64, estimated bo
 	u, ok := l.o.Upstreams[r.Upstream]
 	p, priced := u.PriceOf(req.Model)
 	if !ok || !priced {
-		l.o.Metrics.BudgetUnpriced(r.Upstream, req.Model)
+		l.o.Metrics.BudgetUnpriced(r.Upstream, req.Model, req.Client)
 		return 0, false
 	}
 	return Cost(ln.budget.CountOrTotal(), r.Usage, p), false

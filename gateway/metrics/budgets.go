@@ -47,9 +47,10 @@ func (m *Metrics) BudgetCharged(client, budget string, amount int64, estimated b
 	m.budgetCharged.WithLabelValues(m.clientLabel(client), budget, est).Add(float64(amount))
 }
 
-// BudgetUnpriced counts a run of model on upstream that had no price.
-func (m *Metrics) BudgetUnpriced(upstream, model string) {
-	m.budgetUnpriced.WithLabelValues(upstream, m.ModelLabel(model, true, true)).Inc()
+// BudgetUnpriced counts a run of model on upstream, for client, that had
+// no price.
+func (m *Metrics) BudgetUnpriced(upstream, model, client string) {
+	m.budgetUnpriced.WithLabelValues(upstream, m.ModelLabel(client, model, true, true)).Inc()
 }
 
 // BudgetStoreError counts a failed budget store operation.

@@ -53,6 +53,7 @@ type Metrics struct {
 
 	mu          sync.Mutex
 	models      map[string]bool
+	modelsBy    map[string]int // the names each client learned (named first)
 	idemTotals  map[string]int64
 	exact       map[string]bool
 	clients     map[string]bool // written by SetClients only, before serving
@@ -67,6 +68,7 @@ const maxModelLabels = 64
 func New(reg prometheus.Registerer, exactModels []string) *Metrics {
 	m := &Metrics{
 		models:      map[string]bool{},
+		modelsBy:    map[string]int{},
 		exact:       map[string]bool{},
 		idemTotals:  map[string]int64{},
 		clients:     map[string]bool{},
@@ -233,8 +235,11 @@ func (m *Metrics) UsageScan(ok bool) {
 }
 
 // ModelLabel bounds the model label's values. learn is true when an
-// upstream accepted the model, which lets a wildcard-matched name in.
-func (m *Metrics) ModelLabel(model string, routed, learn bool) string {
+// upstream accepted the model, which lets a wildcard-matched name in: at
+// most maxModelLabels names, of which one client (the one that names it
+// first) may take half, so one tenant naming many models leaves the other
+// half to the rest; "" (no clients configured) may take all.
+func (m *Metrics) ModelLabel(client, model string, routed, learn bool) string {
 	if !routed {
 		return "unknown"
 	}
@@ -246,8 +251,13 @@ func (m *Metrics) ModelLabel(model string, routed, learn bool) string {
 	if m.models[model] {
 		return model
 	}
-	if learn && len(m.models) < maxModelLabels {
+	share := maxModelLabels / 2
+	if client == "" {
+		share = maxModelLabels
+	}
+	if learn && len(m.models) < maxModelLabels && m.modelsBy[client] < share {
 		m.models[model] = true
+		m.modelsBy[client]++
 		return model
 	}
 	return "other"

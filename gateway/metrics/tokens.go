@@ -48,7 +48,7 @@ func (m *Metrics) Usage(upstream, endpoint, model, client string, t classify.Tok
 		m.mu.Unlock()
 		return
 	}
-	model, client = m.ModelLabel(model, true, true), m.clientLabel(client)
+	model, client = m.ModelLabel(client, model, true, true), m.clientLabel(client)
 	m.tokens.WithLabelValues(upstream, model, client, "input").Add(float64(t.In))
 	m.tokens.WithLabelValues(upstream, model, client, "output").Add(float64(t.Out))
 	addCache(m.tokens, upstream, model, client, t)
@@ -62,7 +62,7 @@ func (m *Metrics) UsageSaved(upstream, model, client string, t classify.Tokens) 
 	if !t.Reported {
 		return
 	}
-	model, client = m.ModelLabel(model, true, true), m.clientLabel(client)
+	model, client = m.ModelLabel(client, model, true, true), m.clientLabel(client)
 	m.tokensSaved.WithLabelValues(upstream, model, client, "input").Add(float64(t.In))
 	m.tokensSaved.WithLabelValues(upstream, model, client, "output").Add(float64(t.Out))
 	addCache(m.tokensSaved, upstream, model, client, t)

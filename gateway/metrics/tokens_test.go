@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -93,4 +94,34 @@ func counters(t *testing.T, reg *prometheus.Registry, names ...string) map[strin
 		}
 	}
 	return out
+}
+
+// TestModelLabelsShared: one client may learn at most half the model
+// labels; another's models still get their own label after it named a
+// hundred. A label another client learned is anyone's. Before, one tenant
+// naming 64 models took every label, and every later model of every
+// tenant counted as "other".
+func TestModelLabelsShared(t *testing.T) {
+	m := New(prometheus.NewRegistry(), nil)
+	for i := range 100 {
+		m.Usage("u", "chat_completions", fmt.Sprintf("flood-%d", i), "mallory", classify.Tokens{In: 1, Reported: true})
+	}
+	if got := m.ModelLabel("alice", "flood-0", true, true); got != "flood-0" {
+		t.Errorf("a label mallory learned, for alice: %q", got)
+	}
+	if got := m.ModelLabel("alice", "gpt-5", true, true); got != "gpt-5" {
+		t.Fatalf("alice's model after mallory's flood: %q, want its own label", got)
+	}
+	if got := m.ModelLabel("mallory", "flood-100", true, true); got != "other" {
+		t.Errorf("mallory past her half: %q, want other", got)
+	}
+	learned := 0
+	for i := range 100 {
+		if m.ModelLabel("", fmt.Sprintf("flood-%d", i), true, false) != "other" {
+			learned++
+		}
+	}
+	if learned != maxModelLabels/2 {
+		t.Errorf("mallory's models have %d labels, want her half, %d", learned, maxModelLabels/2)
+	}
 }

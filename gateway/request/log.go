@@ -140,7 +140,7 @@ func (g *Handler) logRequest(c echo.Context, s *summary, end requestEnd) classif
 	}
 	g.log.LogAttrs(context.Background(), level, "request", attrs...)
 	if s.endpoint != "" {
-		model := g.metrics.ModelLabel(s.model, s.routed, status >= 200 && status < 300)
+		model := g.metrics.ModelLabel(ClientOf(r), s.model, s.routed, status >= 200 && status < 300)
 		up := s.upstream
 		if up == "" {
 			up = "none"
