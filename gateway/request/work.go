@@ -216,10 +216,13 @@ type handoff struct {
 	// failed: a write (or flush) of the work's did not reach the client
 	// (it left, or the handler had ended the handoff).
 	failed bool
-	// delivered: the work's whole answer went out before the handler
-	// ended the handoff (deliver, or WriteWhole); the handler then leaves
-	// it be. Set under mu; read without it by end.
-	delivered atomic.Bool
+	// settled is how the answer's delivery settled, once: delivered (the
+	// work's whole answer went out before the handler ended the handoff:
+	// deliver, or WriteWhole; the handler then leaves it be) or cut (end,
+	// or a write that began as end did, set a write deadline of now to
+	// cut a write; the answer can no longer count as delivered: over
+	// HTTP/2 the cut resets the stream). Whichever comes first holds.
+	settled atomic.Int32
 	// live, when not nil, records what the work writes for duplicates
 	// that join it (live.go), also after the handler has ended.
 	live *liveStream
@@ -244,6 +247,12 @@ type handoff struct {
 	// whether a write is under way or not.
 	perWrite bool
 }
+
+// The values of handoff.settled.
+const (
+	answerDelivered = 1
+	answerCut       = 2
+)
 
 func newHandoff(w http.ResponseWriter, r *http.Request, live *liveStream, stall time.Duration) *handoff {
 	h := &handoff{w: w, client: r.Context(), header: http.Header{}, live: live, perWrite: r.ProtoMajor >= 2}
@@ -276,7 +285,7 @@ func (h *handoff) guard() {
 	if h.cutting() {
 		// end set its deadline of now before or while this one was
 		// set: keep end's, so the write it cuts is cut at once.
-		_ = h.rc.SetWriteDeadline(time.Now())
+		h.cut()
 	}
 }
 
@@ -292,7 +301,7 @@ func (h *handoff) guard() {
 func (h *handoff) beginWrite() {
 	h.writing.Store(true)
 	if h.cutting() {
-		cutWrites(h.w)
+		h.cut()
 	}
 }
 
@@ -301,13 +310,26 @@ func (h *handoff) endWrite() { h.writing.Store(false) }
 // cutting reports that end has begun and a write must be cut: unless the
 // answer was delivered, after which the work only writes its end (a
 // trailer, a last flush), which end leaves be.
-func (h *handoff) cutting() bool { return h.ending.Load() && !h.delivered.Load() }
+func (h *handoff) cutting() bool { return h.ending.Load() && !h.delivered() }
 
-// cutWrites fails the write to w under way, and any until the deadline is
-// lifted, at once.
-func cutWrites(w http.ResponseWriter) {
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now())
+// cut fails the write to the client under way, and any until the deadline
+// is lifted, at once — unless the answer was delivered: settling it as cut
+// first, so that it can no longer count as delivered (over HTTP/2 the cut
+// resets the stream, which nothing undoes).
+func (h *handoff) cut() {
+	if h.settled.CompareAndSwap(0, answerCut) || h.settled.Load() == answerCut {
+		_ = http.NewResponseController(h.w).SetWriteDeadline(time.Now())
+	}
 }
+
+// markDelivered settles the answer as delivered and reports it, unless it
+// was cut first.
+func (h *handoff) markDelivered() bool {
+	return h.settled.CompareAndSwap(0, answerDelivered) || h.delivered()
+}
+
+// delivered reports that the answer settled as delivered.
+func (h *handoff) delivered() bool { return h.settled.Load() == answerDelivered }
 
 // unguard lifts guard's deadline after a write, on HTTP/2 (perWrite).
 // The caller holds mu.
@@ -390,7 +412,7 @@ func (h *handoff) WriteWhole(status int, body []byte) {
 	defer h.mu.Unlock()
 	h.writeHeader(status)
 	if _, err := h.writeLocked(body, false); err == nil && !h.ended && !h.failed {
-		h.delivered.Store(true)
+		h.markDelivered()
 	}
 }
 
@@ -439,11 +461,13 @@ func (h *handoff) written(n int, err error) (int, error) {
 // only that the bytes reached net/http's buffer: the last of a JSON answer
 // may still sit there when the client leaves, so a client gone (its
 // context done) or a flush that fails counts as not delivered — its retry
-// runs again rather than getting 410 for an answer it never had. The
-// handoff stays held meanwhile, so the handler's deadline cannot end it in
-// between: whether the client got the answer and what is committed for it
-// are one decision. From then on the answer counts as delivered, whatever
-// settle returned. Otherwise settle does not run and deliver reports false.
+// runs again rather than getting 410 for an answer it never had; so does
+// one the handler's deadline cut as it went out (cut: over HTTP/2 the
+// stream is reset). The handoff stays held meanwhile, so the handler's
+// deadline cannot end it in between: whether the client got the answer and
+// what is committed for it are one decision. From then on the answer
+// counts as delivered, whatever settle returned. Otherwise settle does not
+// run and deliver reports false.
 func (h *handoff) deliver(settle func() error) (delivered bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -463,7 +487,10 @@ func (h *handoff) deliver(settle func() error) (delivered bool, err error) {
 			return false, nil
 		}
 	}
-	h.delivered.Store(true)
+	if !h.markDelivered() {
+		h.failed = true // cut as it was written: it may not have arrived
+		return false, nil
+	}
 	return true, settle()
 }
 
@@ -523,14 +550,14 @@ func (h *handoff) trailer(k, v string) {
 // nothing left to write but its end (a trailer, a last flush).
 func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool)) (abort, delivered bool) {
 	h.ending.Store(true)
-	if h.writing.Load() && !h.delivered.Load() {
-		cutWrites(h.w)
+	if h.writing.Load() {
+		h.cut()
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_ = http.NewResponseController(h.w).SetWriteDeadline(time.Time{})
 	h.guardedAt = time.Time{}
-	if h.delivered.Load() {
+	if h.delivered() {
 		h.ending.Store(false) // the work's end must not be cut
 		return false, true
 	}
