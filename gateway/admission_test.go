@@ -550,3 +550,34 @@ func TestSpoolClientShare(t *testing.T) {
 		t.Errorf("mallory's upload after her slow ones ended: %d %s", r.status, r.body)
 	}
 }
+
+// TestUploadOverMemoryShareGoesToDisk: a non-JSON passthrough body is held
+// in memory up to passthrough.memory_body_bytes (1 MiB), counted under
+// limits.max_inflight_bytes; where a client's share of that bound is
+// smaller (here 512 KiB), a lone 700 KB upload must still go through —
+// to the spool file, as a larger body would — not get 503
+// gateway_overloaded with nothing else in flight.
+func TestUploadOverMemoryShareGoesToDisk(t *testing.T) {
+	ct, body := multipartBody(t, "rev1", [][2]string{{"purpose", "batch"}}, make([]byte, 700<<10))
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"file-1","object":"file"}`))
+	})
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = rec.srv.URL + "/v1"
+		c.Passthrough.SpoolDir = t.TempDir()
+		c.Limits.MaxBodyBytes = 512 << 10
+		c.Limits.MaxInflightBytes = 1 << 20
+		c.Clients = []config.Client{{Name: "alice", Key: "key-alice"}}
+	}, nil, fakeprovider.Options{}, nil)
+	r := h.sendRaw(http.MethodPost, "/v1/files", ct, body, map[string]string{"Authorization": "Bearer key-alice"})
+	if r.status != http.StatusOK {
+		t.Fatalf("a lone upload of %d bytes: %d %.300s", len(body), r.status, r.body)
+	}
+	if s := rec.seen(); len(s) != 1 || len(s[0].body) != len(body) {
+		t.Fatalf("the upstream saw %d requests, want the upload whole", len(s))
+	}
+	if got := h.gw.admit.InUse(); got != 0 {
+		t.Errorf("%d bytes still reserved in memory after the upload", got)
+	}
+}

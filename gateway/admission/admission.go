@@ -168,6 +168,16 @@ func (b *Bound) acquire(ctx context.Context, n int64) error {
 
 var errWaited = errors.New("admission wait over")
 
+// ShareOf is the most bytes client may hold at once: its share, or the
+// limit where it has none (client "", or no share set); 0 when nothing is
+// bounded.
+func (b *Bound) ShareOf(client string) int64 {
+	if b.share > 0 && client != "" {
+		return b.share
+	}
+	return b.limit
+}
+
 // takeShare counts n more bytes against client's share, or refuses them.
 func (b *Bound) takeShare(client string, n int64) error {
 	if b.share <= 0 || client == "" {

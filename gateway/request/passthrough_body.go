@@ -60,7 +60,7 @@ func (g *Handler) readPassBody(r *http.Request, rt passRoute, keyed bool, held *
 	// What is held in memory counts against limits.max_inflight_bytes (a
 	// declared length is reserved before the body is read); what is
 	// written to the file, against passthrough.spool_max_total_bytes.
-	sp := &spool{dir: g.spoolDir(), mem: g.memoryBodyBytes(), ctx: r.Context(), memBound: g.admit, memHeld: held, disk: g.spooled,
+	sp := &spool{dir: g.spoolDir(), mem: g.memoryBodyBytes(ClientOf(r)), ctx: r.Context(), memBound: g.admit, memHeld: held, disk: g.spooled,
 		diskHeld: admission.Reservation{Client: ClientOf(r)}}
 	if err := sp.reserve(max(r.ContentLength, 0)); err != nil {
 		return passBody{}, refusal(err)
@@ -148,11 +148,19 @@ func (e *readErr) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (g *Handler) memoryBodyBytes() int64 {
-	if m := g.cfg.Passthrough.MemoryBodyBytes; m > 0 {
-		return m
+// memoryBodyBytes is the most of a non-JSON body held in memory for
+// client, past which it goes to the spool file: passthrough.memory_body_bytes
+// (1 MiB), but never more than the client's share of
+// limits.max_inflight_bytes, which a smaller body could not fit in either.
+func (g *Handler) memoryBodyBytes(client string) int64 {
+	m := int64(1 << 20)
+	if c := g.cfg.Passthrough.MemoryBodyBytes; c > 0 {
+		m = c
 	}
-	return 1 << 20
+	if share := g.admit.ShareOf(client); share > 0 {
+		m = min(m, share)
+	}
+	return m
 }
 
 func (g *Handler) spoolDir() string {
