@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/llmgate/llmgate/config"
 )
 
 // TestModelNameLength: a model name longer than the gateway takes is a
@@ -39,8 +41,15 @@ func TestModelNameLength(t *testing.T) {
 	mpType, mp := multipartBody(t, "aud10", [][2]string{{"model", long}}, []byte("RIFF....WAVE"))
 	wantTooLong("multipart", h.sendRaw(http.MethodPost, "/v1/audio/transcriptions", mpType, mp, nil))
 	wantTooLong("GET /v1/models/{id}", h.do(http.MethodGet, "/v1/models/"+long, "", nil))
+	// A multipart field over 1 KiB was left out, so the name was ""
+	// and the body went to the route's default upstream; a second model
+	// part was routed by while the provider read both.
+	mpType, mp = multipartBody(t, "aud11", [][2]string{{"model", strings.Repeat("w", 1500)}}, []byte("RIFF....WAVE"))
+	wantStatus(t, "multipart, 1,500 bytes", h.sendRaw(http.MethodPost, "/v1/audio/transcriptions", mpType, mp, nil), http.StatusBadRequest)
+	mpType, mp = multipartBody(t, "aud12", [][2]string{{"model", "whisper-1"}, {"model", "whisper-2"}}, []byte("RIFF....WAVE"))
+	wantStatus(t, "multipart, two model fields", h.sendRaw(http.MethodPost, "/v1/audio/transcriptions", mpType, mp, nil), http.StatusBadRequest)
 	if n := len(rec.seen()); n != 0 {
-		t.Fatalf("%d upstream calls for names too long, want none", n)
+		t.Fatalf("%d upstream calls for names refused, want none", n)
 	}
 	if r := h.chat(chat(longest), nil); r.status != http.StatusOK {
 		t.Fatalf("a %d-byte name: %d %s", len(longest), r.status, r.body)
@@ -69,6 +78,45 @@ func TestModelNameLength(t *testing.T) {
 	}
 	if n := m.ant.Calls(); n != 0 {
 		t.Errorf("%d Anthropic calls for a name too long, want none", n)
+	}
+}
+
+// TestModelNameNotUTF8: a model name that is not UTF-8 — a multipart
+// field or a path keeps the bytes sent, where JSON decoding makes them
+// U+FFFD — is a 400 with no upstream call. It became a metric label, and
+// the Prometheus client panics on a label that is not UTF-8: every such
+// request's log panicked (its answer cut), and once the name's breaker
+// opened, the panic inside the breaker's state change killed the process
+// for every tenant ("sync: unlock of unlocked mutex").
+func TestModelNameNotUTF8(t *testing.T) {
+	rec := newRecorder(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	h := passHarness(t, rec, func(c *config.Config) {
+		c.Retry.MaxAttempts = 1
+		c.Breaker.ConsecutiveFailures = 2
+	})
+	for range 4 {
+		mpType, mp := multipartBody(t, "aud13", [][2]string{{"model", "whisper-\xff"}}, []byte("RIFF....WAVE"))
+		e := wantOpenAIError(t, h.sendRaw(http.MethodPost, "/v1/audio/transcriptions", mpType, mp, nil), http.StatusBadRequest)
+		if e["param"] != "model" {
+			t.Errorf("multipart: %v", e)
+		}
+		wantOpenAIError(t, h.do(http.MethodGet, "/v1/models/whisper-%FF", "", nil), http.StatusBadRequest)
+	}
+	if n := len(rec.seen()); n != 0 {
+		t.Fatalf("%d upstream calls for names not UTF-8, want none", n)
+	}
+	if r := h.do(http.MethodGet, "/metrics", "", map[string]string{"Authorization": "Bearer " + adminToken}); r.status != http.StatusOK {
+		t.Fatalf("/metrics after them: %d", r.status)
+	}
+}
+
+// wantStatus checks r's status.
+func wantStatus(t *testing.T, what string, r result, status int) {
+	t.Helper()
+	if r.status != status {
+		t.Errorf("%s: %d %.300s, want %d", what, r.status, r.body, status)
 	}
 }
 

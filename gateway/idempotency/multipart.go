@@ -27,8 +27,9 @@ const maxFieldValue = 1 << 10
 // e.g. the model an audio transcription names, and under FileIDs the
 // values of every field whose name holds "file_id" in any case
 // (images[][file_id], mask[file_id]): stored objects the form names, for
-// the ownership check. A field value over 1 KiB is left out, but a file
-// id that long is an error (it could not be checked).
+// the ownership check. A named field over 1 KiB, or there twice, is an
+// error (the gateway would route by a value other than the one the
+// provider reads), as is a file id that long (it could not be checked).
 func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (string, map[string]string, []string, error) {
 	mr := multipart.NewReader(r, boundary)
 	outer := sha256.New()
@@ -76,12 +77,20 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		if isID && val.over {
 			return "", nil, nil, fmt.Errorf("multipart body: part %q: a file id over %d bytes", name, maxFieldValue)
 		}
+		if val != nil && !isID {
+			if val.over {
+				return "", nil, nil, fmt.Errorf("multipart body: field %q over %d bytes", name, maxFieldValue)
+			}
+			if _, twice := values[name]; twice {
+				return "", nil, nil, fmt.Errorf("multipart body: field %q appears more than once", name)
+			}
+		}
 		if isID {
 			ids = append(ids, string(val.b))
 		}
 		_ = binary.Write(outer, binary.BigEndian, n)
 		outer.Write(inner.Sum(nil))
-		if val != nil && !val.over {
+		if val != nil && !isID {
 			if values == nil {
 				values = map[string]string{}
 			}

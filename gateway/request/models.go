@@ -115,7 +115,7 @@ func (g *Handler) handleModel(c echo.Context) error {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
 		s.endpoint = "models"
 		id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
-		if e := modelTooLong(id); e != nil {
+		if e := badModel(id); e != nil {
 			return g.routingError(e)
 		}
 		s.model = id

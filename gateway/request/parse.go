@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/llmgate/llmgate/classify/jsonscan"
 )
@@ -111,7 +112,7 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 			return &fieldError{Param: "model", Msg: "model must be a string"}
 		}
 		r.Model = jsonscan.Unquote(v)
-		if e := modelTooLong(r.Model); e != nil {
+		if e := badModel(r.Model); e != nil {
 			r.Model = "" // not logged either
 			return e
 		}
@@ -178,14 +179,20 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 // all well under 200 bytes.
 const maxModelBytes = 256
 
-// modelTooLong is the client's error for a model name over maxModelBytes,
-// worded as OpenAI words a string too long; nil for any other name.
-func modelTooLong(model string) *fieldError {
-	if len(model) <= maxModelBytes {
-		return nil
+// badModel is the client's error for a model name the gateway does not
+// take, nil for any other: one over maxModelBytes (worded as OpenAI words
+// a string too long), or one that is not UTF-8 — a multipart field or a
+// path keeps the bytes sent, and a metric label (a breaker's, a
+// request's) that is not UTF-8 panics the Prometheus client.
+func badModel(model string) *fieldError {
+	switch {
+	case len(model) > maxModelBytes:
+		return &fieldError{Param: "model", Code: "string_above_max_length", Msg: fmt.Sprintf(
+			"Invalid 'model': string too long. Expected a string of at most %d bytes, but got one of %d bytes", maxModelBytes, len(model))}
+	case !utf8.ValidString(model):
+		return &fieldError{Param: "model", Code: "invalid_value", Msg: "Invalid 'model': not valid UTF-8"}
 	}
-	return &fieldError{Param: "model", Code: "string_above_max_length", Msg: fmt.Sprintf(
-		"Invalid 'model': string too long. Expected a string of at most %d bytes, but got one of %d bytes", maxModelBytes, len(model))}
+	return nil
 }
 
 // fieldError is a well-formed body with a field llmgate cannot accept: of

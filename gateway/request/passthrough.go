@@ -205,7 +205,7 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 // passUpstream is the upstream for a passthrough request: the one of the
 // route's API serving the body's model, else the route's.
 func (g *Handler) passUpstream(rt passRoute, model string, s *summary) (*proxy.Upstream, error) {
-	if e := modelTooLong(model); e != nil {
+	if e := badModel(model); e != nil {
 		return nil, g.routingError(e)
 	}
 	s.model = model
