@@ -258,8 +258,14 @@ func (r *Registry) deliver(e *entry) {
 		return
 	}
 	e.delivering = true
+	locked := true
 	defer func() {
-		// Also on a panicking callback, so later changes are still delivered.
+		// Also on a panicking callback, so later changes are still
+		// delivered; it panics with e.mu not held, which a fatal "unlock
+		// of unlocked mutex" would make the whole process's end.
+		if !locked {
+			e.mu.Lock()
+		}
 		e.delivering = false
 		e.mu.Unlock()
 	}()
@@ -268,10 +274,12 @@ func (r *Registry) deliver(e *entry) {
 		e.pending = nil
 		e.npending.Add(-int32(len(batch)))
 		e.mu.Unlock()
+		locked = false
 		for _, c := range batch {
 			r.s.OnStateChange(e.key, c.from, c.to)
 		}
 		e.mu.Lock()
+		locked = true
 	}
 }
 

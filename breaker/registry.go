@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Key names one breaker: an upstream, and a model of it ("" for the
@@ -124,8 +125,8 @@ func (r *Registry) learn(set *upstream, model, client string, lane bool) (e *ent
 			first, set.untracked = !set.untracked, true
 			return nil, first
 		}
-		if set.learnedBy[client] >= r.share(client) {
-			return nil, false
+		if set.learnedBy[client] >= r.share(client) || !utf8.ValidString(model) {
+			return nil, false // (a name not UTF-8 could be no metric label)
 		}
 		set.learned++
 		set.learnedBy[client]++

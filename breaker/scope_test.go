@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -278,5 +279,51 @@ func TestLearnedModelsShared(t *testing.T) {
 	}
 	if n := len(solo.Snapshot()); n != 5 {
 		t.Errorf("without clients, %d breakers, want the upstream's own and 4 learned", n)
+	}
+}
+
+// TestStateChangeCallbackPanicIsRecoverable: OnStateChange panicking (a
+// metric label the Prometheus client refuses, say) is an ordinary panic
+// that the request's recover catches, and the breaker goes on working and
+// delivering later changes. It ran with the entry's lock released, and
+// the deferred unlock then unlocked it again: "fatal error: sync: unlock
+// of unlocked mutex", which nothing recovers, ending the process for
+// every tenant. A model name that is not UTF-8 gets no breaker of its
+// own (it could be no metric label).
+func TestStateChangeCallbackPanicIsRecoverable(t *testing.T) {
+	var changes atomic.Int32
+	r := New([]Upstream{{Name: "u"}}, Settings{ConsecutiveFailures: 1, OnStateChange: func(k Key, from, to State) {
+		if changes.Add(1) == 1 {
+			panic("label refused")
+		}
+	}})
+	fail := func() (panicked any) {
+		defer func() { panicked = recover() }()
+		done, err := r.Allow("u", "m")
+		if err != nil {
+			return nil
+		}
+		done(Failure, "transient")
+		return nil
+	}
+	if p := fail(); p == nil {
+		t.Fatal("the callback's panic did not reach the caller")
+	}
+	if _, err := r.Allow("u", "m"); err == nil {
+		t.Fatal("the breaker did not open")
+	}
+	if err := r.ForceClose(Key{"u", "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := changes.Load(); got < 2 {
+		t.Errorf("%d state changes delivered, want the later ones too", got)
+	}
+	if _, err := r.AllowFor("alice", "u", "m-\xff"); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range r.Snapshot() {
+		if st.Model == "m-\xff" {
+			t.Error("a model name that is not UTF-8 got a breaker of its own")
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -255,7 +256,7 @@ func (m *Metrics) ModelLabel(client, model string, routed, learn bool) string {
 	if client == "" {
 		share = maxModelLabels
 	}
-	if learn && len(m.models) < maxModelLabels && m.modelsBy[client] < share {
+	if learn && len(m.models) < maxModelLabels && m.modelsBy[client] < share && utf8.ValidString(model) {
 		m.models[model] = true
 		m.modelsBy[client]++
 		return model

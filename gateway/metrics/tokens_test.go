@@ -125,3 +125,13 @@ func TestModelLabelsShared(t *testing.T) {
 		t.Errorf("mallory's models have %d labels, want her half, %d", learned, maxModelLabels/2)
 	}
 }
+
+// A model name that is not UTF-8 is never a label value: the Prometheus
+// client panics on one.
+func TestModelLabelNotUTF8(t *testing.T) {
+	m := New(prometheus.NewRegistry(), nil)
+	if got := m.ModelLabel("", "m-\xff", true, true); got != "other" {
+		t.Fatalf("label %q, want other", got)
+	}
+	m.Usage("u", "chat_completions", "m-\xfe", "", classify.Tokens{In: 1, Reported: true}) // must not panic
+}
