@@ -72,12 +72,15 @@ func (r *redisProc) start() error {
 	args := append([]string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir,
 		"--save", "", "--appendonly", "no", "--logfile", "", "--daemonize", "no"}, r.args...)
 	r.cmd = exec.Command(r.bin, args...)
-	r.log = &syncBuffer{}
+	// This run's log, which its reader below writes: a restart replaces
+	// r.log while the last run's reader may still be draining its pipe.
+	log := &syncBuffer{}
+	r.log = log
 	stdout, err := r.cmd.StdoutPipe()
 	if err != nil {
 		return err
 	}
-	r.cmd.Stderr = r.log
+	r.cmd.Stderr = log
 	if err := r.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
@@ -87,7 +90,7 @@ func (r *redisProc) start() error {
 		closed := false
 		for sc.Scan() {
 			line := sc.Text()
-			_, _ = r.log.Write([]byte(line + "\n"))
+			_, _ = log.Write([]byte(line + "\n"))
 			if !closed && strings.Contains(line, "Ready to accept connections") {
 				close(ready)
 				closed = true
