@@ -232,9 +232,9 @@ type handoff struct {
 	stall time.Duration
 	rc    *http.ResponseController
 	// ending is set by end as it begins, before it takes mu: a write
-	// that starts from then on is cut at once (beginWrite), and guard
-	// never sets a later deadline over the cut. Cleared when end finds
-	// the answer delivered: the work goes on writing its end.
+	// that starts from then on is cut at once (beginWrite, after guard's
+	// deadline). Cleared when end finds the answer delivered: the work
+	// goes on writing its end.
 	ending atomic.Bool
 	// writing: a write or flush to the client is under way (beginWrite);
 	// end cuts it short with a write deadline of now.
@@ -271,22 +271,19 @@ func newHandoff(w http.ResponseWriter, r *http.Request, live *liveStream, stall 
 // write made after it: the next write sets it again if it is old, end
 // replaces it, and over lifts it once the work has written all it will,
 // before net/http writes the response's end. On HTTP/2 unguard lifts it
-// after each write. The caller holds mu.
+// after each write. The caller holds mu, and calls beginWrite next, which
+// cuts the write at once (a deadline of now over this one) if end has
+// begun.
 func (h *handoff) guard() {
 	if h.rc == nil {
 		return
 	}
 	now := time.Now()
-	if !h.guardedAt.IsZero() && now.Sub(h.guardedAt) < h.stall/4 && !h.ending.Load() {
+	if !h.guardedAt.IsZero() && now.Sub(h.guardedAt) < h.stall/4 {
 		return
 	}
 	_ = h.rc.SetWriteDeadline(now.Add(h.stall + h.stall/4))
 	h.guardedAt = now
-	if h.cutting() {
-		// end set its deadline of now before or while this one was
-		// set: keep end's, so the write it cuts is cut at once.
-		h.cut()
-	}
 }
 
 // beginWrite marks a write (or flush) to the client under way, for end,
