@@ -172,15 +172,19 @@ var errWaited = errors.New("admission wait over")
 // limit where it has none (client "", or no share set); 0 when nothing is
 // bounded.
 func (b *Bound) ShareOf(client string) int64 {
-	if b.share > 0 && client != "" {
+	if b.shares(client) {
 		return b.share
 	}
 	return b.limit
 }
 
+// shares reports whether client's bytes count against a share of their
+// own: a share is set and client is one ("" is none configured).
+func (b *Bound) shares(client string) bool { return b.share > 0 && client != "" }
+
 // takeShare counts n more bytes against client's share, or refuses them.
 func (b *Bound) takeShare(client string, n int64) error {
-	if b.share <= 0 || client == "" {
+	if !b.shares(client) {
 		return nil
 	}
 	b.mu.Lock()
@@ -198,7 +202,7 @@ func (b *Bound) takeShare(client string, n int64) error {
 
 // giveShare gives back n bytes of client's share.
 func (b *Bound) giveShare(client string, n int64) {
-	if b.share <= 0 || client == "" {
+	if !b.shares(client) {
 		return
 	}
 	b.mu.Lock()
