@@ -77,6 +77,11 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		if isID && val.over {
 			return "", nil, nil, fmt.Errorf("multipart body: part %q: a file id over %d bytes", name, maxFieldValue)
 		}
+		if isID {
+			ids = append(ids, string(val.b))
+		}
+		_ = binary.Write(outer, binary.BigEndian, n)
+		outer.Write(inner.Sum(nil))
 		if val != nil && !isID {
 			if val.over {
 				return "", nil, nil, fmt.Errorf("multipart body: field %q over %d bytes", name, maxFieldValue)
@@ -84,13 +89,6 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 			if _, twice := values[name]; twice {
 				return "", nil, nil, fmt.Errorf("multipart body: field %q appears more than once", name)
 			}
-		}
-		if isID {
-			ids = append(ids, string(val.b))
-		}
-		_ = binary.Write(outer, binary.BigEndian, n)
-		outer.Write(inner.Sum(nil))
-		if val != nil && !isID {
 			if values == nil {
 				values = map[string]string{}
 			}
