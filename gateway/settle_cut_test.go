@@ -108,7 +108,20 @@ func TestClientDeadlineAtEachPointOfSettlement(t *testing.T) {
 // cutAt sends a keyed request whose client deadline passes at point p of
 // its settlement ("store commit": while the store commits), and reports
 // whether its response carried the whole answer (want) and ended cleanly.
+// An aborted response (a JSON answer cut at the deadline) is no error
+// here: the client did not get it whole, that is all.
 func (h *harness) cutAt(st *commitHookStore, p, body, k string, want []byte) (whole bool) {
+	h.t.Helper()
+	status, got, _, err := h.deadlineAt(st, p, false, body, key(k))
+	return err == nil && status == http.StatusOK && bytes.Equal(got, want)
+}
+
+// deadlineAt sends a keyed request (its headers hdr) whose client deadline
+// passes at point p of its settlement ("store commit": while the store st
+// commits) through a server of its own — over HTTP/2 with TLS when h2,
+// else HTTP/1 — and returns what the client received (err: the request
+// or the read failed, the answer was cut).
+func (h *harness) deadlineAt(st *commitHookStore, p string, h2 bool, body string, hdr map[string]string) (status int, got []byte, trailer http.Header, err error) {
 	h.t.Helper()
 	deadline := make(chan time.Time, 1)
 	cutting, cut := make(chan struct{}), make(chan struct{})
@@ -138,28 +151,40 @@ func (h *harness) cutAt(st *commitHookStore, p, body, k string, want []byte) (wh
 			}
 		}
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.gw.Handler().ServeHTTP(w, r.WithContext(request.WithCallHooks(r.Context(), hk)))
 	}))
+	client := testClient
+	if h2 {
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		client = srv.Client()
+		client.Timeout = requestLimit
+	} else {
+		srv.Start()
+	}
 	defer srv.Close()
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", k)
-	res, err := testClient.Do(req)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := client.Do(req)
 	if err == nil {
-		// An aborted response (a JSON answer cut at the deadline) is no
-		// error here: the client did not get it whole, that is all.
-		b, rerr := io.ReadAll(res.Body)
+		if h2 && res.ProtoMajor != 2 {
+			h.t.Fatalf("served over %s, want HTTP/2", res.Proto)
+		}
+		got, err = io.ReadAll(res.Body)
 		res.Body.Close()
-		whole = rerr == nil && res.StatusCode == 200 && bytes.Equal(b, want)
+		status, trailer = res.StatusCode, res.Trailer
 	}
 	if !fired.Load() {
-		h.t.Fatalf("the call never reached %q", p)
+		h.t.Fatalf("the call never reached %q: %d %.300s", p, status, got)
 	}
-	return whole
+	return status, got, trailer, err
 }
 
 // A keyed JSON answer written whole when the client's deadline passes
