@@ -63,14 +63,31 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 			return a.fail(err)
 		}
 		a.end()
-		resp.Body = body
-		resp.Outcome = classify.FromResponse(res.StatusCode, res.Header, body, p.now())
+		resp.Body = redactKey(body, hop.key)
+		resp.Outcome = classify.FromResponse(res.StatusCode, res.Header, resp.Body, p.now())
 		return resp
 	}
 	if c.Stream && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		return p.startStream(a, c.api(), res.Body)
 	}
 	return p.readBody(a, c, res.Body)
+}
+
+// minRedactedKey is the shortest key redactKey looks for: a shorter one
+// (a local server's "EMPTY" or "none") guards nothing, and replacing it
+// could cut an ordinary word, even a JSON field name, out of the body.
+const minRedactedKey = 8
+
+// redactKey replaces every copy of key, the credential the attempt sent,
+// in an upstream's error body with [redacted]. Some OpenAI-compatible
+// servers quote the key they were sent in their errors (LiteLLM's proxy:
+// "Received API Key = sk-…"); the gateway's key must reach no client, log
+// or dead letter. The rest of the body is left as it came.
+func redactKey(body []byte, key string) []byte {
+	if len(key) < minRedactedKey || !bytes.Contains(body, []byte(key)) {
+		return body
+	}
+	return bytes.ReplaceAll(body, []byte(key), []byte("[redacted]"))
 }
 
 // traced hands the attempt's span to the response: ended now, or, for a
