@@ -31,7 +31,13 @@ func TestMultipartFileIDsOfOthersRefused(t *testing.T) {
 	// A part whose disposition Go might read no name from, but a
 	// provider's parser might: refused (400) or checked (404) before the
 	// upstream, never passed on unchecked.
-	for _, cd := range []string{`attachment; name="images[][file_id]"`, `form-data; name="mask[file_id]"; name="mask[file_id]"`} {
+	// Starlette (FastAPI, LiteLLM's proxy, vLLM) names a part from its last
+	// Content-Disposition, Go from its first: a part with two is refused.
+	// So is a part named as a file id that carries a file name: a parser
+	// may still read the id from it.
+	for _, cd := range []string{`attachment; name="images[][file_id]"`, `form-data; name="mask[file_id]"; name="mask[file_id]"`,
+		"form-data; name=\"note\"\r\nContent-Disposition: form-data; name=\"images[][file_id]\"",
+		`form-data; name="images[][file_id]"; filename="x.txt"`} {
 		raw := "--x\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-image-1\r\n" +
 			"--x\r\nContent-Disposition: " + cd + "\r\n\r\n" + file + "\r\n--x--\r\n"
 		r := h.do(http.MethodPost, "/v1/images/edits", raw, map[string]string{"Authorization": asBob["Authorization"], "Content-Type": "multipart/form-data; boundary=x"})

@@ -58,11 +58,20 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		// disposition says: a file id in a part Go reads no name from (not
 		// form-data, a malformed or repeated parameter) is refused, never
 		// passed on unchecked.
+		// Go names a part from its first Content-Disposition, Starlette
+		// (FastAPI, LiteLLM's proxy, vLLM) from its last: a part with two
+		// could name one field to the check and another to the provider.
+		if n := len(p.Header["Content-Disposition"]); n > 1 {
+			return "", nil, nil, fmt.Errorf("multipart body: part %q has %d Content-Disposition headers; send one", name, n)
+		}
 		rawName, err := dispositionName(p.Header.Get("Content-Disposition"))
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("multipart body: %w", err)
 		}
-		isID := p.FileName() == "" && strings.Contains(strings.ToLower(rawName), "file_id")
+		isID := strings.Contains(strings.ToLower(rawName), "file_id")
+		if isID && p.FileName() != "" {
+			return "", nil, nil, fmt.Errorf("multipart body: part %q names a file id but carries a file (filename %q)", rawName, p.FileName())
+		}
 		if isID && name != rawName {
 			return "", nil, nil, fmt.Errorf("multipart body: part %q names a file id but is not a form-data field", rawName)
 		}
