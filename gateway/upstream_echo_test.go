@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -24,16 +25,35 @@ func (e *keyEchoUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if k := r.Header.Get("X-Api-Key"); k != "" {
 		cred = k
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(int(e.status.Load()))
-	fmt.Fprintf(w, `{"error":{"message":"Invalid request. Received API Key = %s, key=%s.","type":"invalid_request_error"}}`, cred, cred)
+	body, _ := io.ReadAll(r.Body)
+	status := int(e.status.Load())
+	switch {
+	case status == http.StatusOK && strings.Contains(string(body), `"stream":true`) && strings.HasSuffix(r.URL.Path, "/messages"):
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n"+
+			"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"+
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"+
+			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":\"bad key %s\"}}\n\n", cred)
+	case status == http.StatusOK && strings.Contains(string(body), `"stream":true`):
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n"+
+			"data: {\"error\":{\"message\":\"Incorrect API key provided: %s\",\"type\":\"invalid_request_error\",\"code\":\"invalid_api_key\"}}\n\n", cred)
+	case status == http.StatusOK:
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"your key is %s"},"finish_reason":"stop"}]}`, cred)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"error":{"message":"Invalid request. Received API Key = %s, key=%s.","type":"invalid_request_error"}}`, cred, cred)
+	}
 }
 
 // TestUpstreamErrorEchoingKeyRedacted: an upstream error body that quotes
 // the key the gateway sent it (the upstream's api_key, or a client's own
 // upstream_api_keys entry) reaches no client, log, dead letter or stored
 // byte: every copy is replaced with [redacted], the rest of the body is
-// relayed as it came.
+// relayed as it came. The same for a 200 that quotes it, JSON or a
+// stream's error event, and for what a keyed one commits.
 func TestUpstreamErrorEchoingKeyRedacted(t *testing.T) {
 	const ownKey = "sk-alice-own-provider-key-778899"
 	echo := &keyEchoUpstream{}
@@ -73,6 +93,30 @@ func TestUpstreamErrorEchoingKeyRedacted(t *testing.T) {
 		t.Fatalf("own key, keyed 503: status %d: %s", r.status, r.body)
 	}
 	fmt.Fprintf(&seen, "%d %v %s\n", r.status, r.header, r.body)
+	// A 200 that quotes it: in a JSON body, in a stream's error event
+	// (chat's, and Anthropic's after the answer began), keyed or not.
+	echo.status.Store(http.StatusOK)
+	for _, tc := range []struct{ path, body, client, key string }{
+		{"/v1/chat/completions", chatBody, bobKey, ""},
+		{"/v1/chat/completions", chatBody, aliceKey, "echo-2"},
+		{"/v1/chat/completions", streamBody, bobKey, ""},
+		{"/v1/chat/completions", streamBody, aliceKey, "echo-3"},
+		{"/v1/messages", strings.Replace(messagesBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1), bobKey, "echo-4"},
+	} {
+		hdr := map[string]string{"Authorization": "Bearer " + tc.client, "Anthropic-Version": "2023-06-01"}
+		if tc.key != "" {
+			hdr["Idempotency-Key"] = tc.key
+		}
+		r := h.do(http.MethodPost, tc.path, tc.body, hdr)
+		fmt.Fprintf(&seen, "%d %v %s\n", r.status, r.header, r.body)
+		if !strings.Contains(string(r.body), "[redacted]") {
+			t.Errorf("%s %s (key %q): no [redacted] in %d %s", tc.path, tc.body, tc.key, r.status, r.body)
+		}
+		if tc.key != "" { // and its replay, if it was committed
+			r := h.do(http.MethodPost, tc.path, tc.body, hdr)
+			fmt.Fprintf(&seen, "%d %v %s\n", r.status, r.header, r.body)
+		}
+	}
 	for _, path := range []string{"/admin/deadletters", "/admin/breakers", "/admin/stats"} {
 		r := h.admin(http.MethodGet, path)
 		check(path, r, http.StatusOK)

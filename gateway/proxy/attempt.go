@@ -11,8 +11,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/llmgate/llmgate/classify"
+	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/headers"
 	"github.com/llmgate/llmgate/gateway/sse"
 	"github.com/llmgate/llmgate/gateway/tracing"
@@ -29,7 +31,7 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 	// One timer bounds the attempt until its response (for a stream, its
 	// first event) and then, for a stream, the gap between events.
 	timer := time.AfterFunc(u.timeout, func() { cancel(errAttemptTimeout) })
-	a := &inAttempt{resp: resp, ctx: ctx, actx: actx, cancel: cancel, timer: timer}
+	a := &inAttempt{resp: resp, ctx: ctx, actx: actx, cancel: cancel, timer: timer, key: hop.key}
 	body, n, err := c.body()
 	if err != nil {
 		return a.fail(err)
@@ -63,14 +65,14 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 			return a.fail(err)
 		}
 		a.end()
-		resp.Body = redactKey(body, hop.key)
+		resp.Body = redactKey(body, a.key)
 		resp.Outcome = classify.FromResponse(res.StatusCode, res.Header, resp.Body, p.now())
 		return resp
 	}
 	if c.Stream && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		return p.startStream(a, c.api(), res.Body)
 	}
-	return p.readBody(a, c, res.Body)
+	return p.readBody(a, c, res.Body, res.ContentLength)
 }
 
 // minRedactedKey is the shortest key redactKey looks for: a shorter one
@@ -79,12 +81,21 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 const minRedactedKey = 8
 
 // redactKey replaces every copy of key, the credential the attempt sent,
-// in an upstream's error body with [redacted]. Some OpenAI-compatible
-// servers quote the key they were sent in their errors (LiteLLM's proxy:
-// "Received API Key = sk-…"); the gateway's key must reach no client, log
-// or dead letter. The rest of the body is left as it came.
+// in what an upstream answered with [redacted]: an error body, a buffered
+// 2xx body, a stream's event. Some OpenAI-compatible servers quote the key
+// they were sent in their errors (LiteLLM's proxy: "Received API Key =
+// sk-…"), also in an error event of a 200 stream; the gateway's key must
+// reach no client, log, record or dead letter. The rest is left as it
+// came. (A body too large to buffer is relayed as it comes: its part past
+// the buffer is not looked at.)
 func redactKey(body []byte, key string) []byte {
-	if len(key) < minRedactedKey || !bytes.Contains(body, []byte(key)) {
+	if len(key) < minRedactedKey || len(body) < len(key) {
+		return body
+	}
+	// A read-only view of body, not a copy of either: this runs on every
+	// event of every stream ([]byte(key) would allocate for a key over 32
+	// bytes).
+	if !strings.Contains(unsafe.String(unsafe.SliceData(body), len(body)), key) {
 		return body
 	}
 	return bytes.ReplaceAll(body, []byte(key), []byte("[redacted]"))
@@ -111,6 +122,9 @@ type inAttempt struct {
 	actx   context.Context // the attempt's
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
+	// key is the credential the attempt sent, which no answer relays
+	// (redactKey).
+	key string
 }
 
 func (a *inAttempt) end() {
@@ -168,7 +182,7 @@ func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Respons
 			}
 			return a.fail(err)
 		}
-		first = append(first, append([]byte(nil), ev...))
+		first = append(first, redactKey(append([]byte(nil), ev...), a.key))
 		if api.stream.preamble == nil || len(first) == maxPreamble || !api.stream.preamble(sse.Data(ev)) {
 			break
 		}
@@ -182,7 +196,7 @@ func (p *Proxy) startStream(a *inAttempt, api *API, body io.ReadCloser) *Respons
 	}
 	resp := a.resp
 	resp.Stream = &LiveStream{body: body, rd: rd, up: up, first: first, api: api,
-		timer: a.timer, cancel: a.cancel, ctx: a.actx, drainWait: p.drainWait}
+		timer: a.timer, cancel: a.cancel, ctx: a.actx, drainWait: p.drainWait, key: a.key}
 	resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
 	return resp
 }
@@ -201,7 +215,11 @@ func failedStart(api *API, first [][]byte) (classify.Outcome, bool) {
 }
 
 // readBody buffers a 2xx body up to the record limit and classifies it.
-func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
+// Its bytes are reserved under the call's reservation as they arrive
+// (limits.max_inflight_bytes and the client's share of it); a body that
+// does not fit within limits.admission_wait is relayed as it comes, as one
+// over the record limit is.
+func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser, length int64) *Response {
 	resp := a.resp
 	limit := p.cfg.Idempotency.MaxRecordBytes
 	switch {
@@ -210,14 +228,22 @@ func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
 	case c.RecordLimit > 0:
 		limit = c.RecordLimit
 	}
-	b, err := io.ReadAll(io.LimitReader(body, limit+1))
+	b, err := p.readUpTo(a.ctx, c, body, length, limit+1)
+	var refused *apierror.Error
+	unheld := errors.As(err, &refused)
+	if unheld {
+		p.log.Warn("upstream answer relayed as it arrives, not held: no room under "+p.admit.Setting(),
+			"client", c.Client, "model", c.Model, "held_bytes", len(b))
+		err = nil
+	}
 	if err != nil {
 		body.Close()
 		return a.fail(err)
 	}
-	if int64(len(b)) > limit {
-		// Too large to buffer: relay the prefix and copy the rest as it
-		// comes. It is not classified from its content, nor committed.
+	if unheld || int64(len(b)) > limit {
+		// Too large to buffer, or no room to: relay the prefix and copy
+		// the rest as it comes. It is not classified from its content,
+		// nor committed.
 		resp.Body = b
 		resp.Rest = &cancelOnClose{ReadCloser: body, cancel: a.end}
 		resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
@@ -225,10 +251,20 @@ func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
 	}
 	body.Close()
 	a.end()
-	resp.Body = b
-	resp.Outcome = c.api().Classify(b, resp.Header, p.now())
+	resp.Body = redactKey(b, a.key)
+	resp.Outcome = c.api().Classify(resp.Body, resp.Header, p.now())
 	resp.Outcome.Status = resp.Status
 	return resp
+}
+
+// readUpTo reads at most limit bytes of body, which holds length (-1:
+// unknown), reserved under c.Held when the call has one; an
+// *apierror.Error when they did not fit, with what was read before.
+func (p *Proxy) readUpTo(ctx context.Context, c *Call, body io.Reader, length, limit int64) ([]byte, error) {
+	if c.Held == nil || p.admit == nil {
+		return io.ReadAll(io.LimitReader(body, limit))
+	}
+	return c.Held.Read(ctx, p.admit, body, length, limit)
 }
 
 // maxEventBytes bounds one SSE event: one larger than a whole record could

@@ -38,6 +38,9 @@ type LiveStream struct {
 	// terminal Responses or Messages event); close then drains the rest.
 	ended     bool
 	drainWait time.Duration
+	// key is the credential the attempt sent: no event relays it
+	// (redactKey).
+	key string
 }
 
 // First is the events that have arrived and not yet been relayed: the
@@ -118,6 +121,7 @@ func (u *upstreamReads) Read(p []byte) (int, error) {
 // timed together, against the idle limit, by upstreamReads.
 func (s *LiveStream) next() ([]byte, error) {
 	ev, err := s.rd.Next()
+	ev = redactKey(ev, s.key)
 	if s.up.armed {
 		s.timer.Stop()
 		s.up.armed = false

@@ -218,7 +218,10 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 	work, it, done := g.work.start(r.Context(), dl.operator)
 	// The call holds its client's concurrency slot and its body's bytes
 	// until it ends, also after the handler has returned.
-	held := hd.take()
+	body, held := hd.take()
+	if cl.Held != nil {
+		cl.Held = body // the call's goroutine owns it from here
+	}
 	if kr.Raw != "" {
 		cl.IdemKey = g.forwardMAC.ForwardKey(kr.Key)
 	}
@@ -405,10 +408,11 @@ type hold struct {
 
 // take moves both to a keyed call that may outlive its handler (see
 // limits.Slot.Take, admission.Reservation.Take); the call gives them back
-// when it ends, with the function returned.
-func (h hold) take() (release func()) {
+// when it ends, with the function returned. The body's reservation is
+// returned too: the call's answer is reserved under it (proxy.Call.Held).
+func (h hold) take() (body *admission.Reservation, release func()) {
 	slot, body := h.slot.Take(), h.body.Take()
-	return func() {
+	return body, func() {
 		body.Release()
 		slot.Release()
 	}
