@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -59,6 +60,30 @@ func TestSameKeyDifferentBodyIs422(t *testing.T) {
 	}
 	if h.fake.Calls("") != 1 {
 		t.Fatal("a mismatched body reached the upstream")
+	}
+}
+
+// TestKeysReadAlikeInAnotherOrderIs422: two bodies that differ only in the
+// order of keys an upstream reads as one ("messages" and "\u006dessages"
+// or "Messages") ask different things — the upstream reads the last — so
+// the second under the same key is a 422, not the first's answer.
+func TestKeysReadAlikeInAnotherOrderIs422(t *testing.T) {
+	h := newHarness(t, nil)
+	a, b := `[{"role":"user","content":"Say A"}]`, `[{"role":"user","content":"Say B"}]`
+	for i, pair := range [][2]string{
+		{`{"model":"gpt-4o-mini","messages":` + a + `,"\u006dessages":` + b + `}`, `{"model":"gpt-4o-mini","\u006dessages":` + b + `,"messages":` + a + `}`},
+		{`{"model":"gpt-4o-mini","messages":` + a + `,"Messages":` + b + `}`, `{"model":"gpt-4o-mini","Messages":` + b + `,"messages":` + a + `}`},
+	} {
+		k := key(fmt.Sprintf("alike-%d", i))
+		if r := h.chat(pair[0], k); r.status != http.StatusOK {
+			t.Fatalf("first: %d %s", r.status, r.body)
+		}
+		if e := wantOpenAIError(t, h.chat(pair[1], k), 422); e["code"] != "idempotency_key_reused" {
+			t.Fatalf("code %v", e["code"])
+		}
+	}
+	if n := h.fake.Calls(""); n != 2 {
+		t.Fatalf("upstream calls %d, want 2", n)
 	}
 }
 

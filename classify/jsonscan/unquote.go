@@ -24,6 +24,17 @@ func Unquote(tok []byte) string {
 	return string(dec)
 }
 
+// FoldedKey is tok, a string token (with its quotes), as encoding/json
+// matches an object key to a struct field: decoded as Unquote decodes it,
+// then folded (ASCII letters to upper case, every other rune to the
+// smallest of its simple-fold orbit). Two keys a Go upstream reads as one
+// field fold alike ("model", "MODEL", "mod\u0065l"); every other JSON
+// decoder reads two keys as one only if they decode alike, which fold
+// alike too.
+func FoldedKey(tok []byte) string {
+	return string(foldName([]byte(Unquote(tok))))
+}
+
 // Equal reports whether tok is a string token whose text, decoded as
 // Unquote decodes it, is want. It does not allocate for want up to 64
 // bytes.

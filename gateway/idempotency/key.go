@@ -85,11 +85,19 @@ func (c *canonicalizer) object(s *jsonscan.Scanner) {
 		members = append(members, member{start, colon, len(c.out)})
 	}
 	out := c.out
-	slices.SortStableFunc(members, func(a, b member) int {
-		return bytes.Compare(out[a.start:a.colon], out[b.start:b.colon])
-	})
+	alike := sameKeys(out, members)
+	if alike == nil {
+		slices.SortStableFunc(members, func(a, b member) int {
+			return bytes.Compare(out[a.start:a.colon], out[b.start:b.colon])
+		})
+	} else {
+		slices.SortStableFunc(members, func(a, b member) int { return strings.Compare(alike[a.start], alike[b.start]) })
+	}
 	c.scratch = append(c.scratch[:0], c.out[base:]...)
 	c.out = append(c.out[:base], '{')
+	if alike != nil {
+		c.out = append(c.out, 0) // never in valid JSON: no body without such keys canonicalises alike
+	}
 	for i, m := range members {
 		if i > 0 {
 			c.out = append(c.out, ',')
@@ -97,6 +105,48 @@ func (c *canonicalizer) object(s *jsonscan.Scanner) {
 		c.out = append(c.out, c.scratch[m.start-base:m.end-base]...)
 	}
 	c.out = append(c.out, '}')
+}
+
+// sameKeys reports an object whose members include two keys spelled apart
+// that an upstream reads as one: the same once their escapes are decoded
+// ("messages" and "\u006dessages", which every JSON parser reads alike) or
+// their case folded ("messages" and "Messages", which Go's encoding/json
+// reads alike; jsonscan.FoldedKey). Such an upstream reads the last of
+// them, so their order is the request: it returns each member's key so
+// read (by member start) for the members to be ordered by it, keeping the
+// order of keys read alike; nil for an object without (almost every body:
+// a scan of its keys' bytes).
+func sameKeys(out []byte, members []member) map[int]string {
+	if len(members) < 2 {
+		return nil
+	}
+	plain := true
+	for _, m := range members {
+		for _, b := range out[m.start+1 : m.colon-1] {
+			if b == '\\' || b >= 0x80 || 'A' <= b && b <= 'Z' {
+				plain = false
+			}
+		}
+	}
+	if plain {
+		return nil // lower-case ASCII keys without escapes: read alike only if written alike
+	}
+	read := make(map[int]string, len(members))
+	spelled := make(map[string]string, len(members))
+	alike := false
+	for _, m := range members {
+		raw := out[m.start:m.colon]
+		k := jsonscan.FoldedKey(raw)
+		read[m.start] = k
+		if prev, ok := spelled[k]; ok && prev != string(raw) {
+			alike = true
+		}
+		spelled[k] = string(raw)
+	}
+	if !alike {
+		return nil
+	}
+	return read
 }
 
 // ParseKey accepts the header as a plain token or as an RFC 8941

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/llmgate/llmgate/classify/jsonscan"
 )
@@ -16,7 +17,11 @@ import (
 // nested value, a slice of members per object). Fingerprints are stored with
 // idempotency records, so the canonical form must never change: a record
 // committed by an older gateway must still match the same body on a newer
-// one, or a crashed workflow's retry would get a 422 after an upgrade.
+// one, or a crashed workflow's retry would get a 422 after an upgrade. The
+// one change since: an object with keys spelled apart that an upstream
+// reads as one ("messages", "\u006dessages", "Messages") is ordered as
+// they are read and marked, so that two bodies differing only in their
+// order differ (TestFingerprintKeysReadAlike); no other body's form moved.
 func referenceFingerprint(body []byte) string {
 	var canon bytes.Buffer
 	referenceCanonical(jsonscan.New(body, 0), &canon)
@@ -40,8 +45,42 @@ func referenceCanonical(s *jsonscan.Scanner, out *bytes.Buffer) {
 			}
 			members = append(members, member{key, val})
 		}
-		slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+		// Keys an upstream reads alike though spelled apart (escapes,
+		// case): ordered as read, the order among them kept, and marked.
+		read := func(raw []byte) string {
+			var k string
+			if json.Unmarshal(raw, &k) != nil {
+				return string(raw)
+			}
+			// bytes.EqualFold's equality (encoding/json's), by folding
+			// each rune to the least of its orbit.
+			return strings.Map(func(r rune) rune {
+				for {
+					r2 := unicode.SimpleFold(r)
+					if r2 <= r {
+						return r2
+					}
+					r = r2
+				}
+			}, k)
+		}
+		alike := false
+		for i := range members {
+			for j := range i {
+				if !bytes.Equal(members[i].key, members[j].key) && read(members[i].key) == read(members[j].key) {
+					alike = true
+				}
+			}
+		}
+		if alike {
+			slices.SortStableFunc(members, func(a, b member) int { return strings.Compare(read(a.key), read(b.key)) })
+		} else {
+			slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+		}
 		out.WriteByte('{')
+		if alike {
+			out.WriteByte(0)
+		}
 		for i, m := range members {
 			if i > 0 {
 				out.WriteByte(',')
@@ -97,6 +136,39 @@ func TestFingerprintMatchesReference(t *testing.T) {
 				t.Errorf("round %d: Fingerprint(%.80s) = %s, reference %s", round, body, got, want)
 			}
 		}
+	}
+}
+
+// TestFingerprintKeysReadAlike: two bodies whose keys an upstream reads as
+// one key (escaped, or in another case) in another order are different
+// requests — the upstream reads the last — and differ; the same body with
+// its members reordered, or keys merely repeated as written, still
+// matches; and a body without such keys canonicalises as it always did.
+func TestFingerprintKeysReadAlike(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{`{"model":"claude-x","messages":[{"role":"user","content":"Say A"}],"\u006dessages":[{"role":"user","content":"Say B"}]}`,
+			`{"model":"claude-x","\u006dessages":[{"role":"user","content":"Say B"}],"messages":[{"role":"user","content":"Say A"}]}`, false},
+		{`{"user":"a","\u0075ser":"b"}`, `{"\u0075ser":"b","user":"a"}`, false},
+		{`{"messages":[1],"Messages":[2]}`, `{"Messages":[2],"messages":[1]}`, false},
+		{`{"x":{"messages":[1],"MESSAGES":[2]}}`, `{"x":{"MESSAGES":[2],"messages":[1]}}`, false},
+		{`{"messages":[1],"Messages":[2],"model":"m"}`, `{"model":"m","messages":[1],"Messages":[2]}`, true},
+		{`{"b":1,"a":2}`, `{"a":2,"b":1}`, true},
+		{`{"Model":"m","userId":1}`, `{"userId":1,"Model":"m"}`, true},
+		{`{"a":1,"a":2}`, `{"a":2,"a":1}`, false},
+		{`{"store":false,"ſtore":true}`, `{"ſtore":true,"store":false}`, false},
+		{`{"bac\u212aground":true,"background":false}`, `{"background":false,"bac\u212aground":true}`, false},
+	} {
+		if got := Fingerprint([]byte(tc.a)) == Fingerprint([]byte(tc.b)); got != tc.same {
+			t.Errorf("same fingerprint = %v for %s and %s, want %v", got, tc.a, tc.b, tc.same)
+		}
+	}
+	// As first written: the body with its keys sorted by their bytes.
+	sum := sha256.Sum256([]byte(`{"Model":"m","messages":[{"content":"hi","role":"user"}]}`))
+	if got := Fingerprint([]byte(`{"messages":[{"role":"user","content":"hi"}],"Model":"m"}`)); got != hex.EncodeToString(sum[:]) {
+		t.Errorf("a body without keys read alike changed its fingerprint: %s", got)
 	}
 }
 

@@ -170,13 +170,15 @@ func TestParseRoutingDuplicates(t *testing.T) {
 
 // TestFingerprintStable: fingerprints are stored with idempotency records,
 // so a change of scanner must not change them. The values are from before
-// jsonscan.
+// jsonscan, but for the body whose keys "\u0041" and "A" an upstream reads
+// as one: such keys are ordered as read, and marked, since this round
+// (idempotency.TestFingerprintKeysReadAlike).
 func TestFingerprintStable(t *testing.T) {
 	for body, want := range map[string]string{
 		chatBody:   "a84de116f4fb40259a25b189747c92a06ccd935f8d3a32842f9ee5373f67129a",
 		streamBody: "a0480d9de09bbeaffad1a872b570e9afb2c9d0db48f7b0ef00dddb4ebe031958",
 		`{"b":1,"a":{"d":[1,{"z":0,"y":"x"}],"c":null}}`: "10d493daf55b344290d16d69dc7f722d65e206990318deb3716e161f199d3fa2",
-		`{"\u0041":1,"A":2," x":[ 1 , 2 ]}`:              "301b3096791d2f378d923222fe23f207c63aac41584283f2985042338720884e",
+		`{"\u0041":1,"A":2," x":[ 1 , 2 ]}`:              "193c8c2b73736691a3009fdbba126bc51281fc4ec258eeb7c1e29d23c4cfbaf7",
 		`{}`:                                             "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
 	} {
 		if got := idempotency.Fingerprint([]byte(body)); got != want {
