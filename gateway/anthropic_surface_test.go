@@ -464,3 +464,31 @@ func TestMessageBatchNamesContainer(t *testing.T) {
 		t.Fatalf("alice's batch naming her container: %d %s", r.status, r.body)
 	}
 }
+
+// TestAnthropicRoutesErrorShapeEveryMethod: a method a route does not
+// serve is refused in the route's API's shape whatever the method: on
+// /v1/messages (and its sub-paths) Anthropic's always, on a route both
+// APIs have (/v1/models, /v1/files) Anthropic's when the request sends
+// anthropic-version. Before, OPTIONS and TRACE on /v1/messages, and POST,
+// PUT, PATCH, DELETE or OPTIONS on /v1/models, were answered in OpenAI's
+// shape, which the Anthropic SDKs do not parse.
+func TestAnthropicRoutesErrorShapeEveryMethod(t *testing.T) {
+	h := newMessagesHarness(t, nil)
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodOptions, "/v1/messages"}, {http.MethodTrace, "/v1/messages"}, {http.MethodGet, "/v1/messages"},
+		{http.MethodOptions, "/v1/messages/batches"}, {http.MethodPut, "/v1/messages/count_tokens"},
+		{http.MethodPost, "/v1/models"}, {http.MethodPut, "/v1/models"}, {http.MethodPatch, "/v1/models"},
+		{http.MethodDelete, "/v1/models"}, {http.MethodOptions, "/v1/models"}, {http.MethodPost, "/v1/models/claude-sonnet-4-5"},
+		{http.MethodOptions, "/v1/files"},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			r := h.do(tc.method, tc.path, "", anthropicHdr)
+			if r.status != http.StatusNotFound && r.status != http.StatusMethodNotAllowed {
+				t.Fatalf("status %d %s, want 404 or 405", r.status, r.body)
+			}
+			wantAnthropicError(t, r, r.status, map[int]string{http.StatusNotFound: "not_found_error", http.StatusMethodNotAllowed: "invalid_request_error"}[r.status])
+		})
+	}
+	// Without anthropic-version a shared route is OpenAI's, as before.
+	wantOpenAIError(t, h.do(http.MethodPost, "/v1/models", "", map[string]string{"Authorization": "Bearer " + gwClientKey}), http.StatusNotFound)
+}

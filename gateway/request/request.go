@@ -190,7 +190,8 @@ func (g *Handler) WaitCalls() { g.work.wg.Wait() }
 type apiCtxKey struct{}
 
 // withRouteAPI is r carrying the API of the route it matched (route, the
-// echo path pattern): the errors the gateway makes for it are in that
+// echo path pattern; for a method no route of its path serves, the route
+// of its path): the errors the gateway makes for it are in that
 // API's shape, whichever room makes them (authentication, limits, the
 // idempotency store, a breaker). Every other route under /v1/messages
 // (the message batches, and the 404 of a path none of them is) is
@@ -203,13 +204,37 @@ func withRouteAPI(r *http.Request, route string) *http.Request {
 			return r.WithContext(context.WithValue(r.Context(), apiCtxKey{}, ep.api))
 		}
 	}
-	if strings.HasPrefix(route, "/v1/messages/") {
+	if route == unmatched {
+		// No route of this method: the path's, had it been one of them
+		// (OPTIONS on /v1/messages, POST on /v1/models).
+		route = routeOf(r.URL.Path)
+	}
+	if route == "/v1/messages" || strings.HasPrefix(route, "/v1/messages/") {
 		return r.WithContext(context.WithValue(r.Context(), apiCtxKey{}, proxy.MessageBatches))
 	}
 	if _, anthropic := r.Header["Anthropic-Version"]; anthropic && sharedRoutes[route] {
 		return r.WithContext(context.WithValue(r.Context(), apiCtxKey{}, proxy.AnthropicPlain))
 	}
 	return r
+}
+
+// unmatched is the route of a /v1 request no route of its method took
+// (the group's RouteNotFound).
+const unmatched = "/v1/*"
+
+// routeOf is the route pattern of the Anthropic or shared routes path
+// falls under ("/v1/models/*" for "/v1/models/x"), or path itself.
+func routeOf(path string) string {
+	for _, prefix := range []string{"/v1/messages", "/v1/models", "/v1/files"} {
+		switch rest, ok := strings.CutPrefix(path, prefix); {
+		case !ok:
+		case rest == "":
+			return prefix
+		case rest[0] == '/':
+			return prefix + "/*"
+		}
+	}
+	return path
 }
 
 // sharedRoutes are the routes both OpenAI's API and Anthropic's have: the
