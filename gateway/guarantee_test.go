@@ -244,3 +244,28 @@ func TestCacheSkippedWhenStoreDown(t *testing.T) {
 	// A client's own key still needs the store.
 	wantOpenAIError(t, h.chat(chatBody, key("needs-store")), http.StatusServiceUnavailable)
 }
+
+// TestRepeatedClientDeadlineRefused: X-Llmgate-Deadline sent twice is a
+// 400 with no upstream call, as a repeated Idempotency-Key is: a proxy in
+// between may keep either value, so the gateway cannot know which bound
+// the client meant. Before, the first was taken silently.
+func TestRepeatedClientDeadlineRefused(t *testing.T) {
+	h := newHarness(t, nil)
+	req, err := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header["X-Llmgate-Deadline"] = []string{"30s", "1ms"}
+	res, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := result{status: res.StatusCode, header: res.Header, body: readAllBody(t, res)}
+	if e := wantOpenAIError(t, r, http.StatusBadRequest); !strings.Contains(fmt.Sprint(e["message"]), "more than once") {
+		t.Fatalf("error = %v", e)
+	}
+	if n := h.fake.Calls(""); n != 0 {
+		t.Fatalf("upstream calls %d, want 0", n)
+	}
+}

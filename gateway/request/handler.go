@@ -264,6 +264,10 @@ func (g *Handler) deadlines(r *http.Request, start time.Time) (deadlines, error)
 	if d := g.cfg.Retry.Deadline.D(); d > 0 {
 		dl.operator = start.Add(d)
 	}
+	if vs := r.Header.Values(DeadlineHeader); len(vs) > 1 {
+		// A proxy between may keep either: which bound was meant is unknown.
+		return dl, apierror.Invalid("", DeadlineHeader+" appears more than once; send it once.")
+	}
 	h := r.Header.Get(DeadlineHeader)
 	if h == "" {
 		return dl, nil
