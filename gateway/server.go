@@ -410,10 +410,10 @@ func (g *Gateway) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 				if c.Response().Committed {
 					// Headers are out: a 500 cannot be sent, and returning
 					// would end the response as if it were whole. Abort.
-					g.log.Error("panic serving request", "panic", fmt.Sprint(r), "path", c.Request().URL.Path)
+					g.log.Error("panic serving request", "panic", fmt.Sprint(r), "path", request.LogPath(c.Request().URL.Path))
 					panic(http.ErrAbortHandler)
 				}
-				g.log.Error("panic serving request", "panic", fmt.Sprint(r), "path", c.Request().URL.Path)
+				g.log.Error("panic serving request", "panic", fmt.Sprint(r), "path", request.LogPath(c.Request().URL.Path))
 				err = &apierror.Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error",
 					Message: "The gateway failed to handle the request; see its log for details.", Err: fmt.Errorf("panic: %v", r)}
 			}

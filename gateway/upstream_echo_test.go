@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -138,5 +139,32 @@ func TestUpstreamErrorEchoingKeyRedacted(t *testing.T) {
 				t.Errorf("the %s appears in the %s", name, where)
 			}
 		}
+	}
+}
+
+// TestLongPathLoggedShort: a path carrying a long object id (up to the
+// 64 KiB header limit) is logged cut to its first 512 bytes and its
+// length, so that one tenant's requests cannot write 64 KiB log lines.
+func TestLongPathLoggedShort(t *testing.T) {
+	h := newHarness(t, nil)
+	id := "file-" + strings.Repeat("x", 40<<10)
+	h.do(http.MethodGet, "/v1/files/"+id, "", nil)
+	// The line is written as the handler returns, after the answer.
+	waitFor(t, "the request's log line", func() bool { return strings.Contains(h.logs.String(), `"msg":"request"`) })
+	var logged string
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		var rec struct {
+			Path string `json:"path"`
+			Msg  string `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Path, "/v1/files/file-") {
+			logged = rec.Path
+		}
+		if len(line) > 4<<10 {
+			t.Errorf("a log line of %d bytes: %.200s", len(line), line)
+		}
+	}
+	if want := ("/v1/files/" + id)[:512] + fmt.Sprintf("…(%d bytes)", len("/v1/files/"+id)); logged != want {
+		t.Fatalf("logged path %.600q, want %.600q", logged, want)
 	}
 }

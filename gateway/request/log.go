@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -105,7 +106,7 @@ func (g *Handler) logRequest(c echo.Context, s *summary, end requestEnd) classif
 	attrs := []slog.Attr{
 		slog.String("request_id", end.id),
 		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
+		slog.String("path", LogPath(r.URL.Path)),
 		slog.String("client", ClientOf(r)),
 		slog.String("model", s.model),
 		slog.String("upstream", s.upstream),
@@ -191,4 +192,18 @@ func requestID(r *http.Request) string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// maxLoggedPath is how much of a request's path a log line keeps.
+const maxLoggedPath = 512
+
+// LogPath is path as a log line keeps it: whole up to 512 bytes, else its
+// first 512 and its length. A path may carry an object id up to the
+// header limit (64 KiB), and one tenant's requests must not write log
+// lines that long.
+func LogPath(path string) string {
+	if len(path) <= maxLoggedPath {
+		return path
+	}
+	return path[:maxLoggedPath] + "…(" + strconv.Itoa(len(path)) + " bytes)"
 }
