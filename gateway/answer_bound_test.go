@@ -112,3 +112,57 @@ func TestAnswersHeldUnderClientShare(t *testing.T) {
 	}
 	waitFor(t, "every byte given back", func() bool { return h.gw.admit.InUse() == 0 })
 }
+
+// TestStreamRecordUnderClientShare: the copy a keyed stream's recorder
+// keeps counts against the client's share of limits.max_inflight_bytes as
+// it grows. Alice's 1.5 MiB stream passes her 1 MiB share: it is relayed
+// whole but not recorded, and its retry is 410
+// idempotency_result_not_stored; Bob's 0.5 MiB stream is recorded and
+// replayed byte for byte. Before, every keyed stream was recorded up to
+// max_record_bytes (8 MiB) whatever the number in flight.
+func TestStreamRecordUnderClientShare(t *testing.T) {
+	event := "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" +
+		strings.Repeat("a", 32<<10) + "\"}}]}\n\n"
+	end := "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+	stream := func(n int) string { return strings.Repeat(event, n) + end }
+	var calls atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		n := 16 // 0.5 MiB
+		if strings.Contains(string(b), "big") {
+			n = 48 // 1.5 MiB
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, stream(n))
+	}))
+	t.Cleanup(up.Close)
+	h := newHarnessOptions(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = up.URL + "/v1"
+		c.Clients = []config.Client{{Name: "alice", Key: aliceKey}, {Name: "bob", Key: bobKey}}
+		c.Limits.MaxBodyBytes = 256 << 10
+		c.Limits.MaxInflightBytes = 2 << 20 // a share of 1 MiB per client
+	}, nil, fakeprovider.Options{}, nil)
+	body := func(say string) string {
+		return `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"` + say + `"}]}`
+	}
+	for _, tc := range []struct {
+		client, key, say string
+		events           int
+		retry            int
+	}{{aliceKey, "s-big", "big", 48, http.StatusGone}, {bobKey, "s-small", "small", 16, http.StatusOK}} {
+		hdr := map[string]string{"Authorization": "Bearer " + tc.client, "Idempotency-Key": tc.key}
+		r := h.do(http.MethodPost, "/v1/chat/completions", body(tc.say), hdr)
+		if r.status != http.StatusOK || string(r.body) != stream(tc.events) {
+			t.Fatalf("%s: status %d, %d bytes, want the stream whole (%d)", tc.key, r.status, len(r.body), len(stream(tc.events)))
+		}
+		again := h.do(http.MethodPost, "/v1/chat/completions", body(tc.say), hdr)
+		if again.status != tc.retry || (tc.retry == http.StatusOK && string(again.body) != stream(tc.events)) {
+			t.Fatalf("retry of %s: status %d (want %d), %d bytes", tc.key, again.status, tc.retry, len(again.body))
+		}
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("upstream calls = %d, want 2", n)
+	}
+	waitFor(t, "every byte given back", func() bool { return h.gw.admit.InUse() == 0 })
+}

@@ -149,6 +149,32 @@ func (r *Reservation) Reserve(ctx context.Context, b *Bound, n int64) error {
 	return nil
 }
 
+// TryReserve reserves n more bytes for r if they fit now, within the
+// client's share and the bound, and reports whether they did; it never
+// waits. n is capped as Reserve caps it. It is for bytes that cannot wait
+// (a stream being recorded as it is relayed): a refusal is counted, as
+// Reserve's are.
+func (r *Reservation) TryReserve(b *Bound, n int64) bool {
+	r.b = b
+	if b.sem != nil {
+		n = min(n, b.limit-r.n)
+		if n <= 0 {
+			return true
+		}
+		if b.takeShare(r.Client, n) != nil {
+			return false
+		}
+		if !b.sem.TryAcquire(n) {
+			b.giveShare(r.Client, n)
+			b.refused.Add(1)
+			return false
+		}
+	}
+	r.n += n
+	b.inUse.Add(n)
+	return true
+}
+
 func (b *Bound) acquire(ctx context.Context, n int64) error {
 	if b.sem.TryAcquire(n) {
 		return nil

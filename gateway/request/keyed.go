@@ -655,6 +655,11 @@ func (k *keyedCall) settleDelivered(res outcome.Result, upstream string, size in
 func (k *keyedCall) stream(resp *proxy.Response) {
 	g := k.g
 	rec := &sse.Recorder{MaxBytes: g.cfg.Idempotency.MaxRecordBytes, MaxEvents: g.cfg.Idempotency.MaxRecordEvents}
+	if held := k.cl.Held; held != nil {
+		// The recorder's copy counts as a buffered answer does; a stream
+		// cannot wait for room, so past it the stream is not recorded.
+		rec.Reserve = func(n int64) bool { return held.TryReserve(g.admit, n) }
+	}
 	committed := false
 	defer func() { k.h.trailer(idempotency.CommittedTrailer, strconv.FormatBool(committed)) }()
 	if k.h.live != nil {
