@@ -617,11 +617,9 @@ type Limits struct {
 	// StreamIdleTimeout ends an upstream stream that sends nothing for this
 	// long. Default 60s.
 	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
-	// MaxInflightBytes bounds the request body bytes, and the upstream
-	// answers buffered to classify and commit, held in memory across all
-	// requests at once; a request whose body does not fit waits up to
-	// AdmissionWait, then gets 503 gateway_overloaded with Retry-After (an
-	// answer that does not fit is relayed as it arrives, not committed).
+	// MaxInflightBytes bounds the request body bytes held in memory across
+	// all requests at once; a request whose body does not fit waits up to
+	// AdmissionWait, then gets 503 gateway_overloaded with Retry-After.
 	// Must be at least MaxBodyBytes. If 0, the larger of the memory budget
 	// (memory.budget_bytes) and 2 × MaxBodyBytes: 64 MiB in a 256 MiB
 	// container.

@@ -171,10 +171,8 @@ func New(o Options) (*Gateway, error) {
 	// Before anything can change a breaker's state (admin.New may apply a
 	// shared override): OnStateChange tells the timeline.
 	g.timeline = timeline.New(timeline.Options{Upstreams: g.breakers.Names(), Now: g.now})
-	g.admit = admission.New(admission.Options{Limit: o.Config.Limits.MaxInflightBytes, Wait: o.Config.Limits.AdmissionWait.D(),
-		After: o.AdmissionAfter, Registerer: g.registry, Share: clientShare(o.Config.Limits)})
 	g.proxy = proxy.New(proxy.Options{Config: o.Config, Router: r, Breakers: g.breakers, Metrics: g.metrics,
-		Logger: g.log, Now: g.now, Shutdown: g.shutdown, Tracer: o.Tracer, Admit: g.admit,
+		Logger: g.log, Now: g.now, Shutdown: g.shutdown, Tracer: o.Tracer,
 		Budget: retry.NewBudget(retry.BudgetOptions{
 			Ratio:        o.Config.Retry.BudgetRatio,
 			MinPerSecond: o.Config.Retry.BudgetMinPerSecond,
@@ -186,6 +184,8 @@ func New(o Options) (*Gateway, error) {
 	g.registerGauges()
 	g.registerSpace()
 	g.limits = limits.New(limits.Options{Config: o.Config, Store: o.Store, Metrics: g.metrics, Logger: g.log, Now: o.LimitsNow})
+	g.admit = admission.New(admission.Options{Limit: o.Config.Limits.MaxInflightBytes, Wait: o.Config.Limits.AdmissionWait.D(),
+		After: o.AdmissionAfter, Registerer: g.registry, Share: clientShare(o.Config.Limits)})
 	g.spooled = admission.New(admission.Options{Limit: cmp.Or(o.Config.Passthrough.SpoolMaxTotalBytes, config.DefaultSpoolMaxTotalBytes),
 		Wait: o.Config.Limits.AdmissionWait.D(), After: o.AdmissionAfter, Setting: "passthrough.spool_max_total_bytes", Share: spoolShare(&o.Config)})
 	g.dlq = deadletter.New(deadletter.Options{Store: o.Store, Metrics: g.metrics, Config: o.Config.DeadLetters, Logger: g.log, Now: g.now,

@@ -1,7 +1,6 @@
 // Package admission bounds the request bytes held in memory across all
-// requests — their bodies, and the upstream answers buffered for them — so
-// that a burst of large ones waits, or is refused, instead of growing the
-// heap past the process's memory limit.
+// requests: a burst of large bodies waits, or is refused with 503, instead
+// of growing the heap past the process's memory limit.
 //
 // A request reserves the bytes of its body as they arrive — chunk by
 // chunk, whatever Content-Length it declares, so that a client trickling a
@@ -30,14 +29,8 @@ import (
 // DefaultWait is Options.Wait when unset.
 const DefaultWait = 2 * time.Second
 
-// chunk is the first buffer, and reservation, of a body being read whose
-// length is known (or the whole body, when smaller); smallChunk of one
-// whose length is not, which is most often a small answer sent chunked
-// (or decompressed): it doubles from there as it fills.
-const (
-	chunk      = 64 << 10
-	smallChunk = 4 << 10
-)
+// chunk is the first buffer, and reservation, of a body being read.
+const chunk = 64 << 10
 
 // Options configures New. The zero value admits everything.
 type Options struct {
@@ -95,18 +88,14 @@ func New(o Options) *Bound {
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "llmgate_admission_inflight_bytes",
-				Help: "Request body and buffered answer bytes reserved by requests in progress (limits.max_inflight_bytes bounds it)."},
+				Help: "Request body bytes reserved by requests in progress (limits.max_inflight_bytes bounds it)."},
 				func() float64 { return float64(b.inUse.Load()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "llmgate_admission_refused_total",
-				Help: "Reservations refused under limits.max_inflight_bytes: a body (503 gateway_overloaded), or an answer relayed as it arrived, not held."},
+				Help: "Requests refused with 503 gateway_overloaded: their body did not fit under limits.max_inflight_bytes within limits.admission_wait."},
 				func() float64 { return float64(b.refused.Load()) }))
 	}
 	return b
 }
-
-// Setting is the configuration setting that sets the bound, as a refusal
-// names it.
-func (b *Bound) Setting() string { return b.setting }
 
 // InUse is the number of bytes reserved now.
 func (b *Bound) InUse() int64 { return b.inUse.Load() }
@@ -147,32 +136,6 @@ func (r *Reservation) Reserve(ctx context.Context, b *Bound, n int64) error {
 	r.n += n
 	b.inUse.Add(n)
 	return nil
-}
-
-// TryReserve reserves n more bytes for r if they fit now, within the
-// client's share and the bound, and reports whether they did; it never
-// waits. n is capped as Reserve caps it. It is for bytes that cannot wait
-// (a stream being recorded as it is relayed): a refusal is counted, as
-// Reserve's are.
-func (r *Reservation) TryReserve(b *Bound, n int64) bool {
-	r.b = b
-	if b.sem != nil {
-		n = min(n, b.limit-r.n)
-		if n <= 0 {
-			return true
-		}
-		if b.takeShare(r.Client, n) != nil {
-			return false
-		}
-		if !b.sem.TryAcquire(n) {
-			b.giveShare(r.Client, n)
-			b.refused.Add(1)
-			return false
-		}
-	}
-	r.n += n
-	b.inUse.Add(n)
-	return true
 }
 
 func (b *Bound) acquire(ctx context.Context, n int64) error {
@@ -281,40 +244,26 @@ func (r *Reservation) Take() *Reservation {
 func (r *Reservation) Held() int64 { return r.n }
 
 // Body reads body, which holds length bytes (-1: unknown), into memory
-// under r, as Read does, and checks that it ends there: a full buffer is
-// checked for the body's end with a read of one byte outside it, so what r
-// holds is never a byte more than the body's own. A body longer than limit
-// is ErrOverLimit (also one longer than length, which net/http never
-// gives).
-func (r *Reservation) Body(ctx context.Context, b *Bound, body io.Reader, length, limit int64) ([]byte, error) {
-	buf, err := r.Read(ctx, b, body, length, limit)
-	if err == nil && int64(len(buf)) >= most(length, limit) {
-		err = atEnd(body)
-	}
-	return buf, err
-}
-
-// Read reads body, which holds length bytes (-1: unknown), into memory
 // under r, reserving as the bytes arrive, never the declared length up
 // front: a client that declares a large body and sends it slowly holds
-// only about what it sent. The buffer starts at one chunk (smallChunk when
-// length is unknown) and doubles as it fills, up to length or limit, and
-// r reserves each growth before it is made, so what r holds is what the
-// buffer takes. It stops at the body's end or once it holds the lesser of
-// length and limit bytes, reading nothing past them. An error from Reserve
-// (no room) comes back with what was read before it, which r still holds.
-func (r *Reservation) Read(ctx context.Context, b *Bound, body io.Reader, length, limit int64) ([]byte, error) {
-	most, first := most(length, limit), int64(chunk)
-	if length < 0 {
-		first = smallChunk
+// only about what it sent. The buffer starts at one chunk and doubles as
+// it fills, up to length or limit, and r reserves each growth before it is
+// made, so what r holds is what the buffer takes — never a byte more than
+// the body's own: a full buffer is checked for the body's end with a read
+// of one byte outside it. A body longer than limit is ErrOverLimit (also
+// one longer than length, which net/http never gives).
+func (r *Reservation) Body(ctx context.Context, b *Bound, body io.Reader, length, limit int64) ([]byte, error) {
+	most := limit
+	if length >= 0 {
+		most = min(length, most)
 	}
 	var buf []byte
 	for {
 		if len(buf) == cap(buf) {
 			if int64(len(buf)) >= most {
-				return buf, nil
+				return buf, atEnd(body)
 			}
-			n := min(max(2*int64(cap(buf)), first), most)
+			n := min(max(2*int64(cap(buf)), chunk), most)
 			if err := r.Reserve(ctx, b, n-int64(cap(buf))); err != nil {
 				return buf, err
 			}
@@ -329,15 +278,6 @@ func (r *Reservation) Read(ctx context.Context, b *Bound, body io.Reader, length
 			return buf, err
 		}
 	}
-}
-
-// most is what Read holds at most of a body of length bytes (-1: unknown)
-// under limit.
-func most(length, limit int64) int64 {
-	if length >= 0 {
-		return min(length, limit)
-	}
-	return limit
 }
 
 // ErrOverLimit: a body read by Body holds more than its limit.

@@ -14,7 +14,6 @@ import (
 	"unsafe"
 
 	"github.com/llmgate/llmgate/classify"
-	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/headers"
 	"github.com/llmgate/llmgate/gateway/sse"
 	"github.com/llmgate/llmgate/gateway/tracing"
@@ -72,7 +71,7 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 	if c.Stream && strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		return p.startStream(a, c.api(), res.Body)
 	}
-	return p.readBody(a, c, res.Body, res.ContentLength)
+	return p.readBody(a, c, res.Body)
 }
 
 // minRedactedKey is the shortest key redactKey looks for: a shorter one
@@ -215,11 +214,7 @@ func failedStart(api *API, first [][]byte) (classify.Outcome, bool) {
 }
 
 // readBody buffers a 2xx body up to the record limit and classifies it.
-// Its bytes are reserved under the call's reservation as they arrive
-// (limits.max_inflight_bytes and the client's share of it); a body that
-// does not fit within limits.admission_wait is relayed as it comes, as one
-// over the record limit is.
-func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser, length int64) *Response {
+func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
 	resp := a.resp
 	limit := p.cfg.Idempotency.MaxRecordBytes
 	switch {
@@ -228,23 +223,15 @@ func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser, length int64
 	case c.RecordLimit > 0:
 		limit = c.RecordLimit
 	}
-	b, err := p.readUpTo(a.ctx, c, body, length, limit+1)
-	var refused *apierror.Error
-	unheld := errors.As(err, &refused)
-	if unheld {
-		p.log.Warn("upstream answer relayed as it arrives, not held: no room under "+p.admit.Setting(),
-			"client", c.Client, "model", c.Model, "held_bytes", len(b))
-		err = nil
-	}
+	b, err := io.ReadAll(io.LimitReader(body, limit+1))
 	if err != nil {
 		body.Close()
 		return a.fail(err)
 	}
-	if unheld || int64(len(b)) > limit {
-		// Too large to buffer, or no room to: relay the prefix and copy
-		// the rest as it comes. It is not classified from its content,
-		// nor committed.
-		resp.Body = b
+	if int64(len(b)) > limit {
+		// Too large to buffer: relay the prefix and copy the rest as it
+		// comes. It is not classified from its content, nor committed.
+		resp.Body = redactKey(b, a.key)
 		resp.Rest = &cancelOnClose{ReadCloser: body, cancel: a.end}
 		resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
 		return resp
@@ -255,16 +242,6 @@ func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser, length int64
 	resp.Outcome = c.api().Classify(resp.Body, resp.Header, p.now())
 	resp.Outcome.Status = resp.Status
 	return resp
-}
-
-// readUpTo reads at most limit bytes of body, which holds length (-1:
-// unknown), reserved under c.Held when the call has one; an
-// *apierror.Error when they did not fit, with what was read before.
-func (p *Proxy) readUpTo(ctx context.Context, c *Call, body io.Reader, length, limit int64) ([]byte, error) {
-	if c.Held == nil || p.admit == nil {
-		return io.ReadAll(io.LimitReader(body, limit))
-	}
-	return c.Held.Read(ctx, p.admit, body, length, limit)
 }
 
 // maxEventBytes bounds one SSE event: one larger than a whole record could

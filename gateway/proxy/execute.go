@@ -22,7 +22,6 @@ import (
 	"github.com/llmgate/llmgate/breaker"
 	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/config"
-	"github.com/llmgate/llmgate/gateway/admission"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/llmgate/llmgate/gateway/outcome"
@@ -46,10 +45,6 @@ type Options struct {
 	Shutdown <-chan struct{}
 	// Tracer makes a span per attempt. If nil, tracing is off.
 	Tracer *tracing.Tracer
-	// Admit bounds the 2xx bodies held in memory (limits.max_inflight_bytes,
-	// shared with request bodies): each call reserves its answer's bytes
-	// under Call.Held. If nil, answers are held unbounded.
-	Admit *admission.Bound
 }
 
 // Proxy executes calls against upstream chains.
@@ -63,7 +58,6 @@ type Proxy struct {
 	now      func() time.Time
 	shutdown <-chan struct{}
 	tracer   *tracing.Tracer
-	admit    *admission.Bound
 	// drainWait bounds the drain of a stream's end (LiveStream.drain);
 	// tests lengthen it.
 	drainWait time.Duration
@@ -72,7 +66,7 @@ type Proxy struct {
 // New returns a Proxy.
 func New(o Options) *Proxy {
 	p := &Proxy{cfg: o.Config, router: o.Router, breakers: o.Breakers, budget: o.Budget,
-		metrics: o.Metrics, log: o.Logger, now: o.Now, shutdown: o.Shutdown, tracer: o.Tracer, admit: o.Admit,
+		metrics: o.Metrics, log: o.Logger, now: o.Now, shutdown: o.Shutdown, tracer: o.Tracer,
 		drainWait: drainWait}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -137,12 +131,6 @@ type Call struct {
 	// operator's: a retry it stops says nothing about the upstream.
 	Deadline       time.Time
 	ClientDeadline bool
-	// Held, when set, is the request's reservation under Options.Admit
-	// (its body's bytes, and its client's share): a 2xx body buffered to
-	// classify and commit is reserved under it as it arrives, and one that
-	// does not fit is relayed as it arrives, as one over RecordLimit is.
-	// Whoever runs the call owns it (see admission.Reservation).
-	Held *admission.Reservation
 	// Tried lists the upstreams the call reached or was refused by, in
 	// order, for its dead letter.
 	Tried []string

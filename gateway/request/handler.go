@@ -48,7 +48,7 @@ func (g *Handler) handlePost(ep endpoint) echo.HandlerFunc {
 			return err
 		}
 		cl := &proxy.Call{In: r, Suffix: ep.suffix, API: ep.api, Body: body, Model: rt.Model,
-			Stream: rt.Stream, Deadline: dl.first(), ClientDeadline: !dl.client.IsZero(), Held: &held}
+			Stream: rt.Stream, Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		cl.Tenant = g.forwardTenant(r)
 		if ep.query {
 			cl.Query = r.URL.RawQuery

@@ -218,10 +218,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 	work, it, done := g.work.start(r.Context(), dl.operator)
 	// The call holds its client's concurrency slot and its body's bytes
 	// until it ends, also after the handler has returned.
-	body, held := hd.take()
-	if cl.Held != nil {
-		cl.Held = body // the call's goroutine owns it from here
-	}
+	held := hd.take()
 	if kr.Raw != "" {
 		cl.IdemKey = g.forwardMAC.ForwardKey(kr.Key)
 	}
@@ -408,11 +405,10 @@ type hold struct {
 
 // take moves both to a keyed call that may outlive its handler (see
 // limits.Slot.Take, admission.Reservation.Take); the call gives them back
-// when it ends, with the function returned. The body's reservation is
-// returned too: the call's answer is reserved under it (proxy.Call.Held).
-func (h hold) take() (body *admission.Reservation, release func()) {
+// when it ends, with the function returned.
+func (h hold) take() (release func()) {
 	slot, body := h.slot.Take(), h.body.Take()
-	return body, func() {
+	return func() {
 		body.Release()
 		slot.Release()
 	}
@@ -655,11 +651,6 @@ func (k *keyedCall) settleDelivered(res outcome.Result, upstream string, size in
 func (k *keyedCall) stream(resp *proxy.Response) {
 	g := k.g
 	rec := &sse.Recorder{MaxBytes: g.cfg.Idempotency.MaxRecordBytes, MaxEvents: g.cfg.Idempotency.MaxRecordEvents}
-	if held := k.cl.Held; held != nil {
-		// The recorder's copy counts as a buffered answer does; a stream
-		// cannot wait for room, so past it the stream is not recorded.
-		rec.Reserve = func(n int64) bool { return held.TryReserve(g.admit, n) }
-	}
 	committed := false
 	defer func() { k.h.trailer(idempotency.CommittedTrailer, strconv.FormatBool(committed)) }()
 	if k.h.live != nil {

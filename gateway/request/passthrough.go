@@ -182,7 +182,7 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 		}
 		cl := &proxy.Call{In: r, Suffix: u.PathFor(r.URL.EscapedPath()), API: rt.api, Query: r.URL.RawQuery,
 			Source: body.src, Model: body.model, Lane: rt.label, Passthrough: true, RecordLimit: rt.maxRecord,
-			Unbuffered: key == "" && !isBatchObjects(r.URL.Path), Deadline: dl.first(), ClientDeadline: !dl.client.IsZero(), Held: &held}
+			Unbuffered: key == "" && !isBatchObjects(r.URL.Path), Deadline: dl.first(), ClientDeadline: !dl.client.IsZero()}
 		cl.Tenant = g.forwardTenant(r)
 		if err := g.plan(r, cl, u, g.passView(r, body)); err != nil {
 			return err

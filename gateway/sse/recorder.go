@@ -12,10 +12,6 @@ type Recorder struct {
 	// MaxBytes and MaxEvents bound what is kept.
 	MaxBytes  int64
 	MaxEvents int
-	// Reserve, if set, is asked for the bytes of each chunk before it is
-	// made (limits.max_inflight_bytes); a refusal ends the recording as a
-	// limit does.
-	Reserve func(n int64) bool
 
 	events [][]byte
 	chunk  []byte
@@ -46,13 +42,8 @@ func (r *Recorder) Add(ev []byte) []byte {
 	}
 	r.size += int64(len(ev))
 	if cap(r.chunk)-len(r.chunk) < len(ev) {
-		next := max(min(max(2*cap(r.chunk), firstChunk), maxChunk), len(ev))
-		if r.Reserve != nil && !r.Reserve(int64(next)) {
-			r.over = true
-			r.events, r.chunk = nil, nil
-			return nil
-		}
-		r.chunk = make([]byte, 0, next)
+		next := min(max(2*cap(r.chunk), firstChunk), maxChunk)
+		r.chunk = make([]byte, 0, max(next, len(ev)))
 	}
 	start := len(r.chunk)
 	r.chunk = append(r.chunk, ev...)
