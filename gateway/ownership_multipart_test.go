@@ -37,7 +37,14 @@ func TestMultipartFileIDsOfOthersRefused(t *testing.T) {
 	// may still read the id from it.
 	for _, cd := range []string{`attachment; name="images[][file_id]"`, `form-data; name="mask[file_id]"; name="mask[file_id]"`,
 		"form-data; name=\"note\"\r\nContent-Disposition: form-data; name=\"images[][file_id]\"",
-		`form-data; name="images[][file_id]"; filename="x.txt"`} {
+		`form-data; name="images[][file_id]"; filename="x.txt"`,
+		// RFC 2231 parameters: Go takes name* over name, python-multipart
+		// (0.0.30 on) ignores it, earlier ones decode charsets Go skips.
+		`form-data; name*=UTF-8''prompt; name="images[][file_id]"`,
+		`form-data; name="prompt"; name*=iso-8859-1''images%5B%5D%5Bfile_id%5D`,
+		// A bare LF: Go ends the header line there, python-multipart keeps
+		// the next line in the disposition (and reads its last name).
+		"form-data; name=\"prompt\"\nX-A: b; name=\"images[][file_id]\""} {
 		raw := "--x\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-image-1\r\n" +
 			"--x\r\nContent-Disposition: " + cd + "\r\n\r\n" + file + "\r\n--x--\r\n"
 		r := h.do(http.MethodPost, "/v1/images/edits", raw, map[string]string{"Authorization": asBob["Authorization"], "Content-Type": "multipart/form-data; boundary=x"})
@@ -47,6 +54,18 @@ func TestMultipartFileIDsOfOthersRefused(t *testing.T) {
 		if seen := up.requests(); len(seen) != 0 {
 			t.Fatalf("%s: the upstream was called: %+v", cd, seen)
 		}
+	}
+	// A boundary given twice, once as an RFC 2231 parameter: Go and Python
+	// split the body at different boundaries.
+	smuggled := "--XB\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-image-1\r\n--XB--\r\n" +
+		"--YB\r\nContent-Disposition: form-data; name=\"images[][file_id]\"\r\n\r\n" + file + "\r\n--YB--\r\n"
+	r := h.do(http.MethodPost, "/v1/images/edits", smuggled, map[string]string{"Authorization": asBob["Authorization"],
+		"Content-Type": `multipart/form-data; boundary*=UTF-8''XB; boundary="YB"`})
+	if r.status != http.StatusBadRequest {
+		t.Fatalf("two boundaries: %d %s, want 400", r.status, r.body)
+	}
+	if seen := up.requests(); len(seen) != 0 {
+		t.Fatalf("two boundaries: the upstream was called: %+v", seen)
 	}
 	body, ct := form("images[][file_id]")
 	h.do(http.MethodPost, "/v1/images/edits", body, map[string]string{"Authorization": asAlice["Authorization"], "Content-Type": ct})

@@ -11,6 +11,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 )
@@ -58,11 +59,8 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		// disposition says: a file id in a part Go reads no name from (not
 		// form-data, a malformed or repeated parameter) is refused, never
 		// passed on unchecked.
-		// Go names a part from its first Content-Disposition, Starlette
-		// (FastAPI, LiteLLM's proxy, vLLM) from its last: a part with two
-		// could name one field to the check and another to the provider.
-		if n := len(p.Header["Content-Disposition"]); n > 1 {
-			return "", nil, nil, fmt.Errorf("multipart body: part %q has %d Content-Disposition headers; send one", name, n)
+		if err := plainPartHeader(p.Header); err != nil {
+			return "", nil, nil, fmt.Errorf("multipart body: part %.100q: %w", name, err)
 		}
 		rawName, err := dispositionName(p.Header.Get("Content-Disposition"))
 		if err != nil {
@@ -70,10 +68,10 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		}
 		isID := strings.Contains(strings.ToLower(rawName), "file_id")
 		if isID && p.FileName() != "" {
-			return "", nil, nil, fmt.Errorf("multipart body: part %q names a file id but carries a file (filename %q)", rawName, p.FileName())
+			return "", nil, nil, fmt.Errorf("multipart body: part %.100q names a file id but carries a file (filename %.100q)", rawName, p.FileName())
 		}
 		if isID && name != rawName {
-			return "", nil, nil, fmt.Errorf("multipart body: part %q names a file id but is not a form-data field", rawName)
+			return "", nil, nil, fmt.Errorf("multipart body: part %.100q names a file id but is not a form-data field", rawName)
 		}
 		if (isID || wanted(fields, name)) && p.FileName() == "" {
 			val = &limitedBuf{max: maxFieldValue}
@@ -81,10 +79,10 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		}
 		n, err := io.Copy(w, p)
 		if err != nil {
-			return "", nil, nil, fmt.Errorf("multipart body: part %q: %w", name, err)
+			return "", nil, nil, fmt.Errorf("multipart body: part %.100q: %w", name, err)
 		}
 		if isID && val.over {
-			return "", nil, nil, fmt.Errorf("multipart body: part %q: a file id over %d bytes", name, maxFieldValue)
+			return "", nil, nil, fmt.Errorf("multipart body: part %.100q: a file id over %d bytes", name, maxFieldValue)
 		}
 		if isID {
 			ids = append(ids, string(val.b))
@@ -93,10 +91,10 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		outer.Write(inner.Sum(nil))
 		if val != nil && !isID {
 			if val.over {
-				return "", nil, nil, fmt.Errorf("multipart body: field %q over %d bytes", name, maxFieldValue)
+				return "", nil, nil, fmt.Errorf("multipart body: field %.100q over %d bytes", name, maxFieldValue)
 			}
 			if _, twice := values[name]; twice {
-				return "", nil, nil, fmt.Errorf("multipart body: field %q appears more than once", name)
+				return "", nil, nil, fmt.Errorf("multipart body: field %.100q appears more than once", name)
 			}
 			if values == nil {
 				values = map[string]string{}
@@ -106,6 +104,62 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 	}
 	return hex.EncodeToString(outer.Sum(nil)), values, ids, nil
 }
+
+// plainPartHeader refuses a part header another parser could read a
+// different field name from than Go does, so that the name the ownership
+// check and the fingerprint see is the one the provider reads:
+//   - two Content-Disposition headers: Go reads the first, Starlette
+//     (FastAPI, LiteLLM's proxy, vLLM) the last;
+//   - an RFC 2231 parameter (name*=, filename*=): Go prefers it,
+//     python-multipart from 0.0.30 ignores it, earlier ones decode
+//     charsets Go skips;
+//   - "name" in any other header's value: a bare LF ends a header line
+//     for Go but not for python-multipart, which reads the next line as
+//     part of the disposition (and takes its last name); such a line is a
+//     header of its own to Go. No SDK sends a name outside the
+//     disposition.
+func plainPartHeader(h textproto.MIMEHeader) error {
+	for k, vs := range h {
+		switch {
+		case k == "Content-Disposition" && len(vs) > 1:
+			return fmt.Errorf("%d Content-Disposition headers; send one", len(vs))
+		case k == "Content-Disposition" && extendedParam(vs[0]):
+			return errors.New("an RFC 2231 parameter (name*= or filename*=) in its Content-Disposition; send plain name= and filename=")
+		case k == "Content-Disposition":
+		default:
+			for _, v := range vs {
+				if strings.Contains(strings.ToLower(v), "name") {
+					return fmt.Errorf("a name in its %s header; a field's name belongs in its Content-Disposition alone", k)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// extendedParam reports an RFC 2231 parameter (name*=) in a header value,
+// outside its quoted strings (a file name may hold "*=").
+func extendedParam(v string) bool {
+	quoted := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == '*':
+			if rest := strings.TrimLeft(v[i+1:], " \t"); strings.HasPrefix(rest, "=") || strings.HasPrefix(rest, "0") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ExtendedParam reports an RFC 2231 parameter (boundary*=) in a request's
+// Content-Type: Go prefers it to a plain one, other parsers do not, so two
+// would split the body at different boundaries.
+func ExtendedParam(contentType string) bool { return extendedParam(contentType) }
 
 // writeString writes s to h prefixed with its length, so that no two lists
 // of strings hash alike.
@@ -186,7 +240,7 @@ func dispositionName(cd string) (string, error) {
 	}
 	_, params, err := mime.ParseMediaType(cd)
 	if err != nil {
-		return "", fmt.Errorf("a part's Content-Disposition %q does not parse: %v", cd, err)
+		return "", fmt.Errorf("a part's Content-Disposition %.100q does not parse: %v", cd, err)
 	}
 	return params["name"], nil
 }
