@@ -144,13 +144,21 @@ func TestUpstreamErrorEchoingKeyRedacted(t *testing.T) {
 
 // TestLongPathLoggedShort: a path carrying a long object id (up to the
 // 64 KiB header limit) is logged cut to its first 512 bytes and its
-// length, so that one tenant's requests cannot write 64 KiB log lines.
+// length, an error quoting a long id from the body and a long method are
+// cut too, so that one tenant's requests cannot write 64 KiB log lines.
 func TestLongPathLoggedShort(t *testing.T) {
-	h := newHarness(t, nil)
+	h, _ := ownersHarness(t, nil)
 	id := "file-" + strings.Repeat("x", 40<<10)
-	h.do(http.MethodGet, "/v1/files/"+id, "", nil)
+	h.do(http.MethodGet, "/v1/files/"+id, "", asAlice)
+	// An error that quotes an id from the body (the ownership 404 under a
+	// shared key), and a long method.
+	r := h.do(http.MethodPost, "/v1/responses", `{"model":"gpt-4o-mini","input":"hi","previous_response_id":"resp_`+strings.Repeat("q", 40<<10)+`"}`, asAlice)
+	if r.status != http.StatusNotFound {
+		t.Fatalf("another's response id: %d, want the ownership 404", r.status)
+	}
+	h.do(strings.Repeat("M", 40<<10), "/v1/models", "", asAlice)
 	// The line is written as the handler returns, after the answer.
-	waitFor(t, "the request's log line", func() bool { return strings.Contains(h.logs.String(), `"msg":"request"`) })
+	waitFor(t, "the requests' log lines", func() bool { return strings.Count(h.logs.String(), `"msg":"request"`) == 3 })
 	var logged string
 	for _, line := range strings.Split(h.logs.String(), "\n") {
 		var rec struct {
@@ -166,5 +174,23 @@ func TestLongPathLoggedShort(t *testing.T) {
 	}
 	if want := ("/v1/files/" + id)[:512] + fmt.Sprintf("…(%d bytes)", len("/v1/files/"+id)); logged != want {
 		t.Fatalf("logged path %.600q, want %.600q", logged, want)
+	}
+}
+
+// TestUpstreamKeyWithSpacesRedacted: a configured key with surrounding
+// whitespace (an environment value with a trailing space) goes out
+// trimmed, as net/http sends header values, and its echo is redacted too.
+func TestUpstreamKeyWithSpacesRedacted(t *testing.T) {
+	const key = "sk-upstream-TRAIL-SECRET-1234567"
+	echo := &keyEchoUpstream{}
+	echo.status.Store(http.StatusBadRequest)
+	url := newTestServer(t, echo)
+	h := newHarness(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = url + "/v1"
+		c.Upstreams[0].APIKey = key + " "
+	})
+	r := h.do(http.MethodPost, "/v1/chat/completions", chatBody, nil)
+	if r.status != http.StatusBadRequest || strings.Contains(string(r.body), key) || !strings.Contains(string(r.body), "[redacted]") {
+		t.Fatalf("%d %s", r.status, r.body)
 	}
 }

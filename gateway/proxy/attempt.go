@@ -30,7 +30,9 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 	// One timer bounds the attempt until its response (for a stream, its
 	// first event) and then, for a stream, the gap between events.
 	timer := time.AfterFunc(u.timeout, func() { cancel(errAttemptTimeout) })
-	a := &inAttempt{resp: resp, ctx: ctx, actx: actx, cancel: cancel, timer: timer, key: hop.key}
+	// The key as it goes out: net/http trims a header value's surrounding
+	// whitespace, and an upstream quotes what it received.
+	a := &inAttempt{resp: resp, ctx: ctx, actx: actx, cancel: cancel, timer: timer, key: strings.TrimSpace(hop.key)}
 	body, n, err := c.body()
 	if err != nil {
 		return a.fail(err)

@@ -105,7 +105,7 @@ func (g *Handler) logRequest(c echo.Context, s *summary, end requestEnd) classif
 	}
 	attrs := []slog.Attr{
 		slog.String("request_id", end.id),
-		slog.String("method", r.Method),
+		slog.String("method", cut(r.Method, maxLoggedMethod)),
 		slog.String("path", LogPath(r.URL.Path)),
 		slog.String("client", ClientOf(r)),
 		slog.String("model", s.model),
@@ -137,7 +137,7 @@ func (g *Handler) logRequest(c echo.Context, s *summary, end requestEnd) classif
 		if he := (*echo.HTTPError)(nil); !errors.As(err, &he) {
 			logged = apierror.Wire(err)
 		}
-		attrs = append(attrs, slog.Any("err", logged))
+		attrs = append(attrs, slog.String("err", cut(logged.Error(), maxLoggedErr)))
 	}
 	g.log.LogAttrs(context.Background(), level, "request", attrs...)
 	if s.endpoint != "" {
@@ -194,16 +194,25 @@ func requestID(r *http.Request) string {
 	return hex.EncodeToString(b[:])
 }
 
-// maxLoggedPath is how much of a request's path a log line keeps.
-const maxLoggedPath = 512
+// What a log line keeps of what a client sent or an error echoes: a path
+// may carry an object id up to the header limit (64 KiB), a method
+// anything up to it, and an error may quote an id from a body (500 KB) or
+// a multipart part's header; one tenant's requests must not write log
+// lines that long.
+const (
+	maxLoggedPath   = 512
+	maxLoggedMethod = 32
+	maxLoggedErr    = 2 << 10
+)
 
 // LogPath is path as a log line keeps it: whole up to 512 bytes, else its
-// first 512 and its length. A path may carry an object id up to the
-// header limit (64 KiB), and one tenant's requests must not write log
-// lines that long.
-func LogPath(path string) string {
-	if len(path) <= maxLoggedPath {
-		return path
+// first 512 and its length.
+func LogPath(path string) string { return cut(path, maxLoggedPath) }
+
+// cut is s whole up to n bytes, else its first n and its length.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return path[:maxLoggedPath] + "…(" + strconv.Itoa(len(path)) + " bytes)"
+	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
