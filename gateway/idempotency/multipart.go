@@ -110,9 +110,10 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 // check and the fingerprint see is the one the provider reads:
 //   - two Content-Disposition headers: Go reads the first, Starlette
 //     (FastAPI, LiteLLM's proxy, vLLM) the last;
-//   - an RFC 2231 parameter (name*=, filename*=): Go prefers it,
-//     python-multipart from 0.0.30 ignores it, earlier ones decode
-//     charsets Go skips;
+//   - an RFC 2231 name (name*=): Go prefers it, python-multipart from
+//     0.0.30 ignores it, earlier ones decode charsets Go skips (a
+//     filename*= is let through: a file id part with a file name is
+//     refused on its own, and other parts are named by name=);
 //   - "name" in any other header's value: a bare LF ends a header line
 //     for Go but not for python-multipart, which reads the next line as
 //     part of the disposition (and takes its last name); such a line is a
@@ -123,8 +124,8 @@ func plainPartHeader(h textproto.MIMEHeader) error {
 		switch {
 		case k == "Content-Disposition" && len(vs) > 1:
 			return fmt.Errorf("%d Content-Disposition headers; send one", len(vs))
-		case k == "Content-Disposition" && extendedParam(vs[0]):
-			return errors.New("an RFC 2231 parameter (name*= or filename*=) in its Content-Disposition; send plain name= and filename=")
+		case k == "Content-Disposition" && extendedParam(vs[0], "name"):
+			return errors.New("an RFC 2231 name (name*=) in its Content-Disposition; send a plain name=")
 		case k == "Content-Disposition":
 		default:
 			for _, v := range vs {
@@ -137,9 +138,10 @@ func plainPartHeader(h textproto.MIMEHeader) error {
 	return nil
 }
 
-// extendedParam reports an RFC 2231 parameter (name*=) in a header value,
-// outside its quoted strings (a file name may hold "*=").
-func extendedParam(v string) bool {
+// extendedParam reports an RFC 2231 parameter (name*=, name*0=) in a
+// header value, outside its quoted strings (a file name may hold "*="):
+// one named param, or any when param is "".
+func extendedParam(v, param string) bool {
 	quoted := false
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; {
@@ -148,7 +150,15 @@ func extendedParam(v string) bool {
 		case c == '"':
 			quoted = !quoted
 		case !quoted && c == '*':
-			if rest := strings.TrimLeft(v[i+1:], " \t"); strings.HasPrefix(rest, "=") || strings.HasPrefix(rest, "0") {
+			rest := strings.TrimLeft(v[i+1:], " \t")
+			if !strings.HasPrefix(rest, "=") && (rest == "" || rest[0] < '0' || rest[0] > '9') {
+				continue
+			}
+			name := v[:i]
+			if j := strings.LastIndexAny(name, "; \t"); j >= 0 {
+				name = name[j+1:]
+			}
+			if param == "" || strings.EqualFold(name, param) {
 				return true
 			}
 		}
@@ -159,7 +169,7 @@ func extendedParam(v string) bool {
 // ExtendedParam reports an RFC 2231 parameter (boundary*=) in a request's
 // Content-Type: Go prefers it to a plain one, other parsers do not, so two
 // would split the body at different boundaries.
-func ExtendedParam(contentType string) bool { return extendedParam(contentType) }
+func ExtendedParam(contentType string) bool { return extendedParam(contentType, "") }
 
 // writeString writes s to h prefixed with its length, so that no two lists
 // of strings hash alike.

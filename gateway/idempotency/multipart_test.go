@@ -121,3 +121,25 @@ func TestWithHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestExtendedParam: an RFC 2231 parameter is found by name outside quoted
+// strings, a continuation (name*0=) too; "*=" inside a quoted file name is
+// not one.
+func TestExtendedParam(t *testing.T) {
+	for _, tc := range []struct {
+		v, param string
+		want     bool
+	}{
+		{`form-data; name*=UTF-8''prompt; name="a"`, "name", true},
+		{`form-data; name="a"; NAME*0=x`, "name", true},
+		{`form-data; name="a"; filename*=UTF-8''x.png`, "name", false},
+		{`form-data; name="a"; filename="a*=b.png"`, "name", false},
+		{`form-data; name="a*=b"`, "name", false},
+		{`multipart/form-data; boundary*=UTF-8''XB; boundary="YB"`, "", true},
+		{`multipart/form-data; boundary=----WebKitFormBoundary7MA4YWxkTrZu0gW`, "", false},
+	} {
+		if got := extendedParam(tc.v, tc.param); got != tc.want {
+			t.Errorf("extendedParam(%s, %q) = %v, want %v", tc.v, tc.param, got, tc.want)
+		}
+	}
+}
