@@ -194,3 +194,30 @@ func TestUpstreamKeyWithSpacesRedacted(t *testing.T) {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
 }
+
+// TestUpstreamKeyAtTheErrorBodyLimitRedacted: an upstream error body is
+// read up to 1 MiB; one that quotes the key across that limit (padded
+// with text a tenant chose, echoed first) used to be cut first and
+// redacted after, so the key's first bytes reached the client.
+func TestUpstreamKeyAtTheErrorBodyLimitRedacted(t *testing.T) {
+	for _, before := range []int{12, 3, len(upstreamKey) - 1} {
+		url := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			cred := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			head := `{"error":{"message":"`
+			pad := strings.Repeat("p", 1<<20-len(head)-before)
+			io.WriteString(w, head+pad+cred+` is not a valid key"}}`)
+		}))
+		h := newHarness(t, func(c *config.Config) { c.Upstreams[0].BaseURL = url + "/v1" })
+		r := h.do(http.MethodPost, "/v1/chat/completions", chatBody, nil)
+		if r.status != http.StatusBadRequest {
+			t.Fatalf("%d bytes of the key before the limit: status %d", before, r.status)
+		}
+		for i := 6; i <= len(upstreamKey); i++ {
+			if strings.Contains(string(r.body), upstreamKey[:i]) {
+				t.Fatalf("%d bytes of the key before the limit: the client got its first %d bytes (…%s)", before, i, r.body[len(r.body)-60:])
+			}
+		}
+	}
+}

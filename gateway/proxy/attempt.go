@@ -60,13 +60,15 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 	resp.billed = res.StatusCode >= 200 && res.StatusCode <= 299
 	resp.Header = headers.Response(res.Header)
 	if res.StatusCode < 200 || res.StatusCode > 299 {
-		body, err := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+		// Read past the limit by a key's length less one, so that a key
+		// the upstream quotes across it is seen whole (cutRedacted).
+		body, err := io.ReadAll(io.LimitReader(res.Body, maxErrorBody+int64(max(len(a.key)-1, 0))))
 		res.Body.Close()
 		if err != nil && len(body) == 0 {
 			return a.fail(err)
 		}
 		a.end()
-		resp.Body = redactKey(body, a.key)
+		resp.Body = cutRedacted(body, maxErrorBody, a.key)
 		resp.Outcome = classify.FromResponse(res.StatusCode, res.Header, resp.Body, p.now())
 		return resp
 	}
@@ -100,6 +102,28 @@ func redactKey(body []byte, key string) []byte {
 		return body
 	}
 	return bytes.ReplaceAll(body, []byte(key), []byte("[redacted]"))
+}
+
+// cutRedacted is b cut to limit bytes with every copy of key in them
+// replaced (redactKey). The cut never splits a copy of the key: one that
+// starts before it is kept whole, to be replaced, so b must hold up to
+// limit+len(key)-1 bytes where there are that many. Cut first and
+// redacted after, the first bytes of a key straddling the cut would pass.
+func cutRedacted(b []byte, limit int, key string) []byte {
+	end := min(len(b), limit)
+	if len(key) >= minRedactedKey {
+		// Only a copy that starts within a key's length of the cut can
+		// straddle it (or one that overlaps such a copy).
+		for from := max(0, end-len(key)+1); from < end; {
+			i := strings.Index(unsafe.String(unsafe.SliceData(b[from:]), len(b)-from), key)
+			if i < 0 || from+i >= end {
+				break
+			}
+			end = max(end, from+i+len(key))
+			from += i + 1
+		}
+	}
+	return redactKey(b[:end], key)
 }
 
 // traced hands the attempt's span to the response: ended now, or, for a

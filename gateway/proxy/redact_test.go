@@ -1,6 +1,9 @@
 package proxy
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestRedactKey: every copy of a key of eight bytes or more is replaced;
 // a shorter one (a local server's "EMPTY") and a body without the key are
@@ -16,5 +19,36 @@ func TestRedactKey(t *testing.T) {
 		if got := string(redactKey([]byte(tc.body), tc.key)); got != tc.want {
 			t.Errorf("redactKey(%s, %q) = %s, want %s", tc.body, tc.key, got, tc.want)
 		}
+	}
+}
+
+// TestCutRedactedAtTheLimit: an error body cut at its limit is cut where
+// no copy of the key straddles the cut: one that starts before it is
+// read whole and replaced, so no prefix of the key reaches the client,
+// the log or a dead letter (the cut used to come first, and a padded
+// error left "…key=sk-upst" in the body).
+func TestCutRedactedAtTheLimit(t *testing.T) {
+	const key = "sk-upstream-SECRET-0123456789abcdef"
+	const limit = 64
+	for pad := limit - len(key) - 2; pad <= limit+2; pad++ {
+		body := []byte(strings.Repeat("x", pad) + key + strings.Repeat("y", 40))
+		// What the reader hands over: up to limit+len(key)-1 bytes.
+		read := body[:min(len(body), limit+len(key)-1)]
+		got := string(cutRedacted(read, limit, key))
+		for i := minRedactedKey; i <= len(key); i++ {
+			if strings.Contains(got, key[:i]) {
+				t.Fatalf("pad %d: %d bytes of the key survive the cut: %q", pad, i, got)
+			}
+		}
+		if pad < limit && !strings.Contains(got, "[redacted]") {
+			t.Errorf("pad %d: the key before the cut was not replaced: %q", pad, got)
+		}
+		if len(got) > limit+len("[redacted]") {
+			t.Errorf("pad %d: %d bytes, over the limit plus one replacement", pad, len(got))
+		}
+	}
+	// A short key is not looked for: the body is cut at the limit.
+	if got := cutRedacted([]byte(strings.Repeat("z", 100)), limit, "EMPTY"); len(got) != limit {
+		t.Errorf("short key: %d bytes, want %d", len(got), limit)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -209,10 +210,15 @@ const (
 // first 512 and its length.
 func LogPath(path string) string { return cut(path, maxLoggedPath) }
 
-// cut is s whole up to n bytes, else its first n and its length.
+// cut is s whole up to n bytes, else its first n and its length; a
+// character the limit would split is left out whole.
 func cut(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+	i := n
+	for i > 0 && i > n-utf8.UTFMax && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
