@@ -2,9 +2,15 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"mime/multipart"
 	"net/http"
+	"strings"
 	"testing"
+
+	openaigo "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	goopenai "github.com/sashabaranov/go-openai"
 )
 
 // A multipart form (image edits) naming a stored file by id —
@@ -71,5 +77,103 @@ func TestMultipartFileIDsOfOthersRefused(t *testing.T) {
 	h.do(http.MethodPost, "/v1/images/edits", body, map[string]string{"Authorization": asAlice["Authorization"], "Content-Type": ct})
 	if seen := up.requests(); len(seen) != 1 {
 		t.Fatalf("alice naming her own file: the upstream saw %d requests, want 1", len(seen))
+	}
+}
+
+// TestMultipartReadAlikeOrRefused: request bodies Go's mime/multipart and
+// python-multipart (as Starlette drives it) split or name differently,
+// each used by the read-only review to pass another tenant's file id to
+// the upstream under a harmless name: refused with a 400, the upstream
+// never called. Uploads as SDKs send them still pass, non-ASCII file
+// names and filename*= included.
+func TestMultipartReadAlikeOrRefused(t *testing.T) {
+	h, up := ownersHarness(t, nil)
+	file := upload(t, h, up, asAlice)
+	model := "--YB\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-image-1\r\n"
+	idPart := "--YB\r\nContent-Disposition: form-data; name=\"images[][file_id]\"\r\n\r\n" + file + "\r\n"
+	plain := "multipart/form-data; boundary=YB"
+	nbsp := "\u00a0"
+	for _, tc := range []struct{ name, ct, body string }{
+		// Go cannot parse the parameters, so it read no boundary and no
+		// part at all; Python ignores the bare "junk".
+		{"a Content-Type Go cannot parse", "multipart/form-data; boundary=YB; junk", model + idPart + "--YB--\r\n"},
+		{"a Content-Type with no boundary", "multipart/form-data", model + idPart + "--YB--\r\n"},
+		// Inside quotes Go reads \\ as one backslash and " as the end;
+		// Python's quote count takes \\" for an escaped quote, so the
+		// two split the parameters at different semicolons.
+		{`a \\" in a part's disposition`, plain, model + "--YB\r\nContent-Disposition: form-data; name=\"prompt\"; x=\"a\\\\\"; y=\"; name=images[][file_id]; z=\"\r\n\r\n" + file + "\r\n--YB--\r\n"},
+		{`a \\" in the Content-Type`, `multipart/form-data; x="a\\"; y="; boundary=XB; z="; boundary=YB`,
+			"--XB\r\nContent-Disposition: form-data; name=\"images[][file_id]\"\r\n\r\n" + file + "\r\n--XB--\r\n" + model + "--YB--\r\n"},
+		// Go skips any Unicode space around a parameter; python-multipart
+		// drops a name holding '*'.
+		{"a no-break space after name*", plain, model + "--YB\r\nContent-Disposition: form-data; name*" + nbsp + "=UTF-8''prompt; name=\"images[][file_id]\"\r\n\r\n" + file + "\r\n--YB--\r\n"},
+		{"a no-break space before name*", plain, model + "--YB\r\nContent-Disposition: form-data;" + nbsp + "name*=UTF-8''prompt; name=\"images[][file_id]\"\r\n\r\n" + file + "\r\n--YB--\r\n"},
+		{"a no-break space after boundary*", "multipart/form-data; boundary*" + nbsp + "=UTF-8''XB; boundary=YB",
+			idPart + "--YB--\r\n--XB\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-image-1\r\n--XB--\r\n"},
+		// A bare LF before the blank line: Go ends the headers at the
+		// blank line, Python keeps the LF in the first header and reads
+		// the next disposition, whose name it takes.
+		{"a bare LF before the blank line", plain, model + "--YB\r\nContent-Disposition: form-data; name=\"prompt\"\n\r\nContent-Disposition: form-data; name=\"images[][file_id]\"\r\n\r\n" + file + "\r\n--YB--\r\n"},
+		// Transport padding after a boundary: Go takes the line for a
+		// delimiter, python-multipart for data.
+		{"padding after a boundary", plain, model + "--YB \r\nContent-Disposition: form-data; name=\"images[][file_id]\"\r\n\r\n" + file + "\r\n--YB--\r\n"},
+		// LF line ends throughout: Go reads them, python-multipart not.
+		{"LF line ends", plain, strings.ReplaceAll(model+idPart+"--YB--\r\n", "\r\n", "\n")},
+	} {
+		r := h.do(http.MethodPost, "/v1/images/edits", tc.body, map[string]string{"Authorization": asBob["Authorization"], "Content-Type": tc.ct})
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", tc.name, r.status, r.body)
+		}
+		if seen := up.requests(); len(seen) != 0 {
+			t.Fatalf("%s: the upstream was called: %+v", tc.name, seen)
+		}
+	}
+	// Alice's own upload, as the Go SDK writes one (a quoted boundary, a
+	// file with a non-ASCII name), and with filename*= as well, as some
+	// clients add for such a name.
+	for _, cd := range []string{`form-data; name="image"; filename="chat noir é.png"`,
+		`form-data; name="image"; filename="e.png"; filename*=UTF-8''%C3%A9.png`} {
+		body := "--YB\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-image-1\r\n" +
+			"--YB\r\nContent-Disposition: " + cd + "\r\nContent-Type: image/png\r\n\r\n\x89PNG\r\n\x1a\n\r\n" + idPart + "--YB--\r\n"
+		before := len(up.requests())
+		r := h.do(http.MethodPost, "/v1/images/edits", body, map[string]string{"Authorization": asAlice["Authorization"], "Content-Type": `multipart/form-data; boundary="YB"`})
+		if seen := up.requests(); len(seen) != before+1 {
+			t.Fatalf("alice's own upload (%s): %d %s; the upstream saw %d requests, want %d", cd, r.status, r.body, len(seen), before+1)
+		}
+	}
+}
+
+// TestSDKUploadsPassTheFormChecks: the form checks refuse no upload as the
+// Go SDKs write one, also of a file whose name holds a quote (escaped
+// \" inside its quotes), spaces and non-ASCII: openai-go and go-openai
+// through the gateway, the upstream receiving each, the file's bytes
+// whole.
+func TestSDKUploadsPassTheFormChecks(t *testing.T) {
+	h, up := ownersHarness(t, nil)
+	const name = `rapport "final" é.jsonl`
+	const content = "{\"custom_id\":\"1\"}\n"
+	oc := openaigo.NewClient(option.WithBaseURL(h.srv.URL+"/v1"), option.WithAPIKey(aliceKey), option.WithMaxRetries(0))
+	f, err := oc.Files.New(context.Background(), openaigo.FileNewParams{
+		File: openaigo.File(strings.NewReader(content), name, "application/jsonl"), Purpose: openaigo.FilePurposeBatch})
+	if err != nil {
+		t.Fatalf("openai-go Files.New: %v", err)
+	}
+	gc := goopenai.NewClientWithConfig(func() goopenai.ClientConfig {
+		c := goopenai.DefaultConfig(aliceKey)
+		c.BaseURL = h.srv.URL + "/v1"
+		return c
+	}())
+	g, err := gc.CreateFileBytes(context.Background(), goopenai.FileBytesRequest{Name: name, Bytes: []byte(content), Purpose: goopenai.PurposeBatch})
+	if err != nil {
+		t.Fatalf("go-openai CreateFileBytes: %v", err)
+	}
+	seen := up.requests()
+	if len(seen) != 2 || f.ID == "" || g.ID == "" {
+		t.Fatalf("the upstream saw %d uploads (ids %q, %q), want 2", len(seen), f.ID, g.ID)
+	}
+	for _, s := range seen {
+		if !strings.Contains(s.Body, content) || !strings.Contains(s.Body, `é.jsonl"`) {
+			t.Errorf("the upload reached the upstream as:\n%s", s.Body)
+		}
 	}
 }

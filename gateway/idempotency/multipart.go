@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -32,7 +34,7 @@ const maxFieldValue = 1 << 10
 // error (the gateway would route by a value other than the one the
 // provider reads), as is a file id that long (it could not be checked).
 func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (string, map[string]string, []string, error) {
-	mr := multipart.NewReader(r, boundary)
+	mr := multipart.NewReader(io.TeeReader(r, newFormLines(boundary)), boundary)
 	outer := sha256.New()
 	var values map[string]string
 	var ids []string
@@ -110,10 +112,8 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 // check and the fingerprint see is the one the provider reads:
 //   - two Content-Disposition headers: Go reads the first, Starlette
 //     (FastAPI, LiteLLM's proxy, vLLM) the last;
-//   - an RFC 2231 name (name*=): Go prefers it, python-multipart from
-//     0.0.30 ignores it, earlier ones decode charsets Go skips (a
-//     filename*= is let through: a file id part with a file name is
-//     refused on its own, and other parts are named by name=);
+//   - a disposition plainParams refuses: one whose parameters, and so
+//     whose name, two parsers could split apart differently;
 //   - "name" in any other header's value: a bare LF ends a header line
 //     for Go but not for python-multipart, which reads the next line as
 //     part of the disposition (and takes its last name); such a line is a
@@ -124,9 +124,10 @@ func plainPartHeader(h textproto.MIMEHeader) error {
 		switch {
 		case k == "Content-Disposition" && len(vs) > 1:
 			return fmt.Errorf("%d Content-Disposition headers; send one", len(vs))
-		case k == "Content-Disposition" && extendedParam(vs[0], "name"):
-			return errors.New("an RFC 2231 name (name*=) in its Content-Disposition; send a plain name=")
 		case k == "Content-Disposition":
+			if err := plainParams(vs[0], "filename"); err != nil {
+				return fmt.Errorf("%w in its Content-Disposition", err)
+			}
 		default:
 			for _, v := range vs {
 				if strings.Contains(strings.ToLower(v), "name") {
@@ -138,18 +139,44 @@ func plainPartHeader(h textproto.MIMEHeader) error {
 	return nil
 }
 
-// extendedParam reports an RFC 2231 parameter (name*=, name*0=) in a
-// header value, outside its quoted strings (a file name may hold "*="):
-// one named param, or any when param is "".
-func extendedParam(v, param string) bool {
+// plainParams refuses what lets two parsers read a header's parameters
+// apart: Go's mime package and python-multipart's parse_options_header
+// (Starlette, FastAPI, LiteLLM's proxy, vLLM) read such a header alike
+// only without
+//   - two backslashes in a row, or one outside quotes: inside quotes Go
+//     reads \\ as one backslash and the " after it as the end, while
+//     Python's quote count takes the second backslash and that quote for
+//     an escaped quote, so the two split the parameters at different
+//     semicolons. One backslash before any other character both count
+//     alike (Go's SDK writes \" for a quote in a file name, Node's a
+//     backslash in one as it is);
+//   - a control character, or a byte outside ASCII outside a quoted
+//     string: Go skips any Unicode space around a parameter (a no-break
+//     space), Python only ASCII ones;
+//   - an RFC 2231 parameter (name*=, boundary*=, name*0=), other than
+//     allowed's: Go prefers it to the plain one, python-multipart ignores
+//     it (from 0.0.30; earlier ones decode charsets Go skips). A
+//     filename*= names no field: a file id part with a file name is
+//     refused on its own.
+//
+// No SDK sends any of these: Go's and Node's write plain quoted names
+// (a file name in UTF-8 inside its quotes, which passes).
+func plainParams(v, allowed string) error {
 	quoted := false
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; {
-		case quoted && c == '\\':
-			i++
+		case quoted && c == '\\' && i+1 < len(v) && v[i+1] != '\\':
+			i++ // an escaped character: the quote count is the same
+		case c == '\\':
+			return errors.New("a backslash outside a quoted string, or two in one")
+		case c < ' ' && c != '\t' || c == 0x7f:
+			return fmt.Errorf("a control character (%#02x)", c)
 		case c == '"':
 			quoted = !quoted
-		case !quoted && c == '*':
+		case quoted:
+		case c >= 0x80:
+			return errors.New("a byte outside ASCII outside its quoted strings")
+		case c == '*':
 			rest := strings.TrimLeft(v[i+1:], " \t")
 			if !strings.HasPrefix(rest, "=") && (rest == "" || rest[0] < '0' || rest[0] > '9') {
 				continue
@@ -158,18 +185,161 @@ func extendedParam(v, param string) bool {
 			if j := strings.LastIndexAny(name, "; \t"); j >= 0 {
 				name = name[j+1:]
 			}
-			if param == "" || strings.EqualFold(name, param) {
-				return true
+			if allowed == "" || !strings.EqualFold(name, allowed) {
+				return fmt.Errorf("an RFC 2231 parameter (%.40s*=); send a plain %.40s=", name, name)
 			}
 		}
 	}
-	return false
+	return nil
 }
 
-// ExtendedParam reports an RFC 2231 parameter (boundary*=) in a request's
-// Content-Type: Go prefers it to a plain one, other parsers do not, so two
-// would split the body at different boundaries.
-func ExtendedParam(contentType string) bool { return extendedParam(contentType, "") }
+// FormContentType checks a request's Content-Type header (its values)
+// before a multipart body is read: a form is read for the file ids it
+// names (the ownership check) only when Go reads its boundary, and the
+// provider's parser must read the same one. So a Content-Type naming
+// multipart is refused when it is sent twice, does not parse, is a
+// multipart/form-data with no boundary, or has parameters plainParams
+// refuses (a Content-Type Go cannot parse used to pass unread: Go found
+// no boundary, Python ignored the stray parameter and read the form).
+func FormContentType(values []string) error {
+	if !slices.ContainsFunc(values, func(v string) bool { return strings.Contains(strings.ToLower(v), "multipart") }) {
+		return nil
+	}
+	if len(values) > 1 {
+		return fmt.Errorf("%d Content-Type headers; send one", len(values))
+	}
+	mt, params, err := mime.ParseMediaType(values[0])
+	switch {
+	case err != nil:
+		return fmt.Errorf("a multipart Content-Type that does not parse (%v); send multipart/form-data; boundary=…", err)
+	case mt == "multipart/form-data" && params["boundary"] == "":
+		return errors.New("a multipart/form-data Content-Type with no boundary; send multipart/form-data; boundary=…")
+	}
+	if err := plainParams(values[0], ""); err != nil {
+		return fmt.Errorf("%w in the multipart Content-Type", err)
+	}
+	return nil
+}
+
+// formLines checks the raw bytes of a multipart/form-data body as Go's
+// parser reads them, for line ends and delimiters Go and python-multipart
+// take differently (Go is the more lenient: it reads what Python does
+// not, and the two name different parts):
+//   - the body must start with its first delimiter line, ended by CRLF
+//     (Go skips a preamble, and a first line ended by a bare LF switches
+//     it to bare-LF line ends throughout);
+//   - a delimiter line ends in CRLF right after the boundary, or "--"
+//     (Go also takes one padded with spaces or tabs, Python data);
+//   - every line of a part's headers ends in CRLF, down to the blank line
+//     that ends them (a bare LF ends a header line for Go, while Python
+//     keeps it in the header's value and reads the next line as a header
+//     of the same part: a bare LF before the blank line ended Go's
+//     headers early and hid a second disposition from it).
+//
+// Its Write fails on the first such byte, which fails Go's read of the
+// body. What follows the closing delimiter is not looked at.
+type formLines struct {
+	delim []byte // CRLF "--" boundary
+	state int
+	bol   bool   // in a part's headers, at the start of a line
+	carry []byte // bytes held until the next Write decides them
+}
+
+const (
+	formStart = iota
+	formHeaders
+	formBody
+	formEnd
+)
+
+func newFormLines(boundary string) *formLines {
+	return &formLines{delim: []byte("\r\n--" + boundary)}
+}
+
+func (f *formLines) Write(p []byte) (int, error) {
+	if f.state == formEnd {
+		return len(p), nil
+	}
+	b := p
+	if len(f.carry) > 0 {
+		f.carry = append(f.carry, p...)
+		b = f.carry
+	}
+	n, err := f.scan(b)
+	if err != nil {
+		return 0, err
+	}
+	f.carry = append(f.carry[:0], b[n:]...)
+	return len(p), nil
+}
+
+// scan reads b from the current state and returns how much of it is
+// decided; the rest waits for more bytes.
+func (f *formLines) scan(b []byte) (int, error) {
+	dash := f.delim[2:]
+	i := 0
+	for i < len(b) {
+		switch f.state {
+		case formStart:
+			first := len(dash) + 2
+			if len(b)-i < first {
+				if !bytes.HasPrefix(append(dash[:len(dash):len(dash)], '\r', '\n'), b[i:]) {
+					return 0, errors.New("the body does not start with its first boundary line")
+				}
+				return i, nil
+			}
+			if !bytes.Equal(b[i:i+len(dash)], dash) || b[i+len(dash)] != '\r' || b[i+len(dash)+1] != '\n' {
+				return 0, errors.New("the body does not start with its first boundary line, ended by CRLF")
+			}
+			i += first
+			f.state, f.bol = formHeaders, true
+		case formHeaders:
+			switch b[i] {
+			case '\r':
+				if i+1 == len(b) {
+					return i, nil
+				}
+				if b[i+1] != '\n' {
+					return 0, errors.New("a CR without an LF in a part's headers")
+				}
+				if f.bol {
+					f.state = formBody // the blank line
+				}
+				f.bol = true
+				i += 2
+			case '\n':
+				return 0, errors.New("a line of a part's headers ends in a bare LF; end it with CRLF")
+			default:
+				f.bol = false
+				i++
+			}
+		case formBody:
+			j := bytes.Index(b[i:], f.delim)
+			if j < 0 {
+				return max(i, len(b)-len(f.delim)+1), nil
+			}
+			k := i + j + len(f.delim)
+			if len(b)-k < 2 {
+				return i + j, nil
+			}
+			switch {
+			case b[k] == '\r' && b[k+1] == '\n':
+				f.state, f.bol = formHeaders, true
+				i = k + 2
+			case b[k] == '-' && b[k+1] == '-':
+				f.state = formEnd
+				return len(b), nil
+			case b[k] == ' ' || b[k] == '\t':
+				return 0, errors.New("a boundary line padded with spaces; end it with CRLF right after the boundary")
+			default:
+				i += j + 1 // data that starts like a delimiter
+			}
+		default:
+			return len(b), nil
+		}
+	}
+	return i, nil
+}
 
 // writeString writes s to h prefixed with its length, so that no two lists
 // of strings hash alike.

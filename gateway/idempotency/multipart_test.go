@@ -122,24 +122,88 @@ func TestWithHeaders(t *testing.T) {
 	}
 }
 
-// TestExtendedParam: an RFC 2231 parameter is found by name outside quoted
-// strings, a continuation (name*0=) too; "*=" inside a quoted file name is
-// not one.
-func TestExtendedParam(t *testing.T) {
+// TestPlainParams: an RFC 2231 parameter is refused by name outside
+// quoted strings, a continuation (name*0=) too, a filename*= where it is
+// allowed is not, nor "*=" inside a quoted file name; a backslash, a
+// control character or a byte outside ASCII outside quotes is refused,
+// UTF-8 inside quotes (a file name) is not.
+func TestPlainParams(t *testing.T) {
 	for _, tc := range []struct {
-		v, param string
-		want     bool
+		v, allowed string
+		ok         bool
 	}{
-		{`form-data; name*=UTF-8''prompt; name="a"`, "name", true},
-		{`form-data; name="a"; NAME*0=x`, "name", true},
-		{`form-data; name="a"; filename*=UTF-8''x.png`, "name", false},
-		{`form-data; name="a"; filename="a*=b.png"`, "name", false},
-		{`form-data; name="a*=b"`, "name", false},
-		{`multipart/form-data; boundary*=UTF-8''XB; boundary="YB"`, "", true},
-		{`multipart/form-data; boundary=----WebKitFormBoundary7MA4YWxkTrZu0gW`, "", false},
+		{`form-data; name*=UTF-8''prompt; name="a"`, "filename", false},
+		{`form-data; name="a"; NAME*0=x`, "filename", false},
+		{`form-data; name="a"; filename*=UTF-8''x.png`, "filename", true},
+		{`form-data; name="a"; FileName*=UTF-8''x.png`, "filename", true},
+		{`form-data; name="a"; filename="a*=b.png"`, "filename", true},
+		{`form-data; name="a*=b"`, "filename", true},
+		{`form-data; name="image"; filename="chat noir é.png"`, "filename", true},
+		{`form-data; name="prompt"; x="a\\"; y="; name=images[][file_id]; z="`, "filename", false},
+		{`form-data; name="a"; filename="C:\\x.png"`, "filename", false},
+		{`form-data; name="a"; filename="say \"hi\".png"`, "filename", true},
+		{`form-data; name="a"; filename="a\\\"b.png"`, "filename", false},
+		{`form-data; name=a\"b`, "filename", false},
+		{`form-data; name="file"; filename="rapport %22final%22 é\x.jsonl"`, "filename", true},
+		{"form-data; name*\u00a0=UTF-8''prompt; name=\"a\"", "filename", false},
+		{"form-data;\u00a0name=\"a\"", "filename", false},
+		{"form-data; name=\"a\"\x00", "filename", false},
+		{"form-data; name=\"a\"\x0b", "filename", false},
+		{"form-data;\tname=\"a\"", "filename", true},
+		{`multipart/form-data; boundary*=UTF-8''XB; boundary="YB"`, "", false},
+		{`multipart/form-data; boundary=----WebKitFormBoundary7MA4YWxkTrZu0gW`, "", true},
+		{`multipart/form-data; boundary="--- b'()+_,-./:=? x"`, "", true},
 	} {
-		if got := extendedParam(tc.v, tc.param); got != tc.want {
-			t.Errorf("extendedParam(%s, %q) = %v, want %v", tc.v, tc.param, got, tc.want)
+		if err := plainParams(tc.v, tc.allowed); (err == nil) != tc.ok {
+			t.Errorf("plainParams(%q, %q) = %v, want ok %v", tc.v, tc.allowed, err, tc.ok)
 		}
 	}
+}
+
+// TestFormLinesInAnyChunks: formLines decides a body the same whichever
+// sizes of writes it arrives in (Go's parser reads in its own), and
+// refuses exactly the line ends and delimiters Go and python-multipart
+// read apart.
+func TestFormLinesInAnyChunks(t *testing.T) {
+	const b = "YB"
+	part := "--YB\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nx\r\n"
+	for _, tc := range []struct {
+		name, body string
+		ok         bool
+	}{
+		{"plain", part + "--YB--\r\n", true},
+		{"data that starts like a delimiter", part[:len(part)-2] + "\r\n--YBx\r\n--YB\n\r\n--YB--", true},
+		{"bare LF in a part's data", "--YB\r\nContent-Type: text/plain\r\n\r\na\nb\r\n--YB--", true},
+		{"an epilogue, anything", part + "--YB--\n\n junk \r", true},
+		{"a preamble", "hello\r\n" + part + "--YB--\r\n", false},
+		{"a first line ended by LF", "--YB\nContent-Disposition: form-data; name=\"a\"\n\nx\n--YB--\n", false},
+		{"a bare LF in the headers", "--YB\r\nContent-Disposition: form-data; name=\"a\"\n\r\nx\r\n--YB--", false},
+		{"a CR alone in the headers", "--YB\r\nContent-Disposition: form-data; name=\"a\"\rX: y\r\n\r\nx\r\n--YB--", false},
+		{"a padded delimiter", part + "--YB \r\nContent-Disposition: form-data; name=\"b\"\r\n\r\ny\r\n--YB--", false},
+		{"a padded first line", "--YB\t\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nx\r\n--YB--", false},
+		{"a second part's bare LF", part + "--YB\r\nContent-Disposition: form-data; name=\"b\"\nX: y\r\n\r\ny\r\n--YB--", false},
+	} {
+		whole := writeAll(b, []byte(tc.body), len(tc.body))
+		if (whole == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok %v", tc.name, whole, tc.ok)
+		}
+		for size := 1; size < len(tc.body); size++ {
+			if err := writeAll(b, []byte(tc.body), size); (err == nil) != (whole == nil) {
+				t.Fatalf("%s in writes of %d bytes: %v, but whole: %v", tc.name, size, err, whole)
+			}
+		}
+	}
+}
+
+// writeAll writes body to a new formLines in writes of size bytes.
+func writeAll(boundary string, body []byte, size int) error {
+	f := newFormLines(boundary)
+	for len(body) > 0 {
+		n := min(size, len(body))
+		if _, err := f.Write(body[:n]); err != nil {
+			return err
+		}
+		body = body[n:]
+	}
+	return nil
 }

@@ -46,10 +46,10 @@ func (g *Handler) readPassBody(r *http.Request, rt passRoute, keyed bool, held *
 	if r.ContentLength > rt.maxBody {
 		return passBody{}, &apierror.TooLarge{Limit: rt.maxBody}
 	}
-	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if mt == "multipart/form-data" && idempotency.ExtendedParam(r.Header.Get("Content-Type")) {
-		return passBody{}, apierror.Invalid("", "The multipart/form-data Content-Type has an RFC 2231 parameter (boundary*=); send a plain boundary=.")
+	if err := idempotency.FormContentType(r.Header.Values("Content-Type")); err != nil {
+		return passBody{}, apierror.Invalid("", "The request's Content-Type: "+err.Error()+".")
 	}
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if m := g.cfg.Passthrough.SpoolMaxBytes; m > 0 && r.ContentLength > m {
 		if keyed {
 			return passBody{}, &apierror.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
