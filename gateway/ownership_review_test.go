@@ -202,3 +202,36 @@ func TestReviewContainerOwned(t *testing.T) {
 	wantNotFound(t, h.do(http.MethodPost, "/v1/responses",
 		`{"model":"gpt-4o","input":"x","tools":[{"type":"code_interpreter","container":{"type":"auto","file_ids":["file-x"]}}]}`, asBob), up, "file_not_found")
 }
+
+// TestPathSyntaxAfterOwnIDRefused: the path check reads the first id of a
+// passthrough path and forwards the rest as sent; a segment after one's
+// own id that another server reads as path syntax — Tomcat's and Jetty's
+// path parameters (/..;/ is /../), IIS's backslash, a percent sign a
+// proxy decodes again — would name another tenant's object there. Each
+// is the 404 an unclean path gets, with no upstream call (the
+// hostile-tenant run forwarded all of them).
+func TestPathSyntaxAfterOwnIDRefused(t *testing.T) {
+	h, up := ownersHarness(t, nil)
+	alices := upload(t, h, up, asAlice)
+	bobs := upload(t, h, up, asBob)
+	for _, p := range []string{
+		"/v1/files/" + bobs + "/..;/" + alices + "/content",
+		"/v1/files/" + bobs + "/..;/" + alices,
+		"/v1/files/" + bobs + "/.;/content",
+		"/v1/files/" + bobs + ";x/content",
+		"/v1/files/" + bobs + "/%5c..%5c" + alices + "%5ccontent",
+		"/v1/files/" + bobs + "/%252e%252e/" + alices,
+		"/v1/files/" + bobs + "/.hidden",
+	} {
+		r := h.do(http.MethodGet, p, "", asBob)
+		if r.status != http.StatusNotFound {
+			t.Errorf("GET %s: %d %s, want 404", p, r.status, r.body)
+		}
+		if seen := up.requests(); len(seen) != 0 {
+			t.Errorf("GET %s: the upstream was called: %+v", p, seen)
+		}
+	}
+	if r := h.do(http.MethodGet, "/v1/files/"+bobs+"/content", "", asBob); r.status != http.StatusOK {
+		t.Fatalf("bob's own content: %d %s", r.status, r.body)
+	}
+}

@@ -74,10 +74,20 @@ type passRoute struct {
 	maxRecord int64
 }
 
+// otherPathSyntax reports a path another server could read as naming
+// another path than Go does, past the id the ownership check reads: a
+// ";" (Tomcat and Jetty take /..;/ for /../), a backslash (IIS and
+// Windows servers take it for "/"), a "%" left after decoding (a proxy
+// that decodes again reads %2e%2e as ".."), or a segment starting with
+// "." (".;", "..;x"). No object id or sub-path holds any of them.
+func otherPathSyntax(p string) bool {
+	return strings.ContainsAny(p, ";\\%") || strings.Contains(p, "/.")
+}
+
 // routeFor is a passthrough path's route: the longest configured prefix
 // that matches it, else the defaults. A path that is not clean ("..",
-// "//"), or has a "/" escaped in a segment ("%2F", which no object id
-// holds), is a 404: it would reach another upstream path than it names,
+// "//"), has a "/" escaped in a segment ("%2F", which no object id
+// holds) or syntax another server reads (otherPathSyntax), is a 404: it would reach another upstream path than it names,
 // or name another id upstream than the ownership check (right after it)
 // saw. Its upstream speaks the request's API: a configured route naming
 // an upstream of the other API keeps its limits but not that upstream,
@@ -86,7 +96,7 @@ func (g *Handler) routeFor(r *http.Request) (passRoute, error) {
 	rt := passRoute{api: APIOf(r)}
 	u := r.URL
 	p := u.Path
-	if strings.Count(u.EscapedPath(), "/") != strings.Count(p, "/") {
+	if strings.Count(u.EscapedPath(), "/") != strings.Count(p, "/") || otherPathSyntax(p) {
 		return rt, echo.ErrNotFound
 	}
 	if under(p, batchesPath) {
