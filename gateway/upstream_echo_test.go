@@ -221,3 +221,39 @@ func TestUpstreamKeyAtTheErrorBodyLimitRedacted(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamKeyInHeadersRedacted: an upstream that quotes the key it
+// was sent in a header the gateway relays (x-request-id, a rate-limit
+// header) has it replaced there too, in the answer, in what a keyed call
+// commits and so in its replay (the hostile-tenant run read it back
+// from all three).
+func TestUpstreamKeyInHeadersRedacted(t *testing.T) {
+	url := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cred := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		w.Header().Set("X-Request-Id", "req-"+cred)
+		w.Header().Add("X-Ratelimit-Remaining-Requests", "9")
+		w.Header().Add("X-Ratelimit-Remaining-Requests", cred)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
+	}))
+	h := newHarness(t, func(c *config.Config) { c.Upstreams[0].BaseURL = url + "/v1" })
+	for _, try := range []string{"answer", "replay"} {
+		r := h.do(http.MethodPost, "/v1/chat/completions", chatBody, map[string]string{"Idempotency-Key": "hdr-key-1"})
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: %d %s", try, r.status, r.body)
+		}
+		for k, vs := range r.header {
+			for _, v := range vs {
+				if strings.Contains(v, upstreamKey) {
+					t.Errorf("%s: %s: %s", try, k, v)
+				}
+			}
+		}
+		if got := r.header.Get("X-Request-Id"); got != "req-[redacted]" {
+			t.Errorf("%s: X-Request-Id %q, want req-[redacted]", try, got)
+		}
+		if got := r.header.Values("X-Ratelimit-Remaining-Requests"); len(got) != 2 || got[0] != "9" {
+			t.Errorf("%s: X-Ratelimit-Remaining-Requests %q, want 9 and [redacted]", try, got)
+		}
+	}
+}

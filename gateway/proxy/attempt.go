@@ -8,6 +8,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +61,7 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 	resp.Status = res.StatusCode
 	resp.billed = res.StatusCode >= 200 && res.StatusCode <= 299
 	resp.Header = headers.Response(res.Header)
+	redactHeaderKey(resp.Header, a.key)
 	if res.StatusCode < 200 || res.StatusCode > 299 {
 		// Read past the limit by a key's length less one, so that a key
 		// the upstream quotes across it is seen whole (cutRedacted).
@@ -102,6 +105,29 @@ func redactKey(body []byte, key string) []byte {
 		return body
 	}
 	return bytes.ReplaceAll(body, []byte(key), []byte("[redacted]"))
+}
+
+// redactHeaderKey is redactKey for the upstream headers the gateway
+// relays and commits (an upstream may quote the key in x-request-id):
+// every copy in a value is replaced. A value slice is copied before it
+// changes, since h's share their arrays with the upstream response's.
+func redactHeaderKey(h http.Header, key string) {
+	if len(key) < minRedactedKey {
+		return
+	}
+	for k, vs := range h {
+		cloned := false
+		for i, v := range vs {
+			if !strings.Contains(v, key) {
+				continue
+			}
+			if !cloned {
+				vs, cloned = slices.Clone(vs), true
+				h[k] = vs
+			}
+			vs[i] = strings.ReplaceAll(v, key, "[redacted]")
+		}
+	}
 }
 
 // cutRedacted is b cut to limit bytes with every copy of key in them
