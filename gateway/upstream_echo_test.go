@@ -257,3 +257,40 @@ func TestUpstreamKeyInHeadersRedacted(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamKeyInRelayedBodyRedacted: a body the gateway relays as it
+// comes, unbuffered (a file's content) or past its buffered prefix (an
+// answer over idempotency.max_record_bytes), has every copy of the key
+// replaced as well, a copy split across the upstream's writes or across
+// the prefix's end too (the hostile-tenant run read the key back from a
+// file's content).
+func TestUpstreamKeyInRelayedBodyRedacted(t *testing.T) {
+	url := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cred := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		fl := w.(http.Flusher)
+		if strings.HasSuffix(r.URL.Path, "/content") {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			io.WriteString(w, "line one "+cred[:5])
+			fl.Flush()
+			io.WriteString(w, cred[5:]+" line two "+cred+"\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		// The first copy straddles the end of the 3,001 bytes buffered.
+		head := `{"id":"c1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"`
+		pad := strings.Repeat("p", 3001-len(head)-10)
+		io.WriteString(w, head+pad+cred+" and "+cred+`"},"finish_reason":"stop"}]}`)
+	}))
+	h := newHarness(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = url + "/v1"
+		c.Idempotency.MaxRecordBytes = 3000
+	})
+	r := h.do(http.MethodGet, "/v1/files/file-abc/content", "", nil)
+	if r.status != http.StatusOK || string(r.body) != "line one [redacted] line two [redacted]\n" {
+		t.Fatalf("file content: %d %q", r.status, r.body)
+	}
+	r = h.do(http.MethodPost, "/v1/chat/completions", chatBody, nil)
+	if r.status != http.StatusOK || strings.Contains(string(r.body), upstreamKey[:8]) || strings.Count(string(r.body), "[redacted]") != 2 {
+		t.Fatalf("an answer over the record limit: %d …%s", r.status, r.body[max(0, len(r.body)-200):])
+	}
+}

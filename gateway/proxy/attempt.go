@@ -92,8 +92,8 @@ const minRedactedKey = 8
 // they were sent in their errors (LiteLLM's proxy: "Received API Key =
 // sk-…"), also in an error event of a 200 stream; the gateway's key must
 // reach no client, log, record or dead letter. The rest is left as it
-// came. (A body too large to buffer is relayed as it comes: its part past
-// the buffer is not looked at.)
+// came. A body relayed as it comes (unbuffered, or past its buffered
+// prefix) goes through keyRedactor.
 func redactKey(body []byte, key string) []byte {
 	if len(key) < minRedactedKey || len(body) < len(key) {
 		return body
@@ -136,6 +136,12 @@ func redactHeaderKey(h http.Header, key string) {
 // limit+len(key)-1 bytes where there are that many. Cut first and
 // redacted after, the first bytes of a key straddling the cut would pass.
 func cutRedacted(b []byte, limit int, key string) []byte {
+	return redactKey(b[:cutEnd(b, limit, key)], key)
+}
+
+// cutEnd is where cutRedacted cuts b: at limit, or past it at the end of
+// a copy of key that starts before it.
+func cutEnd(b []byte, limit int, key string) int {
 	end := min(len(b), limit)
 	if len(key) >= minRedactedKey {
 		// Only a copy that starts within a key's length of the cut can
@@ -149,7 +155,61 @@ func cutRedacted(b []byte, limit int, key string) []byte {
 			from += i + 1
 		}
 	}
-	return redactKey(b[:end], key)
+	return end
+}
+
+// keyRedactor is redactKey for a body relayed as it comes: what it reads
+// from r it returns with every copy of key replaced, holding back only
+// an end of what it has that could begin a copy (keyStart) until more
+// come or r ends, so that a copy split across reads is found whole and
+// everything else goes out as it arrives.
+type keyRedactor struct {
+	r          io.Reader
+	key        string
+	buf        []byte // buf[off:ready] may go out; buf[ready:] is held back
+	off, ready int
+	err        error
+}
+
+func (k *keyRedactor) Read(p []byte) (int, error) {
+	for k.off == k.ready {
+		if k.err != nil {
+			return 0, k.err
+		}
+		k.buf = append(k.buf[:0], k.buf[k.off:]...)
+		k.off, k.ready = 0, 0
+		if cap(k.buf)-len(k.buf) < 16<<10 {
+			k.buf = slices.Grow(k.buf, 32<<10)
+		}
+		n, err := k.r.Read(k.buf[len(k.buf):cap(k.buf)])
+		k.buf = redactKey(k.buf[:len(k.buf)+n], k.key)
+		k.err = err
+		k.ready = len(k.buf)
+		if err == nil {
+			k.ready -= keyStart(k.buf, k.key)
+		}
+	}
+	n := copy(p, k.buf[k.off:k.ready])
+	k.off += n
+	return n, nil
+}
+
+// keyStart is the length of the longest end of b, shorter than key,
+// that key starts with: the bytes that may be the first of a copy split
+// across reads.
+func keyStart(b []byte, key string) int {
+	for n := min(len(b), len(key)-1); n > 0; n-- {
+		if string(b[len(b)-n:]) == key[:n] {
+			return n
+		}
+	}
+	return 0
+}
+
+// readCloser reads from one reader and closes another.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // traced hands the attempt's span to the response: ended now, or, for a
@@ -283,8 +343,18 @@ func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
 	if int64(len(b)) > limit {
 		// Too large to buffer: relay the prefix and copy the rest as it
 		// comes. It is not classified from its content, nor committed.
-		resp.Body = redactKey(b, a.key)
-		resp.Rest = &cancelOnClose{ReadCloser: body, cancel: a.end}
+		// The prefix ends where no copy of the key straddles its end; the
+		// rest, from there, is redacted as it streams (keyRedactor).
+		end := len(b)
+		if len(a.key) >= minRedactedKey {
+			end = cutEnd(b, max(0, len(b)-(len(a.key)-1)), a.key)
+		}
+		resp.Body = redactKey(b[:end], a.key)
+		var rest io.Reader = body
+		if len(a.key) >= minRedactedKey {
+			rest = &keyRedactor{r: io.MultiReader(bytes.NewReader(b[end:]), body), key: a.key}
+		}
+		resp.Rest = &cancelOnClose{ReadCloser: readCloser{rest, body}, cancel: a.end}
 		resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
 		return resp
 	}

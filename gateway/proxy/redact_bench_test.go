@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -14,5 +15,20 @@ func BenchmarkRedactKey(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = redactKey(ev, key)
+	}
+}
+
+// BenchmarkRedactHeaderKey: the headers OpenAI answers with, as relayed,
+// looked through for the key on every response.
+func BenchmarkRedactHeaderKey(b *testing.B) {
+	key := "sk-proj-" + strings.Repeat("k", 156)
+	h := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"req_0123456789abcdef0123456789abcdef"},
+		"Openai-Processing-Ms": {"412"}, "Openai-Version": {"2020-10-01"},
+		"X-Ratelimit-Limit-Requests": {"10000"}, "X-Ratelimit-Limit-Tokens": {"30000000"},
+		"X-Ratelimit-Remaining-Requests": {"9999"}, "X-Ratelimit-Remaining-Tokens": {"29999986"},
+		"X-Ratelimit-Reset-Requests": {"6ms"}, "X-Ratelimit-Reset-Tokens": {"0s"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		redactHeaderKey(h, key)
 	}
 }

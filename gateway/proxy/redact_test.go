@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"strings"
 	"testing"
 )
@@ -51,4 +52,70 @@ func TestCutRedactedAtTheLimit(t *testing.T) {
 	if got := cutRedacted([]byte(strings.Repeat("z", 100)), limit, "EMPTY"); len(got) != limit {
 		t.Errorf("short key: %d bytes, want %d", len(got), limit)
 	}
+}
+
+// TestKeyRedactorInAnyReads: a body redacted as it streams comes out as
+// redactKey makes it whole, whatever sizes of reads it arrives in, a copy
+// of the key split across two reads included, and overlapping near-copies
+// ("sk-sk-abc…") too.
+func TestKeyRedactorInAnyReads(t *testing.T) {
+	const key = "sk-abcdefgh12"
+	for _, body := range []string{
+		"",
+		"no key at all, just bytes",
+		key,
+		"a " + key + " b " + key,
+		"sk-sk-abcdefgh12 and sk-abcdefgh1 cut short, sk-",
+		strings.Repeat("s", 40) + key + "sk-abcdefg",
+	} {
+		want := string(redactKey([]byte(body), key))
+		for size := 1; size <= len(body)+1; size++ {
+			got, err := io.ReadAll(&keyRedactor{r: &chunked{s: body, size: size}, key: key})
+			if err != nil || string(got) != want {
+				t.Fatalf("%q in reads of %d: %q, %v; want %q", body, size, got, err, want)
+			}
+		}
+	}
+}
+
+// TestKeyRedactorHoldsBackOnlyAKeyStart: what cannot begin a copy of the
+// key goes out at once, before the upstream sends more (a streamed
+// file's or audio's last bytes are not held for the next read).
+func TestKeyRedactorHoldsBackOnlyAKeyStart(t *testing.T) {
+	const key = "sk-abcdefgh12"
+	for _, tc := range []struct {
+		first string
+		out   string
+	}{
+		{"audio \xff\xfb", "audio \xff\xfb"},
+		{"text then sk-ab", "text then "},
+		{"text then s", "text then "},
+		{"text then sk-abcdefgh1", "text then "},
+		{"ends in k", "ends in k"},
+	} {
+		pr, pw := io.Pipe()
+		go pw.Write([]byte(tc.first))
+		kr := &keyRedactor{r: pr, key: key}
+		buf := make([]byte, 64)
+		n, err := kr.Read(buf)
+		if err != nil || string(buf[:n]) != tc.out {
+			t.Errorf("after %q: first read %q, %v; want %q", tc.first, buf[:n], err, tc.out)
+		}
+		pw.Close()
+	}
+}
+
+// chunked reads s in reads of at most size bytes.
+type chunked struct {
+	s    string
+	size int
+}
+
+func (c *chunked) Read(p []byte) (int, error) {
+	if c.s == "" {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), c.size)], c.s)
+	c.s = c.s[n:]
+	return n, nil
 }
