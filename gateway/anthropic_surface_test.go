@@ -487,7 +487,16 @@ func TestAnthropicRoutesErrorShapeEveryMethod(t *testing.T) {
 				t.Fatalf("status %d %s, want 404 or 405", r.status, r.body)
 			}
 			wantAnthropicError(t, r, r.status, map[int]string{http.StatusNotFound: "not_found_error", http.StatusMethodNotAllowed: "invalid_request_error"}[r.status])
+			if strings.Contains(string(r.body), "openai.com") {
+				t.Fatalf("an Anthropic error pointing at OpenAI's docs: %s", r.body)
+			}
 		})
+	}
+	// An unclean path on an Anthropic route: Anthropic's shape, and docs.
+	r := h.do(http.MethodGet, "/v1/files/file_1%2F..%2Fx", "", anthropicHdr)
+	wantAnthropicError(t, r, http.StatusNotFound, "not_found_error")
+	if strings.Contains(string(r.body), "openai.com") {
+		t.Fatalf("an Anthropic error pointing at OpenAI's docs: %s", r.body)
 	}
 	// Without anthropic-version a shared route is OpenAI's, as before.
 	wantOpenAIError(t, h.do(http.MethodPost, "/v1/models", "", map[string]string{"Authorization": "Bearer " + gwClientKey}), http.StatusNotFound)

@@ -369,20 +369,26 @@ func (g *Gateway) errorHandler(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	request.APIOf(c.Request()).WriteError(c.Response(), fromEcho(err))
+	api := request.APIOf(c.Request())
+	api.WriteError(c.Response(), fromEcho(err, api.Provider() == config.APIAnthropic))
 }
 
-// fromEcho gives echo's own errors (404 for unknown routes, 405, 413)
-// OpenAI's shape; any other error passes to apierror.Wire unchanged.
-func fromEcho(err error) error {
+// fromEcho gives echo's own errors (404 for unknown routes, 405, 413) an
+// error of the gateway's, which the route's API shapes (a 404 points at
+// that API's docs); any other error passes to apierror.Wire unchanged.
+func fromEcho(err error, anthropic bool) error {
 	var he *echo.HTTPError
 	if !errors.As(err, &he) {
 		return err
 	}
 	switch he.Code {
 	case http.StatusNotFound:
+		docs := "https://platform.openai.com/docs/api-reference/"
+		if anthropic {
+			docs = "https://docs.anthropic.com/en/api/"
+		}
 		return &apierror.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
-			Message: "Unknown request URL. Please check the URL for typos, or see the docs at https://platform.openai.com/docs/api-reference/.", Err: err}
+			Message: "Unknown request URL. Please check the URL for typos, or see the docs at " + docs + ".", Err: err}
 	case http.StatusMethodNotAllowed:
 		return &apierror.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
 			Message: "Method not allowed for this URL.", Err: err}

@@ -160,6 +160,10 @@ func noUsage([]byte) classify.Tokens { return classify.Tokens{} }
 // Billed reports whether the provider bills a call of this API.
 func (a *API) Billed() bool { return !a.unbilled }
 
+// Provider is the upstreams' API this one speaks: config.APIOpenAI or
+// config.APIAnthropic.
+func (a *API) Provider() string { return a.provider }
+
 var chatFraming = framing{observer: dataOnly, cutReason: "stream ended without [DONE]", event: apierror.StreamEvent}
 
 func fromCompletion(body []byte, _ http.Header, _ time.Time) classify.Outcome {
