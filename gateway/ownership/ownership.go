@@ -174,7 +174,14 @@ func (o *Owners) Check(ctx context.Context, client string, refs []Ref) (upstream
 			return "", ItemReferenceRefused(r)
 		}
 	}
-	for _, r := range refs {
+	var seen map[Ref]bool // past a few refs: each object is looked up once
+	if len(refs) > 8 {
+		seen = make(map[Ref]bool, min(len(refs), 1024))
+	}
+	for i, r := range refs {
+		if checkedBefore(refs[:i], r, seen) {
+			continue
+		}
 		ow, err := o.store.GetOwner(ctx, client, r.ID)
 		switch {
 		case errors.Is(err, cache.ErrNotFound):
@@ -192,6 +199,27 @@ func (o *Owners) Check(ctx context.Context, client string, refs []Ref) (upstream
 		upstream = ow.Upstream
 	}
 	return upstream, nil
+}
+
+// checkedBefore reports whether an object r names, by kind and id, was
+// among earlier (in seen, when there is one), and notes it there. A
+// body may name one object many times (a batch's requests naming one
+// file); one lookup answers for all.
+func checkedBefore(earlier []Ref, r Ref, seen map[Ref]bool) bool {
+	k := Ref{Kind: r.Kind, ID: r.ID}
+	if seen != nil {
+		if seen[k] {
+			return true
+		}
+		seen[k] = true
+		return false
+	}
+	for _, e := range earlier {
+		if e.Kind == r.Kind && e.ID == r.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // NotFound is the 404 for an object the client may not see, shaped as

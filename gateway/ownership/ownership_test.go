@@ -106,3 +106,44 @@ func TestStoreDownFailsClosed(t *testing.T) {
 		}
 	}
 }
+
+// countingStore counts GetOwner calls on a real store.
+type countingStore struct {
+	Store
+	gets int
+}
+
+func (c *countingStore) GetOwner(ctx context.Context, scope, id string) (cache.Owner, error) {
+	c.gets++
+	return c.Store.GetOwner(ctx, scope, id)
+}
+
+// TestCheckLooksUpEachObjectOnce: a request naming the same object many
+// times (a batch's requests naming one file, or a tenant listing its own
+// file 2.2M times to burn the gateway's CPU: 5 s a request in the
+// hostile-tenant run) costs one lookup per object, not per mention;
+// the answer is the same.
+func TestCheckLooksUpEachObjectOnce(t *testing.T) {
+	base := newOwners(t, storetest.NewClock())
+	cs := &countingStore{Store: base.store}
+	o := &Owners{store: cs, ttl: base.ttl}
+	ctx := context.Background()
+	if err := o.Record(ctx, "alice", "openai", []Ref{{Kind: File, ID: "file-a"}, {Kind: File, ID: "file-b"}}); err != nil {
+		t.Fatal(err)
+	}
+	refs := make([]Ref, 0, 100_002)
+	for range 100_000 {
+		refs = append(refs, Ref{Kind: File, ID: "file-a", Param: "file_ids"})
+	}
+	refs = append(refs, Ref{Kind: File, ID: "file-b", Param: "file_id"}, Ref{Kind: File, ID: "file-a", Param: "file_id"})
+	up, err := o.Check(ctx, "alice", refs)
+	if err != nil || up != "openai" {
+		t.Fatalf("Check = %q, %v", up, err)
+	}
+	if cs.gets != 2 {
+		t.Fatalf("%d lookups for 2 objects named 100,002 times, want 2", cs.gets)
+	}
+	// Another's object among them is still the 404 naming it.
+	_, err = o.Check(ctx, "bob", append(refs[:3:3], Ref{Kind: File, ID: "file-b", Param: "file_id"}))
+	wantStatus(t, err, http.StatusNotFound, "file_not_found")
+}
