@@ -276,69 +276,89 @@ func (f *formLines) Write(p []byte) (int, error) {
 // scan reads b from the current state and returns how much of it is
 // decided; the rest waits for more bytes.
 func (f *formLines) scan(b []byte) (int, error) {
-	dash := f.delim[2:]
 	i := 0
 	for i < len(b) {
+		var next int
+		var err error
 		switch f.state {
 		case formStart:
-			first := len(dash) + 2
-			if len(b)-i < first {
-				if !bytes.HasPrefix(append(dash[:len(dash):len(dash)], '\r', '\n'), b[i:]) {
-					return 0, errors.New("the body does not start with its first boundary line")
-				}
-				return i, nil
-			}
-			if !bytes.Equal(b[i:i+len(dash)], dash) || b[i+len(dash)] != '\r' || b[i+len(dash)+1] != '\n' {
-				return 0, errors.New("the body does not start with its first boundary line, ended by CRLF")
-			}
-			i += first
-			f.state, f.bol = formHeaders, true
+			next, err = f.start(b, i)
 		case formHeaders:
-			switch b[i] {
-			case '\r':
-				if i+1 == len(b) {
-					return i, nil
-				}
-				if b[i+1] != '\n' {
-					return 0, errors.New("a CR without an LF in a part's headers")
-				}
-				if f.bol {
-					f.state = formBody // the blank line
-				}
-				f.bol = true
-				i += 2
-			case '\n':
-				return 0, errors.New("a line of a part's headers ends in a bare LF; end it with CRLF")
-			default:
-				f.bol = false
-				i++
-			}
+			next, err = f.header(b, i)
 		case formBody:
-			j := bytes.Index(b[i:], f.delim)
-			if j < 0 {
-				return max(i, len(b)-len(f.delim)+1), nil
-			}
-			k := i + j + len(f.delim)
-			if len(b)-k < 2 {
-				return i + j, nil
-			}
-			switch {
-			case b[k] == '\r' && b[k+1] == '\n':
-				f.state, f.bol = formHeaders, true
-				i = k + 2
-			case b[k] == '-' && b[k+1] == '-':
-				f.state = formEnd
-				return len(b), nil
-			case b[k] == ' ' || b[k] == '\t':
-				return 0, errors.New("a boundary line padded with spaces; end it with CRLF right after the boundary")
-			default:
-				i += j + 1 // data that starts like a delimiter
-			}
+			next, err = f.body(b, i)
 		default:
 			return len(b), nil
 		}
+		if err != nil || next == i {
+			return next, err // an error, or more bytes wanted
+		}
+		i = next
 	}
 	return i, nil
+}
+
+// start reads the first delimiter line, which must begin the body.
+func (f *formLines) start(b []byte, i int) (int, error) {
+	dash := f.delim[2:]
+	first := len(dash) + 2
+	if len(b)-i < first {
+		if !bytes.HasPrefix(append(dash[:len(dash):len(dash)], '\r', '\n'), b[i:]) {
+			return 0, errors.New("the body does not start with its first boundary line")
+		}
+		return i, nil
+	}
+	if !bytes.Equal(b[i:i+len(dash)], dash) || b[i+len(dash)] != '\r' || b[i+len(dash)+1] != '\n' {
+		return 0, errors.New("the body does not start with its first boundary line, ended by CRLF")
+	}
+	f.state, f.bol = formHeaders, true
+	return i + first, nil
+}
+
+// header reads one byte of a part's headers (two for a CRLF).
+func (f *formLines) header(b []byte, i int) (int, error) {
+	switch b[i] {
+	case '\r':
+		if i+1 == len(b) {
+			return i, nil
+		}
+		if b[i+1] != '\n' {
+			return 0, errors.New("a CR without an LF in a part's headers")
+		}
+		if f.bol {
+			f.state = formBody // the blank line
+		}
+		f.bol = true
+		return i + 2, nil
+	case '\n':
+		return 0, errors.New("a line of a part's headers ends in a bare LF; end it with CRLF")
+	}
+	f.bol = false
+	return i + 1, nil
+}
+
+// body skips a part's bytes to its next delimiter line and reads how that
+// line goes on.
+func (f *formLines) body(b []byte, i int) (int, error) {
+	j := bytes.Index(b[i:], f.delim)
+	if j < 0 {
+		return max(i, len(b)-len(f.delim)+1), nil
+	}
+	k := i + j + len(f.delim)
+	if len(b)-k < 2 {
+		return i + j, nil
+	}
+	switch {
+	case b[k] == '\r' && b[k+1] == '\n':
+		f.state, f.bol = formHeaders, true
+		return k + 2, nil
+	case b[k] == '-' && b[k+1] == '-':
+		f.state = formEnd
+		return len(b), nil
+	case b[k] == ' ' || b[k] == '\t':
+		return 0, errors.New("a boundary line padded with spaces; end it with CRLF right after the boundary")
+	}
+	return i + j + 1, nil // data that starts like a delimiter
 }
 
 // writeString writes s to h prefixed with its length, so that no two lists
