@@ -119,6 +119,18 @@ func TestMultipartReadAlikeOrRefused(t *testing.T) {
 		{"padding after a boundary", plain, model + "--YB \r\nContent-Disposition: form-data; name=\"images[][file_id]\"\r\n\r\n" + file + "\r\n--YB--\r\n"},
 		// LF line ends throughout: Go reads them, python-multipart not.
 		{"LF line ends", plain, strings.ReplaceAll(model+idPart+"--YB--\r\n", "\r\n", "\n")},
+		// Starlette decodes every part's name and value with the
+		// Content-Type's charset; Go reads the bytes (the second review
+		// passed the id as images[][file+AF8-id] under UTF-7).
+		{"a charset other than UTF-8", "multipart/form-data; boundary=YB; charset=utf-7",
+			model + "--YB\r\nContent-Disposition: form-data; name=\"images[][file+AF8-id]\"\r\n\r\n" + file + "\r\n--YB--\r\n"},
+		{"another parameter", "multipart/form-data; boundary=YB; x=y", model + idPart + "--YB--\r\n"},
+		// Two backslashes before a quote: Go closes the string there,
+		// Python's count does not.
+		{`\\" in a file name`, plain, model + "--YB\r\nContent-Disposition: form-data; name=\"prompt\"; filename=\"a\\\\\"; y=\"; name=images[][file_id]; z=\"\r\n\r\n" + file + "\r\n--YB--\r\n"},
+		// A model sent again as a file (filename*=): Go routes by the
+		// field, Starlette reads the part as a field and takes the last.
+		{"a model field sent again with filename*=", plain, model + "--YB\r\nContent-Disposition: form-data; name=\"model\"; filename*=UTF-8''m\r\n\r\ndall-e-2\r\n--YB--\r\n"},
 	} {
 		r := h.do(http.MethodPost, "/v1/images/edits", tc.body, map[string]string{"Authorization": asBob["Authorization"], "Content-Type": tc.ct})
 		if r.status != http.StatusBadRequest {
@@ -132,11 +144,14 @@ func TestMultipartReadAlikeOrRefused(t *testing.T) {
 	// file with a non-ASCII name), and with filename*= as well, as some
 	// clients add for such a name.
 	for _, cd := range []string{`form-data; name="image"; filename="chat noir é.png"`,
-		`form-data; name="image"; filename="e.png"; filename*=UTF-8''%C3%A9.png`} {
+		`form-data; name="image"; filename="e.png"; filename*=UTF-8''%C3%A9.png`,
+		// A backslash as Go's writer and httpx escape it, one as undici
+		// leaves it.
+		`form-data; name="image"; filename="a\\b.png"`, `form-data; name="image"; filename="a\b.png"`} {
 		body := "--YB\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ngpt-image-1\r\n" +
-			"--YB\r\nContent-Disposition: " + cd + "\r\nContent-Type: image/png\r\n\r\n\x89PNG\r\n\x1a\n\r\n" + idPart + "--YB--\r\n"
+			"--YB\r\nContent-Disposition: " + cd + "\r\nContent-Type: image/png; name=\"a.png\"\r\n\r\n\x89PNG\r\n\x1a\n\r\n" + idPart + "--YB--\r\n"
 		before := len(up.requests())
-		r := h.do(http.MethodPost, "/v1/images/edits", body, map[string]string{"Authorization": asAlice["Authorization"], "Content-Type": `multipart/form-data; boundary="YB"`})
+		r := h.do(http.MethodPost, "/v1/images/edits", "\r\n"+body, map[string]string{"Authorization": asAlice["Authorization"], "Content-Type": `multipart/form-data; boundary="YB"; charset=UTF-8`})
 		if seen := up.requests(); len(seen) != before+1 {
 			t.Fatalf("alice's own upload (%s): %d %s; the upstream saw %d requests, want %d", cd, r.status, r.body, len(seen), before+1)
 		}

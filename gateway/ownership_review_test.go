@@ -222,6 +222,12 @@ func TestPathSyntaxAfterOwnIDRefused(t *testing.T) {
 		"/v1/files/" + bobs + "/%5c..%5c" + alices + "%5ccontent",
 		"/v1/files/" + bobs + "/%252e%252e/" + alices,
 		"/v1/files/" + bobs + "/.hidden",
+		// What a server that trims or normalises reads as "..", and what
+		// cuts a path short there.
+		"/v1/files/" + bobs + "/%20../" + alices,
+		"/v1/files/" + bobs + "/%EF%BC%8E%EF%BC%8E/" + alices,
+		"/v1/files/" + bobs + "/%3F/../" + alices,
+		"/v1/files/" + bobs + "%23/content",
 	} {
 		r := h.do(http.MethodGet, p, "", asBob)
 		if r.status != http.StatusNotFound {

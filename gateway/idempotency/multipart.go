@@ -75,6 +75,11 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		if isID && name != rawName {
 			return "", nil, nil, fmt.Errorf("multipart body: part %.100q names a file id but is not a form-data field", rawName)
 		}
+		if wanted(fields, name) && p.FileName() != "" {
+			// Go takes a part with filename*= for a file, python-multipart
+			// for a field: Starlette would read this one as the field.
+			return "", nil, nil, fmt.Errorf("multipart body: field %.100q sent as a file", name)
+		}
 		if (isID || wanted(fields, name)) && p.FileName() == "" {
 			val = &limitedBuf{max: maxFieldValue}
 			w = io.MultiWriter(inner, val)
@@ -113,27 +118,18 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 //   - two Content-Disposition headers: Go reads the first, Starlette
 //     (FastAPI, LiteLLM's proxy, vLLM) the last;
 //   - a disposition plainParams refuses: one whose parameters, and so
-//     whose name, two parsers could split apart differently;
-//   - "name" in any other header's value: a bare LF ends a header line
-//     for Go but not for python-multipart, which reads the next line as
-//     part of the disposition (and takes its last name); such a line is a
-//     header of its own to Go. No SDK sends a name outside the
-//     disposition.
+//     whose name, two parsers could split apart differently.
+//
+// Its lines are split alike: formLines refuses a header line not ended
+// by CRLF (a bare LF ended a line for Go, not for python-multipart).
 func plainPartHeader(h textproto.MIMEHeader) error {
-	for k, vs := range h {
-		switch {
-		case k == "Content-Disposition" && len(vs) > 1:
-			return fmt.Errorf("%d Content-Disposition headers; send one", len(vs))
-		case k == "Content-Disposition":
-			if err := plainParams(vs[0], "filename"); err != nil {
-				return fmt.Errorf("%w in its Content-Disposition", err)
-			}
-		default:
-			for _, v := range vs {
-				if strings.Contains(strings.ToLower(v), "name") {
-					return fmt.Errorf("a name in its %s header; a field's name belongs in its Content-Disposition alone", k)
-				}
-			}
+	cd := h["Content-Disposition"]
+	if len(cd) > 1 {
+		return fmt.Errorf("%d Content-Disposition headers; send one", len(cd))
+	}
+	if len(cd) == 1 {
+		if err := plainParams(cd[0], "filename"); err != nil {
+			return fmt.Errorf("%w in its Content-Disposition", err)
 		}
 	}
 	return nil
@@ -143,16 +139,17 @@ func plainPartHeader(h textproto.MIMEHeader) error {
 // apart: Go's mime package and python-multipart's parse_options_header
 // (Starlette, FastAPI, LiteLLM's proxy, vLLM) read such a header alike
 // only without
-//   - two backslashes in a row, or one outside quotes: inside quotes Go
-//     reads \\ as one backslash and the " after it as the end, while
-//     Python's quote count takes the second backslash and that quote for
-//     an escaped quote, so the two split the parameters at different
-//     semicolons. One backslash before any other character both count
-//     alike (Go's SDK writes \" for a quote in a file name, Node's a
-//     backslash in one as it is);
-//   - a control character, or a byte outside ASCII outside a quoted
+//   - backslashes in pairs before a quote, or one outside quotes: inside
+//     quotes Go reads \\ as one backslash and the " after it as the
+//     end, while Python's quote count takes the last backslash and that
+//     quote for an escaped quote, so the two split the parameters at
+//     different semicolons. Any other run both count alike (Go's SDK and
+//     httpx write \" for a quote in a file name and \\ for a backslash,
+//     Node's a backslash as it is);
+//   - a control character, or a byte outside ASCII, outside a quoted
 //     string: Go skips any Unicode space around a parameter (a no-break
-//     space), Python only ASCII ones;
+//     space), Python only ASCII ones (inside quotes, where a file name
+//     may hold them, neither changes how the quotes count);
 //   - an RFC 2231 parameter (name*=, boundary*=, name*0=), other than
 //     allowed's: Go prefers it to the plain one, python-multipart ignores
 //     it (from 0.0.30; earlier ones decode charsets Go skips). A
@@ -165,15 +162,19 @@ func plainParams(v, allowed string) error {
 	quoted := false
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; {
-		case quoted && c == '\\' && i+1 < len(v) && v[i+1] != '\\':
-			i++ // an escaped character: the quote count is the same
+		case quoted && c == '\\':
+			run := len(v[i:]) - len(strings.TrimLeft(v[i:], "\\"))
+			if run%2 == 0 && i+run < len(v) && v[i+run] == '"' {
+				return errors.New(`backslashes in pairs before a quote (\\"); Go ends the string there, other parsers do not`)
+			}
+			i += run - 1 + run%2 // the run, and the byte an odd one escapes
 		case c == '\\':
-			return errors.New("a backslash outside a quoted string, or two in one")
-		case c < ' ' && c != '\t' || c == 0x7f:
-			return fmt.Errorf("a control character (%#02x)", c)
+			return errors.New("a backslash outside a quoted string")
 		case c == '"':
 			quoted = !quoted
 		case quoted:
+		case c < ' ' && c != '\t' || c == 0x7f:
+			return fmt.Errorf("a control character (%#02x) outside its quoted strings", c)
 		case c >= 0x80:
 			return errors.New("a byte outside ASCII outside its quoted strings")
 		case c == '*':
@@ -196,10 +197,11 @@ func plainParams(v, allowed string) error {
 // FormContentType checks a request's Content-Type header (its values)
 // before a multipart body is read: a form is read for the file ids it
 // names (the ownership check) only when Go reads its boundary, and the
-// provider's parser must read the same one. So a Content-Type naming
-// multipart is refused when it is sent twice, does not parse, is a
-// multipart/form-data with no boundary, or has parameters plainParams
-// refuses (a Content-Type Go cannot parse used to pass unread: Go found
+// provider's parser must read the same one, and the same names. So a
+// Content-Type naming multipart is refused when it is sent twice, does
+// not parse, is a multipart/form-data with no boundary, has a parameter
+// other than the boundary and a UTF-8 or ASCII charset, or has
+// parameters plainParams refuses (a Content-Type Go cannot parse used to pass unread: Go found
 // no boundary, Python ignored the stray parameter and read the form).
 func FormContentType(values []string) error {
 	if !slices.ContainsFunc(values, func(v string) bool { return strings.Contains(strings.ToLower(v), "multipart") }) {
@@ -215,6 +217,17 @@ func FormContentType(values []string) error {
 	case mt == "multipart/form-data" && params["boundary"] == "":
 		return errors.New("a multipart/form-data Content-Type with no boundary; send multipart/form-data; boundary=…")
 	}
+	for k, v := range params {
+		switch {
+		case k == "boundary":
+		case k == "charset" && (strings.EqualFold(v, "utf-8") || strings.EqualFold(v, "us-ascii")):
+		default:
+			// Starlette decodes every part's name and value with the
+			// charset (charset=utf-7 turned file+AF8-id into file_id);
+			// Go reads the bytes.
+			return fmt.Errorf("a parameter other than boundary (or charset=utf-8) in the multipart Content-Type: %.40s", k)
+		}
+	}
 	if err := plainParams(values[0], ""); err != nil {
 		return fmt.Errorf("%w in the multipart Content-Type", err)
 	}
@@ -225,9 +238,9 @@ func FormContentType(values []string) error {
 // parser reads them, for line ends and delimiters Go and python-multipart
 // take differently (Go is the more lenient: it reads what Python does
 // not, and the two name different parts):
-//   - the body must start with its first delimiter line, ended by CRLF
-//     (Go skips a preamble, and a first line ended by a bare LF switches
-//     it to bare-LF line ends throughout);
+//   - the body must start with its first delimiter line, ended by CRLF,
+//     after nothing but CRLFs (Go skips any preamble, and a first line
+//     ended by a bare LF switches it to bare-LF line ends throughout);
 //   - a delimiter line ends in CRLF right after the boundary, or "--"
 //     (Go also takes one padded with spaces or tabs, Python data);
 //   - every line of a part's headers ends in CRLF, down to the blank line
@@ -298,8 +311,17 @@ func (f *formLines) scan(b []byte) (int, error) {
 	return i, nil
 }
 
-// start reads the first delimiter line, which must begin the body.
+// start reads the first delimiter line, which must begin the body after
+// nothing but CRLFs (both parsers skip those).
 func (f *formLines) start(b []byte, i int) (int, error) {
+	if b[i] == '\r' {
+		switch {
+		case i+1 == len(b):
+			return i, nil
+		case b[i+1] == '\n':
+			return i + 2, nil
+		}
+	}
 	dash := f.delim[2:]
 	first := len(dash) + 2
 	if len(b)-i < first {

@@ -78,10 +78,18 @@ type passRoute struct {
 // another path than Go does, past the id the ownership check reads: a
 // ";" (Tomcat and Jetty take /..;/ for /../), a backslash (IIS and
 // Windows servers take it for "/"), a "%" left after decoding (a proxy
-// that decodes again reads %2e%2e as ".."), or a segment starting with
-// "." (".;", "..;x"). No object id or sub-path holds any of them.
+// that decodes again reads %2e%2e as ".."), a "?" or "#", a space, a
+// control byte or a byte outside ASCII (a server that trims or
+// normalises reads " .." or a fullwidth dot as ".."), or a segment
+// starting with "." (".;", "..;x"). No object id or sub-path holds any
+// of them.
 func otherPathSyntax(p string) bool {
-	return strings.ContainsAny(p, ";\\%") || strings.Contains(p, "/.")
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(";\\%?#", c) >= 0 {
+			return true
+		}
+	}
+	return strings.Contains(p, "/.")
 }
 
 // routeFor is a passthrough path's route: the longest configured prefix
