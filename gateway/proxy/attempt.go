@@ -169,6 +169,7 @@ type keyRedactor struct {
 	buf        []byte // buf[off:ready] may go out; buf[ready:] is held back
 	off, ready int
 	err        error
+	empty      int // reads in a row that returned nothing and no error
 }
 
 func (k *keyRedactor) Read(p []byte) (int, error) {
@@ -183,6 +184,14 @@ func (k *keyRedactor) Read(p []byte) (int, error) {
 		}
 		n, err := k.r.Read(k.buf[len(k.buf):cap(k.buf)])
 		k.buf = redactKey(k.buf[:len(k.buf)+n], k.key)
+		switch {
+		case n > 0 || err != nil:
+			k.empty = 0
+		case k.empty < 99:
+			k.empty++
+		default:
+			err = io.ErrNoProgress // as bufio gives up on a reader that never reads
+		}
 		k.err = err
 		k.ready = len(k.buf)
 		if err == nil {

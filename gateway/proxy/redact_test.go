@@ -119,3 +119,17 @@ func (c *chunked) Read(p []byte) (int, error) {
 	c.s = c.s[n:]
 	return n, nil
 }
+
+// TestKeyRedactorGivesUpOnNoProgress: a reader that returns nothing and
+// no error forever ends the relay with io.ErrNoProgress, as bufio does,
+// instead of spinning.
+func TestKeyRedactorGivesUpOnNoProgress(t *testing.T) {
+	kr := &keyRedactor{r: stuck{}, key: "sk-abcdefgh12"}
+	if n, err := kr.Read(make([]byte, 8)); n != 0 || err != io.ErrNoProgress {
+		t.Fatalf("Read = %d, %v; want 0, io.ErrNoProgress", n, err)
+	}
+}
+
+type stuck struct{}
+
+func (stuck) Read([]byte) (int, error) { return 0, nil }
