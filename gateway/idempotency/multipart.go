@@ -57,30 +57,11 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		inner.Reset()
 		var w io.Writer = inner
 		var val *limitedBuf
-		// A provider's parser may take a part's name whatever its
-		// disposition says: a file id in a part Go reads no name from (not
-		// form-data, a malformed or repeated parameter) is refused, never
-		// passed on unchecked.
-		if err := plainPartHeader(p.Header); err != nil {
-			return "", nil, nil, fmt.Errorf("multipart body: part %.100q: %w", name, err)
-		}
-		rawName, err := dispositionName(p.Header.Get("Content-Disposition"))
+		isID, want, err := partKind(p, name, fields)
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("multipart body: %w", err)
 		}
-		isID := strings.Contains(strings.ToLower(rawName), "file_id")
-		if isID && p.FileName() != "" {
-			return "", nil, nil, fmt.Errorf("multipart body: part %.100q names a file id but carries a file (filename %.100q)", rawName, p.FileName())
-		}
-		if isID && name != rawName {
-			return "", nil, nil, fmt.Errorf("multipart body: part %.100q names a file id but is not a form-data field", rawName)
-		}
-		if wanted(fields, name) && p.FileName() != "" {
-			// Go takes a part with filename*= for a file, python-multipart
-			// for a field: Starlette would read this one as the field.
-			return "", nil, nil, fmt.Errorf("multipart body: field %.100q sent as a file", name)
-		}
-		if (isID || wanted(fields, name)) && p.FileName() == "" {
+		if (isID || want) && p.FileName() == "" {
 			val = &limitedBuf{max: maxFieldValue}
 			w = io.MultiWriter(inner, val)
 		}
@@ -110,6 +91,36 @@ func MultipartFingerprint(r io.Reader, boundary string, fields ...string) (strin
 		}
 	}
 	return hex.EncodeToString(outer.Sum(nil)), values, ids, nil
+}
+
+// partKind says whether part p (Go's name for it: name) names a file id,
+// or is one of the wanted fields, and refuses it where a provider's
+// parser could read it otherwise. A provider's parser may take a part's
+// name whatever its disposition says: a file id in a part Go reads no
+// name from (not form-data, a malformed or repeated parameter) is
+// refused, never passed on unchecked.
+func partKind(p *multipart.Part, name string, fields []string) (isID, want bool, err error) {
+	if err := plainPartHeader(p.Header); err != nil {
+		return false, false, fmt.Errorf("part %.100q: %w", name, err)
+	}
+	rawName, err := dispositionName(p.Header.Get("Content-Disposition"))
+	if err != nil {
+		return false, false, err
+	}
+	isID = strings.Contains(strings.ToLower(rawName), "file_id")
+	switch {
+	case isID && p.FileName() != "":
+		return false, false, fmt.Errorf("part %.100q names a file id but carries a file (filename %.100q)", rawName, p.FileName())
+	case isID && name != rawName:
+		return false, false, fmt.Errorf("part %.100q names a file id but is not a form-data field", rawName)
+	}
+	want = wanted(fields, name)
+	if want && p.FileName() != "" {
+		// Go takes a part with filename*= for a file, python-multipart
+		// for a field: Starlette would read this one as the field.
+		return false, false, fmt.Errorf("field %.100q sent as a file", name)
+	}
+	return isID, want, nil
 }
 
 // plainPartHeader refuses a part header another parser could read a
@@ -194,28 +205,33 @@ func plainParams(v, allowed string) error {
 	return nil
 }
 
-// FormContentType checks a request's Content-Type header (its values)
-// before a multipart body is read: a form is read for the file ids it
-// names (the ownership check) only when Go reads its boundary, and the
-// provider's parser must read the same one, and the same names. So a
-// Content-Type naming multipart is refused when it is sent twice, does
-// not parse, is a multipart/form-data with no boundary, has a parameter
-// other than the boundary and a UTF-8 or ASCII charset, or has
-// parameters plainParams refuses (a Content-Type Go cannot parse used to pass unread: Go found
-// no boundary, Python ignored the stray parameter and read the form).
-func FormContentType(values []string) error {
+// FormContentType parses a request's Content-Type (its values; the
+// first is the one read) and, when it names multipart, checks it before
+// the body is read: a form is read for the file ids it names (the
+// ownership check) only when Go reads its boundary, and the provider's
+// parser must read the same one, and the same names. So such a
+// Content-Type is refused when it is sent twice, does not parse, is a
+// multipart/form-data with no boundary, has a parameter other than the
+// boundary and a UTF-8 or ASCII charset, or has parameters plainParams
+// refuses (one Go could not parse used to pass unread: Go found no
+// boundary, Python ignored the stray parameter and read the form).
+// Any other Content-Type is returned as parsed, errors ignored.
+func FormContentType(values []string) (mediaType string, params map[string]string, err error) {
+	var v string
+	if len(values) > 0 {
+		v = values[0]
+	}
+	mt, params, perr := mime.ParseMediaType(v)
 	if !slices.ContainsFunc(values, func(v string) bool { return strings.Contains(strings.ToLower(v), "multipart") }) {
-		return nil
+		return mt, params, nil
 	}
-	if len(values) > 1 {
-		return fmt.Errorf("%d Content-Type headers; send one", len(values))
-	}
-	mt, params, err := mime.ParseMediaType(values[0])
 	switch {
-	case err != nil:
-		return fmt.Errorf("a multipart Content-Type that does not parse (%v); send multipart/form-data; boundary=…", err)
+	case len(values) > 1:
+		return "", nil, fmt.Errorf("%d Content-Type headers; send one", len(values))
+	case perr != nil:
+		return "", nil, fmt.Errorf("a multipart Content-Type that does not parse (%v); send multipart/form-data; boundary=…", perr)
 	case mt == "multipart/form-data" && params["boundary"] == "":
-		return errors.New("a multipart/form-data Content-Type with no boundary; send multipart/form-data; boundary=…")
+		return "", nil, errors.New("a multipart/form-data Content-Type with no boundary; send multipart/form-data; boundary=…")
 	}
 	for k, v := range params {
 		switch {
@@ -225,13 +241,13 @@ func FormContentType(values []string) error {
 			// Starlette decodes every part's name and value with the
 			// charset (charset=utf-7 turned file+AF8-id into file_id);
 			// Go reads the bytes.
-			return fmt.Errorf("a parameter other than boundary (or charset=utf-8) in the multipart Content-Type: %.40s", k)
+			return "", nil, fmt.Errorf("a parameter other than boundary (or charset=utf-8) in the multipart Content-Type: %.40s", k)
 		}
 	}
-	if err := plainParams(values[0], ""); err != nil {
-		return fmt.Errorf("%w in the multipart Content-Type", err)
+	if err := plainParams(v, ""); err != nil {
+		return "", nil, fmt.Errorf("%w in the multipart Content-Type", err)
 	}
-	return nil
+	return mt, params, nil
 }
 
 // formLines checks the raw bytes of a multipart/form-data body as Go's

@@ -101,11 +101,14 @@ func redactKey(body []byte, key string) []byte {
 	// A read-only view of body, not a copy of either: this runs on every
 	// event of every stream ([]byte(key) would allocate for a key over 32
 	// bytes).
-	if !strings.Contains(unsafe.String(unsafe.SliceData(body), len(body)), key) {
+	if !strings.Contains(view(body), key) {
 		return body
 	}
 	return bytes.ReplaceAll(body, []byte(key), []byte("[redacted]"))
 }
+
+// view is b as a string, read-only, not copied: for searching it.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // redactHeaderKey is redactKey for the upstream headers the gateway
 // relays and commits (an upstream may quote the key in x-request-id):
@@ -147,7 +150,7 @@ func cutEnd(b []byte, limit int, key string) int {
 		// Only a copy that starts within a key's length of the cut can
 		// straddle it (or one that overlaps such a copy).
 		for from := max(0, end-len(key)+1); from < end; {
-			i := strings.Index(unsafe.String(unsafe.SliceData(b[from:]), len(b)-from), key)
+			i := strings.Index(view(b[from:]), key)
 			if i < 0 || from+i >= end {
 				break
 			}
@@ -354,16 +357,13 @@ func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
 		// comes. It is not classified from its content, nor committed.
 		// The prefix ends where no copy of the key straddles its end; the
 		// rest, from there, is redacted as it streams (keyRedactor).
-		end := len(b)
+		resp.Body, resp.Rest = b, &cancelOnClose{ReadCloser: body, cancel: a.end}
 		if len(a.key) >= minRedactedKey {
-			end = cutEnd(b, max(0, len(b)-(len(a.key)-1)), a.key)
+			end := cutEnd(b, max(0, len(b)-(len(a.key)-1)), a.key)
+			resp.Body = redactKey(b[:end], a.key)
+			rest := &keyRedactor{r: io.MultiReader(bytes.NewReader(b[end:]), body), key: a.key}
+			resp.Rest = &cancelOnClose{ReadCloser: readCloser{rest, body}, cancel: a.end}
 		}
-		resp.Body = redactKey(b[:end], a.key)
-		var rest io.Reader = body
-		if len(a.key) >= minRedactedKey {
-			rest = &keyRedactor{r: io.MultiReader(bytes.NewReader(b[end:]), body), key: a.key}
-		}
-		resp.Rest = &cancelOnClose{ReadCloser: readCloser{rest, body}, cancel: a.end}
 		resp.Outcome = classify.Outcome{Class: classify.Success, Status: resp.Status}
 		return resp
 	}

@@ -95,9 +95,9 @@ func otherPathSyntax(p string) bool {
 // routeFor is a passthrough path's route: the longest configured prefix
 // that matches it, else the defaults. A path that is not clean ("..",
 // "//"), has a "/" escaped in a segment ("%2F", which no object id
-// holds) or syntax another server reads (otherPathSyntax), is a 404: it would reach another upstream path than it names,
-// or name another id upstream than the ownership check (right after it)
-// saw. Its upstream speaks the request's API: a configured route naming
+// holds) or syntax another server reads (otherPathSyntax) is a 404: it
+// would reach another upstream path than it names, or name another id
+// upstream than the ownership check (right after it) saw. Its upstream speaks the request's API: a configured route naming
 // an upstream of the other API keeps its limits but not that upstream,
 // and with no upstream of the request's API at all the path is a 404.
 func (g *Handler) routeFor(r *http.Request) (passRoute, error) {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"os"
 
@@ -46,10 +45,10 @@ func (g *Handler) readPassBody(r *http.Request, rt passRoute, keyed bool, held *
 	if r.ContentLength > rt.maxBody {
 		return passBody{}, &apierror.TooLarge{Limit: rt.maxBody}
 	}
-	if err := idempotency.FormContentType(r.Header.Values("Content-Type")); err != nil {
+	mt, params, err := idempotency.FormContentType(r.Header.Values("Content-Type"))
+	if err != nil {
 		return passBody{}, apierror.Invalid("", "The request's Content-Type: "+err.Error()+".")
 	}
-	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if m := g.cfg.Passthrough.SpoolMaxBytes; m > 0 && r.ContentLength > m {
 		if keyed {
 			return passBody{}, &apierror.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
