@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -463,15 +464,9 @@ type soakLogLine struct {
 //   - a commit applied, for every answer a client was shown as a replay
 //     and for the record each key holds at the end — the store's contents
 //     as observed over the key's life;
-//   - a failed commit, for every "commit failed" a replica logged, paired
-//     in order with that key's completed runs on that replica that the
-//     store does not keep (its error names the cause Check counts);
-//   - a commit lost to a fault, for a completed run not kept, with no log
-//     line, whose replica was killed (or stopped) after the run started
-//     and before soakCommitGrace after its end — the process died before
-//     it could commit or log. A killed replica's window ends when its
-//     successor listens: a run the provider saw start before then was the
-//     dead process's, since the new one had taken no request.
+//   - for each key's completed runs that the store does not keep, the
+//     failed commits the replicas logged and the faults that explain the
+//     rest (lostCalls).
 func addObservedCalls(h *sim.History, reps []*soakReplica, faults []soakFault) {
 	for _, o := range h.Ops() {
 		if o.Complete && o.Replayed {
@@ -484,7 +479,7 @@ func addObservedCalls(h *sim.History, reps []*soakReplica, faults []soakFault) {
 			h.AddCall(&sim.StoreCall{Method: "Commit", Key: k, Applied: true, Run: f.Run, Hash: f.Hash, At: h.Since(), Owner: "final"})
 		}
 	}
-	failed := commitFailures(reps)
+	failed := commitFailures(h, reps)
 	byKey := map[string][]sim.Run{}
 	for _, r := range h.Runs() {
 		if r.Completed && (finals[r.Key].State != "committed" || finals[r.Key].Run != r.ID) {
@@ -492,29 +487,83 @@ func addObservedCalls(h *sim.History, reps []*soakReplica, faults []soakFault) {
 		}
 	}
 	for k, lost := range byKey {
-		sort.Slice(lost, func(i, j int) bool { return lost[i].End < lost[j].End })
-		next := map[string]int{}
+		logged := map[string][]loggedFailure{}
 		for _, r := range lost {
-			logged := failed[r.Via+"/"+idempotency.HashKey(cache.Key{ID: k})]
-			if i := next[r.Via]; i < len(logged) {
-				next[r.Via]++
-				h.AddCall(&sim.StoreCall{Method: "Commit", Key: k, Owner: r.Via, Run: r.ID, Err: logged[i], At: r.End})
-				continue
-			}
-			for _, f := range faults {
-				if f.replica == r.Via && f.from <= r.End+soakCommitGrace && r.Start <= f.to {
-					h.AddCall(&sim.StoreCall{Method: "Commit", Key: k, Owner: r.Via, Run: r.ID, Fault: "replica_" + f.kind, At: r.End})
-					break
-				}
-			}
+			logged[r.Via] = failed[r.Via+"/"+idempotency.HashKey(cache.Key{ID: k})]
+		}
+		for _, c := range lostCalls(k, lost, logged, faults) {
+			h.AddCall(c)
 		}
 	}
 }
 
+// loggedFailure is one "commit failed" line a replica wrote: its error,
+// and when, on the history's clock.
+type loggedFailure struct {
+	err string
+	at  time.Duration
+}
+
+// lostCalls are the store calls that account for one key's completed runs
+// that the store does not keep (lost), given the commit failures each
+// replica logged for the key (logged, by replica) and the faults:
+//   - a failed commit for each logged line, given to the run of its
+//     replica that ended last before the line was written. Not to the
+//     replica's runs in order: a replica stopped past its lease wakes to
+//     find its attempt timed out (the provider had finished it: lost to
+//     the stop, with no commit), retries, and logs the retry's failed
+//     commit;
+//   - a commit lost to a fault, for a run no line accounts for, whose
+//     replica was killed (or stopped) after the run started and before
+//     soakCommitGrace after its end — the process died before it could
+//     commit or log. A killed replica's window ends when its successor
+//     listens: a run the provider saw start before then was the dead
+//     process's, since the new one had taken no request.
+func lostCalls(k string, lost []sim.Run, logged map[string][]loggedFailure, faults []soakFault) []*sim.StoreCall {
+	var out []*sim.StoreCall
+	paired := map[int]bool{}
+	for via, lines := range logged {
+		lines = slices.Clone(lines)
+		sort.Slice(lines, func(i, j int) bool { return lines[i].at < lines[j].at })
+		for _, l := range lines {
+			// The line is written after the commit fails, which is after
+			// the provider's last byte; 2ms covers the two processes'
+			// clock readings.
+			best := -1
+			for i, r := range lost {
+				if r.Via != via || paired[r.ID] || r.End > l.at+2*time.Millisecond {
+					continue
+				}
+				if best < 0 || r.End > lost[best].End {
+					best = i
+				}
+			}
+			if best < 0 {
+				continue
+			}
+			r := lost[best]
+			paired[r.ID] = true
+			out = append(out, &sim.StoreCall{Method: "Commit", Key: k, Owner: r.Via, Run: r.ID, Err: l.err, At: r.End})
+		}
+	}
+	for _, r := range lost {
+		if paired[r.ID] {
+			continue
+		}
+		for _, f := range faults {
+			if f.replica == r.Via && f.from <= r.End+soakCommitGrace && r.Start <= f.to {
+				out = append(out, &sim.StoreCall{Method: "Commit", Key: k, Owner: r.Via, Run: r.ID, Fault: "replica_" + f.kind, At: r.End})
+				break
+			}
+		}
+	}
+	return out
+}
+
 // commitFailures reads every "commit failed" line of every process of
-// every replica: their errors, in order, by replica/hashed key.
-func commitFailures(reps []*soakReplica) map[string][]string {
-	out := map[string][]string{}
+// every replica, by replica/hashed key.
+func commitFailures(h *sim.History, reps []*soakReplica) map[string][]loggedFailure {
+	out := map[string][]loggedFailure{}
 	for _, r := range reps {
 		for _, p := range r.procs {
 			sc := bufio.NewScanner(strings.NewReader(p.stderr.String()))
@@ -522,7 +571,7 @@ func commitFailures(reps []*soakReplica) map[string][]string {
 			for sc.Scan() {
 				var l soakLogLine
 				if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "commit failed" {
-					out[r.name+"/"+l.Key] = append(out[r.name+"/"+l.Key], l.Err)
+					out[r.name+"/"+l.Key] = append(out[r.name+"/"+l.Key], loggedFailure{err: l.Err, at: h.At(l.Time)})
 				}
 			}
 		}

@@ -125,6 +125,9 @@ func (w *Workload) SetFinal(n int, st gateway.Store, h *History) {
 // Since is how long ago the history started.
 func (h *History) Since() time.Duration { return h.since() }
 
+// At is when t was on the history's clock (how long after its start).
+func (h *History) At(t time.Time) time.Duration { return t.Sub(h.start) }
+
 // AddCall records a store call observed from outside the gateway.
 func (h *History) AddCall(c *StoreCall) { h.addCall(c) }
 
