@@ -436,6 +436,47 @@ type Lease struct {
 	renewMu      sync.Mutex
 	renewStopped bool
 	renewLost    bool
+
+	// takeMu guards taken (a renewal found another owner holding the key)
+	// and takenCh, made when first asked for (Taken) and closed once the
+	// key is taken: only a call about to retry asks.
+	takeMu  sync.Mutex
+	taken   bool
+	takenCh chan struct{}
+}
+
+// Taken is closed once a renewal of the lease has found the key held by
+// another owner (cache.ErrNotOwner): no answer of this call can be
+// committed any more, and the call makes no further upstream attempt
+// (proxy.Call.Lease), for the new owner runs the request itself.
+func (l *Lease) Taken() <-chan struct{} {
+	l.takeMu.Lock()
+	defer l.takeMu.Unlock()
+	if l.takenCh == nil {
+		l.takenCh = make(chan struct{})
+		if l.taken {
+			close(l.takenCh)
+		}
+	}
+	return l.takenCh
+}
+
+// TakenOver reports whether the key was taken over (Taken).
+func (l *Lease) TakenOver() bool {
+	l.takeMu.Lock()
+	defer l.takeMu.Unlock()
+	return l.taken
+}
+
+func (l *Lease) markTaken() {
+	l.takeMu.Lock()
+	defer l.takeMu.Unlock()
+	if !l.taken {
+		l.taken = true
+		if l.takenCh != nil {
+			close(l.takenCh)
+		}
+	}
 }
 
 // opCtx is the context of one store operation: detached from ctx's end,

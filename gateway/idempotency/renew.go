@@ -156,6 +156,9 @@ func (l *Lease) renewOnce() {
 	if err != nil {
 		l.k.log.Warn("renewing idempotency lease failed", "idempotency_key", HashKey(l.req.Key), "err", err)
 		l.renewLost = errors.Is(err, cache.ErrNotOwner)
+		if l.renewLost {
+			l.markTaken()
+		}
 	}
 }
 

@@ -113,6 +113,10 @@ type Call struct {
 	Stream bool
 	// IdemKey is forwarded to the upstream when set.
 	IdemKey string
+	// Lease is a keyed call's claim on its key (nil for other calls):
+	// once its channel is closed another owner holds the key, so no answer
+	// of this call can be committed, and no retry or fallback is made.
+	Lease retry.Abandoner
 	// Hops are the request's plan: the upstreams Execute may send it to,
 	// in order, each with its credential and body (see Hop). The first is
 	// the routed upstream (or the one holding the objects the request
@@ -319,6 +323,9 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 			if !c.resendable() {
 				break // the body was sent once and is gone
 			}
+			if c.taken() {
+				break // no answer of this call can be committed any more
+			}
 			if !c.Deadline.IsZero() && !p.now().Before(c.Deadline) {
 				break
 			}
@@ -347,7 +354,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 			return resp, nil
 		}
 		resp.end = p.endOf(ctx, c, stop, resp.Outcome)
-		if resp.Outcome.Class.Retryable() && resp.end == outcome.EndNone && stop != retry.StopDeadline && stop != retry.StopCanceled {
+		if resp.Outcome.Class.Retryable() && resp.end == outcome.EndNone && stop != retry.StopDeadline && stop != retry.StopCanceled && stop != retry.StopAbandoned {
 			// Retries ended transient: the next upstream in the chain, if
 			// any, gets its turn; the deadline still bounds the whole. This
 			// upstream's breaker learns now, by the same rule Settle uses.
@@ -370,6 +377,19 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 		lastErr = &apierror.DeadlineSpent{}
 	}
 	return nil, lastErr
+}
+
+// taken reports whether the call's key was taken over (Lease).
+func (c *Call) taken() bool {
+	if c.Lease == nil {
+		return false
+	}
+	select {
+	case <-c.Lease.Taken():
+		return true
+	default:
+		return false
+	}
 }
 
 // endOf says what, other than the upstream, ended a call: its context, or
@@ -426,6 +446,10 @@ func (p *Proxy) runUpstream(ctx context.Context, c *Call, hop Hop) (*Response, r
 		p.log.Error("upstream refused the gateway's credentials; check its api_key", "upstream", u.Cfg.Name,
 			"status", resp.Status, "class", c, "reason", resp.Outcome.Reason)
 	}
+	if stats.Stop == retry.StopAbandoned {
+		p.log.Warn("not retrying: the call's idempotency key was taken over by another owner, which runs it", "upstream", u.Cfg.Name,
+			"attempts", stats.Attempts, "class", resp.Outcome.Class)
+	}
 	if stats.Stop == retry.StopBudget {
 		p.metrics.BudgetRejected(u.Cfg.Name)
 		tracing.RetryBudgetExhausted(ctx, u.Cfg.Name)
@@ -447,6 +471,7 @@ func (p *Proxy) retryLoop(upstreamName string, c *Call) *retry.Loop {
 		policy.MaxAttempts = 1
 	}
 	return &retry.Loop{
+		Abandon:  c.Lease,
 		Policy:   policy,
 		Budget:   p.budget,
 		Shutdown: p.shutdown,

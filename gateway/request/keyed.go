@@ -181,6 +181,10 @@ func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 		// asked for, so with the store down it is skipped, not required.
 		s.cache = "unavailable"
 		w.Header().Del(idempotency.CacheHeader)
+		// Served unkeyed, it records nothing: a duplicate must not join
+		// it (it would wait for a status that never comes).
+		x.unlive()
+		x.live, x.unlive = nil, func() {}
 		return g.serveUnkeyed(x)
 	}
 	if err != nil || lease == nil {
@@ -222,6 +226,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 	if kr.Raw != "" {
 		cl.IdemKey = g.forwardMAC.ForwardKey(kr.Key)
 	}
+	cl.Lease = lease
 	hk := hooksOf(r.Context())
 	live, unlive := x.live, x.unlive
 	k := &keyedCall{g: g, h: newHandoff(w, r, live, g.cfg.Server.WriteStallTimeout.D()), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk,
@@ -762,10 +767,11 @@ func (k *keyedCall) resolved() {
 // the moment the key is free finds the letter and resolves it; the other
 // way round, the letter was written after that success and stayed. A
 // retry meanwhile waits as for any key in flight. Content-keyed cache
-// entries are not dead letters: no client is waiting to retry them.
+// entries are not dead letters: no client is waiting to retry them. Nor
+// is a key another owner took over: that owner's outcome is the key's.
 func (k *keyedCall) release(v outcome.Verdict) {
 	k.s.idemEvent = "release"
-	if v.DeadLetter != nil && !k.kr.Cache {
+	if v.DeadLetter != nil && !k.kr.Cache && !k.lease.TakenOver() {
 		ctx, cancel := k.opCtx()
 		k.g.dlq.Record(ctx, k.kr.Key, deadletter.RequestOf(k.cl, k.start), v.DeadLetter)
 		cancel()

@@ -98,6 +98,9 @@ const (
 	StopDeadline StopReason = "deadline"
 	// StopCanceled: the context was done, or shutdown began, during a wait.
 	StopCanceled StopReason = "canceled"
+	// StopAbandoned: Abandon said no answer can be used any more (a keyed
+	// call's key was taken over), before or during a wait.
+	StopAbandoned StopReason = "abandoned"
 )
 
 // Stats is what one Run did.
@@ -126,6 +129,18 @@ type Loop struct {
 	// that will follow (2 for the first retry), o the outcome that is
 	// being retried, wait the time Run will wait first.
 	OnRetry func(n int, o classify.Outcome, wait time.Duration)
+	// Abandon, if not nil, is asked only when a retry is due: its channel
+	// is closed once the caller can no longer use any answer (a keyed
+	// call whose key another owner has taken over, which no answer of this
+	// call can be committed under). Then no retry is made: Run stops
+	// before the wait, or ends it (StopAbandoned).
+	Abandon Abandoner
+}
+
+// Abandoner is Loop.Abandon. Taken is called only when a retry is due, so
+// the channel may be made then.
+type Abandoner interface {
+	Taken() <-chan struct{}
 }
 
 // Run calls attempt (n = 1, 2, ...) until it returns an outcome that is not
@@ -171,6 +186,13 @@ func (l *Loop) Run(ctx context.Context, deadline time.Time, attempt func(ctx con
 			st.Stop = StopCanceled
 			return o, st
 		}
+		var abandon <-chan struct{}
+		if l.Abandon != nil {
+			if abandon = l.Abandon.Taken(); closed(abandon) {
+				st.Stop = StopAbandoned
+				return o, st
+			}
+		}
 		if l.Budget != nil && !l.Budget.TryRetry() {
 			st.Stop = StopBudget
 			return o, st
@@ -178,27 +200,42 @@ func (l *Loop) Run(ctx context.Context, deadline time.Time, attempt func(ctx con
 		if l.OnRetry != nil {
 			l.OnRetry(n+1, o, wait)
 		}
-		ok := l.sleep(ctx, wait)
+		stop := l.sleep(ctx, wait, abandon)
 		st.Waited += time.Since(start)
-		if !ok {
-			st.Stop = StopCanceled
+		if stop == "" && closed(abandon) {
+			stop = StopAbandoned // taken over as the wait ended
+		}
+		if stop != "" {
+			st.Stop = stop
 			return o, st
 		}
 		st.Retries++
 	}
 }
 
-// sleep waits d, or until ctx is done or shutdown begins; it reports
-// whether the whole wait passed.
-func (l *Loop) sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d, or until ctx is done or shutdown begins (StopCanceled),
+// or abandon is closed (StopAbandoned); "" when the whole wait passed.
+func (l *Loop) sleep(ctx context.Context, d time.Duration, abandon <-chan struct{}) StopReason {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return ""
 	case <-ctx.Done():
-		return false
+		return StopCanceled
 	case <-l.Shutdown:
+		return StopCanceled
+	case <-abandon:
+		return StopAbandoned
+	}
+}
+
+// closed reports whether ch (nil: never) is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
 		return false
 	}
 }

@@ -332,3 +332,66 @@ func TestRunBudgetDenies(t *testing.T) {
 		}
 	})
 }
+
+// takeover is a Loop.Abandon whose channel is made when first asked for,
+// as a keyed call's lease makes it.
+type takeover struct {
+	ch    chan struct{}
+	asked int
+}
+
+func (k *takeover) Taken() <-chan struct{} {
+	k.asked++
+	if k.ch == nil {
+		k.ch = make(chan struct{})
+	}
+	return k.ch
+}
+
+// A call whose answer can no longer be used (its key taken over) makes no
+// further attempt: not after an attempt that failed once it was taken, and
+// not after a wait it was taken during, which it ends there.
+func TestRunAbandoned(t *testing.T) {
+	t.Run("before the wait", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var at []time.Time
+			k := &takeover{ch: make(chan struct{})}
+			close(k.ch)
+			l := &Loop{Policy: Policy{MaxAttempts: 4, BaseDelay: time.Second}, Rand: fixed(0.5), Abandon: k}
+			_, st := l.Run(context.Background(), time.Time{}, outcomes(&at, unavailable))
+			if st.Attempts != 1 || st.Stop != StopAbandoned || st.Waited != 0 {
+				t.Fatalf("Run = %+v, want 1 attempt, no wait, stopped abandoned", st)
+			}
+		})
+	})
+	t.Run("during the wait", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var at []time.Time
+			k := &takeover{}
+			l := &Loop{Rand: fixed(0), Abandon: k}
+			start := time.Now()
+			go func() {
+				time.Sleep(3 * time.Second)
+				close(k.ch)
+			}()
+			_, st := l.Run(context.Background(), time.Now().Add(time.Minute), outcomes(&at, limited(7*time.Second), success))
+			if st.Attempts != 1 || st.Stop != StopAbandoned {
+				t.Fatalf("Run = %+v, want 1 attempt, stopped abandoned", st)
+			}
+			if took := time.Since(start); took != 3*time.Second {
+				t.Fatalf("Run returned after %v, want 3s: when the key was taken, not at the Retry-After's end", took)
+			}
+		})
+	})
+	t.Run("never taken", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var at []time.Time
+			k := &takeover{}
+			l := &Loop{Rand: fixed(0), Abandon: k}
+			o, st := l.Run(context.Background(), time.Now().Add(time.Minute), outcomes(&at, unavailable, success))
+			if o.Class != classify.Success || st.Attempts != 2 || st.Stop != StopDone || k.asked != 1 {
+				t.Fatalf("Run = %+v, %+v, asked %d times; want the retry made, Abandon asked once", o, st, k.asked)
+			}
+		})
+	})
+}

@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/e2e/fakeprovider"
+)
+
+// lostRenewals answers every renewal as a store does once another owner
+// holds the key (a replica stopped past its lease, a failover that lost
+// the claim): cache.ErrNotOwner.
+type lostRenewals struct {
+	Store
+	renewals atomic.Int32
+}
+
+func (s *lostRenewals) Renew(ctx context.Context, k cache.Key, owner string, lease time.Duration) error {
+	s.renewals.Add(1)
+	return cache.ErrNotOwner
+}
+
+// A keyed call whose key was taken over makes no further upstream attempt:
+// no answer of it could be committed, and the new owner runs the request
+// itself, so a retry would pay the provider for an answer thrown away (and
+// make two provider calls for one key). The wait its upstream asked for
+// (Retry-After) ends when the renewal finds the key taken; the client gets
+// the upstream's failure, which it may retry, and the key gets no dead
+// letter: the new owner's outcome is the key's.
+func TestTakenOverKeyIsNotRetried(t *testing.T) {
+	var st *lostRenewals
+	h := newHarnessStore(t, func(c *config.Config) {
+		c.Clients = []config.Client{{Name: "team-a", Key: "key-a"}}
+		// 300 ms: renewed from 75 ms on, well within the upstream's
+		// Retry-After of 20 s.
+		c.Idempotency.Lease = config.Duration(300 * time.Millisecond)
+		c.Retry.MaxAttempts = 3
+	}, func(s Store) Store { st = &lostRenewals{Store: s}; return st }, fakeprovider.Options{})
+	h.fake.Enqueue(fakeprovider.Step{Status: 503, Header: map[string]string{"Retry-After": "20"}})
+	start := time.Now()
+	r := h.chat(chatBody, map[string]string{"Authorization": "Bearer key-a", "Idempotency-Key": "order-7/summarize"})
+	if n := h.fake.Calls(""); n != 1 {
+		t.Fatalf("%d upstream calls for a key taken over during the first attempt's Retry-After, want 1", n)
+	}
+	if r.status != 503 || !strings.Contains(string(r.body), `"error"`) {
+		t.Fatalf("client got %d %s, want the upstream's 503", r.status, r.body)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("the call took %v: the Retry-After wait was not ended by the takeover", took)
+	}
+	if st.renewals.Load() == 0 {
+		t.Fatal("no renewal ran")
+	}
+	if l := listDLQ(t, h, ""); l.Total != 0 {
+		t.Fatalf("a key taken over got a dead letter: %+v", l.DeadLetters)
+	}
+}
