@@ -23,7 +23,7 @@ func TestLostCallsPairByTime(t *testing.T) {
 	logged := map[string][]loggedFailure{"r0": {{err: "commit: not the owner", at: ms(34343.6)}}}
 	faults := []soakFault{{kind: "stop", replica: "r0", from: ms(31335), to: ms(34338)}}
 	got := map[int]string{}
-	for _, c := range lostCalls("k", lost, logged, faults) {
+	for _, c := range lostCalls("k", lost, nil, logged, faults) {
 		got[c.Run] = c.Err + c.Fault
 	}
 	want := map[int]string{1859: "replica_stop", 1869: "commit: not the owner"}
@@ -42,10 +42,20 @@ func TestLostCallsPairByTime(t *testing.T) {
 	}
 	logged = map[string][]loggedFailure{"r1": {{err: "b", at: ms(45)}, {err: "a", at: ms(25)}}}
 	got = map[int]string{}
-	for _, c := range lostCalls("k", lost, logged, nil) {
+	for _, c := range lostCalls("k", lost, nil, logged, nil) {
 		got[c.Run] = c.Err + c.Fault
 	}
 	if got[1] != "a" || got[2] != "b" || got[3] != "" || len(got) != 2 {
 		t.Errorf("got %v, want run 1 a, run 2 b, run 3 unaccounted for", got)
+	}
+
+	// A line the kept run accounts for (its commit's reply timed out after
+	// the commit was applied) does not account for an earlier lost run,
+	// which stays unaccounted for with no fault over it.
+	lost = []sim.Run{{ID: 4, Key: "k", Completed: true, Start: ms(10), End: ms(20), Via: "r2"}}
+	kept := &sim.Run{ID: 5, Key: "k", Completed: true, Start: ms(30), End: ms(40), Via: "r2"}
+	logged = map[string][]loggedFailure{"r2": {{err: "commit: i/o timeout", at: ms(45)}}}
+	if calls := lostCalls("k", lost, kept, logged, nil); len(calls) != 0 {
+		t.Errorf("the kept run's failed-looking commit accounted for a lost run: %+v", calls[0])
 	}
 }

@@ -481,8 +481,13 @@ func addObservedCalls(h *sim.History, reps []*soakReplica, faults []soakFault) {
 	}
 	failed := commitFailures(h, reps)
 	byKey := map[string][]sim.Run{}
+	kept := map[string]*sim.Run{}
 	for _, r := range h.Runs() {
-		if r.Completed && (finals[r.Key].State != "committed" || finals[r.Key].Run != r.ID) {
+		switch {
+		case !r.Completed:
+		case finals[r.Key].State == "committed" && finals[r.Key].Run == r.ID:
+			kept[r.Key] = &r
+		default:
 			byKey[r.Key] = append(byKey[r.Key], r)
 		}
 	}
@@ -491,7 +496,7 @@ func addObservedCalls(h *sim.History, reps []*soakReplica, faults []soakFault) {
 		for _, r := range lost {
 			logged[r.Via] = failed[r.Via+"/"+idempotency.HashKey(cache.Key{ID: k})]
 		}
-		for _, c := range lostCalls(k, lost, logged, faults) {
+		for _, c := range lostCalls(k, lost, kept[k], logged, faults) {
 			h.AddCall(c)
 		}
 	}
@@ -505,23 +510,28 @@ type loggedFailure struct {
 }
 
 // lostCalls are the store calls that account for one key's completed runs
-// that the store does not keep (lost), given the commit failures each
-// replica logged for the key (logged, by replica) and the faults:
+// that the store does not keep (lost), given the run it keeps (kept, nil
+// for none), the commit failures each replica logged for the key (logged,
+// by replica) and the faults:
 //   - a failed commit for each logged line, given to the run of its
 //     replica that ended last before the line was written. Not to the
 //     replica's runs in order: a replica stopped past its lease wakes to
 //     find its attempt timed out (the provider had finished it: lost to
 //     the stop, with no commit), retries, and logs the retry's failed
-//     commit;
+//     commit. A line the kept run accounts for (a commit whose reply timed
+//     out after it was applied) accounts for no lost run;
 //   - a commit lost to a fault, for a run no line accounts for, whose
 //     replica was killed (or stopped) after the run started and before
 //     soakCommitGrace after its end — the process died before it could
 //     commit or log. A killed replica's window ends when its successor
 //     listens: a run the provider saw start before then was the dead
 //     process's, since the new one had taken no request.
-func lostCalls(k string, lost []sim.Run, logged map[string][]loggedFailure, faults []soakFault) []*sim.StoreCall {
+func lostCalls(k string, lost []sim.Run, kept *sim.Run, logged map[string][]loggedFailure, faults []soakFault) []*sim.StoreCall {
 	var out []*sim.StoreCall
 	paired := map[int]bool{}
+	if kept != nil {
+		lost = append(slices.Clone(lost), *kept)
+	}
 	for via, lines := range logged {
 		lines = slices.Clone(lines)
 		sort.Slice(lines, func(i, j int) bool { return lines[i].at < lines[j].at })
@@ -543,11 +553,14 @@ func lostCalls(k string, lost []sim.Run, logged map[string][]loggedFailure, faul
 			}
 			r := lost[best]
 			paired[r.ID] = true
+			if kept != nil && r.ID == kept.ID {
+				continue
+			}
 			out = append(out, &sim.StoreCall{Method: "Commit", Key: k, Owner: r.Via, Run: r.ID, Err: l.err, At: r.End})
 		}
 	}
 	for _, r := range lost {
-		if paired[r.ID] {
+		if paired[r.ID] || kept != nil && r.ID == kept.ID {
 			continue
 		}
 		for _, f := range faults {

@@ -120,12 +120,13 @@ func TestReviewModelsDotDotListsFilesNormalising(t *testing.T) {
 		t.Fatalf("the upstream was called: %v", paths)
 	}
 	// Each segment of an id is escaped: nothing the client wrote is read
-	// as path syntax upstream.
-	if r := h.do(http.MethodGet, "/v1/models/org%2Fa%3Bb%3Fc", "", asBob); r.status != http.StatusOK {
+	// as path syntax upstream (an id holding ";" or "?" is refused
+	// outright since: TestModelIDOtherPathSyntaxRefused).
+	if r := h.do(http.MethodGet, "/v1/models/org%2Fa:b@c", "", asBob); r.status != http.StatusOK {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	if len(paths) != 1 || paths[0] != "/v1/models/org/a%3Bb%3Fc" {
-		t.Fatalf("upstream saw %v, want /v1/models/org/a%%3Bb%%3Fc", paths)
+	if len(paths) != 1 || paths[0] != "/v1/models/org/a:b@c" {
+		t.Fatalf("upstream saw %v, want /v1/models/org/a:b@c", paths)
 	}
 }
 
@@ -239,5 +240,52 @@ func TestPathSyntaxAfterOwnIDRefused(t *testing.T) {
 	}
 	if r := h.do(http.MethodGet, "/v1/files/"+bobs+"/content", "", asBob); r.status != http.StatusOK {
 		t.Fatalf("bob's own content: %d %s", r.status, r.body)
+	}
+}
+
+// TestModelIDOtherPathSyntaxRefused: a model id holding syntax another
+// server reads as a path — a backslash (IIS reads it as "/"), a "%" left
+// after decoding (a server that decodes again reads %2F), ";" (Tomcat,
+// Jetty), "?", "#", a space, a control byte, non-ASCII, or a segment
+// starting with "." — is a 404 with no upstream call, as on the
+// passthrough paths. The hostile-tenant run read another tenant's file
+// content through /v1/models/gpt-a%5C..%5C..%5Cfiles%5C<id>%5Ccontent
+// from an upstream that reads backslashes as slashes. Real ids pass.
+func TestModelIDOtherPathSyntaxRefused(t *testing.T) {
+	var paths []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths = append(paths, r.URL.EscapedPath())
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"model"}`)
+	}))
+	defer up.Close()
+	h, _ := ownersHarness(t, func(c *config.Config) { c.Upstreams[0].BaseURL = up.URL + "/v1" })
+	for _, p := range []string{
+		"/v1/models/gpt-a%5C..%5C..%5Cfiles%5Cfile-abc%5Ccontent",
+		"/v1/models/gpt-a%252F..%252F..%252Ffiles%252Ffile-abc%252Fcontent",
+		"/v1/models/gpt-a%3B..%3Bfiles",
+		"/v1/models/org%2Fa%3Bb%3Fc",
+		"/v1/models/gpt-a%23x",
+		"/v1/models/gpt-a%20..",
+		"/v1/models/gpt-a%09x",
+		"/v1/models/gpt-a%EF%BC%8E%EF%BC%8E",
+		"/v1/models/org/.hidden",
+		"/v1/models/.x",
+	} {
+		r := h.do(http.MethodGet, p, "", asBob)
+		if e := wantOpenAIError(t, r, http.StatusNotFound); e["code"] != "model_not_found" {
+			t.Errorf("%s: %v", p, e)
+		}
+	}
+	if len(paths) != 0 {
+		t.Fatalf("the upstream was called: %v", paths)
+	}
+	for _, id := range []string{"gpt-4.1-mini", "ft:gpt-4o-mini-2024-07-18:acme:support:9XyZ", "meta-llama/Llama-3.1-8B-Instruct", "claude-3-5-sonnet@20240620", "org/model_v1.2+q4"} {
+		if r := h.do(http.MethodGet, "/v1/models/"+id, "", asBob); r.status != http.StatusOK {
+			t.Errorf("%s: %d %s", id, r.status, r.body)
+		}
+	}
+	if len(paths) != 5 {
+		t.Fatalf("upstream saw %v, want the five real ids", paths)
 	}
 }

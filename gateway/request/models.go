@@ -109,7 +109,8 @@ func writeItems(b *bytes.Buffer, models []proxy.Model) {
 // (modelUpstream). A model
 // no upstream serves is a 404 with no upstream call, and so is an id with
 // an empty, "." or ".." segment, which an upstream (or a proxy before it)
-// may resolve into another path: /v1/models/x/../../files is /v1/files.
+// may resolve into another path: /v1/models/x/../../files is /v1/files,
+// or other path syntax (modelPath).
 // Each segment goes upstream escaped, so none is read as path syntax.
 func (g *Handler) handleModel(c echo.Context) error {
 	return g.post(func(w http.ResponseWriter, r *http.Request, s *summary) error {
@@ -156,8 +157,14 @@ func (g *Handler) modelUpstream(r *http.Request, id string) *proxy.Upstream {
 
 // modelPath is the API path of model id (/v1/models/...), each
 // "/"-separated segment escaped; false when a segment is empty, "." or
-// "..".
+// "..", or the id holds syntax another server reads as a path, as a
+// passthrough path may not (otherPathSyntax): escaped, a backslash still
+// reads as "/" to an IIS-style upstream, and "%2F" as "/" to one that
+// decodes twice. No model id holds any of it.
 func modelPath(id string) (string, bool) {
+	if otherPathSyntax("/" + id) {
+		return "", false
+	}
 	segs := strings.Split(id, "/")
 	for i, s := range segs {
 		if s == "" || s == "." || s == ".." {
