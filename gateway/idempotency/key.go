@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"slices"
 	"strings"
 	"sync"
@@ -228,4 +229,17 @@ func DerivedKey(tenant string, session []string, fp string) string {
 		part(v)
 	}
 	return "derived:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// RawFingerprint is the hash that fingerprints a body that is neither JSON
+// nor a multipart form: its bytes, after a prefix naming the kind and the
+// body's media type (mediaType, as parsed: lower case, no parameters). No
+// JSON body (its canonical bytes, which never start with a zero byte) or
+// form (its parts) shares a raw body's fingerprint, nor do the same bytes
+// sent as another media type.
+func RawFingerprint(mediaType string) hash.Hash {
+	h := sha256.New()
+	writeString(h, "raw body")
+	writeString(h, mediaType)
+	return h
 }

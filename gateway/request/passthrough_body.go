@@ -3,7 +3,6 @@ package request
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -112,7 +111,7 @@ func readSpooled(body io.Reader, sp *spool, limit int64, mediaType, boundary str
 		}
 		pb.model = fields["model"]
 	} else {
-		h := sha256.New()
+		h := idempotency.RawFingerprint(mediaType)
 		_, err = io.Copy(h, tee)
 		pb.fingerprint = hex.EncodeToString(h.Sum(nil))
 	}
