@@ -320,11 +320,8 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 	for i, hop := range c.Hops {
 		u := hop.Upstream
 		if i > 0 {
-			if !c.resendable() {
-				break // the body was sent once and is gone
-			}
-			if c.taken() {
-				break // no answer of this call can be committed any more
+			if !c.resendable() || c.taken() {
+				break // the body was sent once and is gone, or no answer of this call can be committed any more
 			}
 			if !c.Deadline.IsZero() && !p.now().Before(c.Deadline) {
 				break

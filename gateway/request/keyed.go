@@ -177,20 +177,25 @@ func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 	}
 	var su *apierror.StoreUnavailable
 	if kr.Cache && errors.As(err, &su) {
-		// Content-keyed caching saves calls; it is not a guarantee a client
-		// asked for, so with the store down it is skipped, not required.
-		s.cache = "unavailable"
-		w.Header().Del(idempotency.CacheHeader)
-		// Served unkeyed, it records nothing: a duplicate must not join
-		// it (it would wait for a status that never comes).
-		x.unlive()
-		x.live, x.unlive = nil, func() {}
-		return g.serveUnkeyed(x)
+		return g.serveUncached(x)
 	}
 	if err != nil || lease == nil {
 		return err
 	}
 	return g.runClaimed(x, kr, lease)
+}
+
+// serveUncached serves a content-cached request whose claim found the
+// store down: content-keyed caching saves calls; it is not a guarantee a
+// client asked for, so with the store down it is skipped, not required.
+// Served unkeyed, it records nothing: a duplicate must not join it (it
+// would wait for a status that never comes).
+func (g *Handler) serveUncached(x *exchange) error {
+	x.sum.cache = "unavailable"
+	x.w.Header().Del(idempotency.CacheHeader)
+	x.unlive()
+	x.live, x.unlive = nil, func() {}
+	return g.serveUnkeyed(x)
 }
 
 // storageCheck is the client's storage quota for a request that would
