@@ -259,13 +259,14 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 		if ctx.Err() != nil {
 			return nil, Event{}, apierror.ClientGone
 		}
+		at := k.renewals.now()
 		cl, err := k.claim(ctx, kr)
 		if err != nil {
 			return nil, Event{}, k.storeErr(ctx, err)
 		}
 		switch cl.Status {
 		case cache.Claimed:
-			l := &Lease{k: k, req: kr, owner: cl.Owner}
+			l := &Lease{k: k, req: kr, owner: cl.Owner, heldAt: at}
 			if ctx.Err() != nil {
 				// The client left while the claim ran. Nothing has gone
 				// upstream for it: give the key back now, so its retry
@@ -436,6 +437,9 @@ type Lease struct {
 	renewMu      sync.Mutex
 	renewStopped bool
 	renewLost    bool
+	// heldAt is when the store last confirmed the lease: the claim's start,
+	// then each successful renewal's (guarded by renewMu).
+	heldAt time.Time
 
 	// takeMu guards taken (a renewal found another owner holding the key)
 	// and takenCh, made when first asked for (Taken) and closed once the
@@ -448,8 +452,11 @@ type Lease struct {
 // Taken is closed once a renewal of the lease has found the key held by
 // another owner (cache.ErrNotOwner): no answer of this call can be
 // committed any more, and the call makes no further upstream attempt
-// (proxy.Call.Lease), for the new owner runs the request itself.
+// (proxy.Call.Lease), for the new owner runs the request itself. Asked
+// (as a retry is due) a whole lease or more after the store last
+// confirmed the lease, it renews it first (confirm).
 func (l *Lease) Taken() <-chan struct{} {
+	l.confirm()
 	l.takeMu.Lock()
 	defer l.takeMu.Unlock()
 	if l.takenCh == nil {

@@ -151,14 +151,34 @@ func (l *Lease) renewOnce() {
 		return
 	}
 	octx, cancel := l.k.opCtx(l.renewCtx)
+	at := l.k.renewals.now()
 	err := l.k.store.Renew(octx, l.req.Key, l.owner, l.k.lease)
 	cancel()
+	if err == nil {
+		l.heldAt = at
+	}
 	if err != nil {
 		l.k.log.Warn("renewing idempotency lease failed", "idempotency_key", HashKey(l.req.Key), "err", err)
 		l.renewLost = errors.Is(err, cache.ErrNotOwner)
 		if l.renewLost {
 			l.markTaken()
 		}
+	}
+}
+
+// confirm renews the lease at once, while the call renews it (Renew),
+// when the store last confirmed it a whole lease ago or more: the process
+// was stopped or stalled past its lease, its renewals did not run, and
+// another owner may hold the key by now. So a retry (Taken is asked only
+// as one is due) is made only under a lease known to be held, not one
+// whose renewal has yet to run after the stall.
+func (l *Lease) confirm() {
+	l.renewMu.Lock()
+	stale := l.renewCtx != nil && !l.renewStopped && !l.heldAt.IsZero() &&
+		!l.k.renewals.now().Before(l.heldAt.Add(l.k.lease))
+	l.renewMu.Unlock()
+	if stale {
+		l.renewOnce()
 	}
 }
 

@@ -198,3 +198,42 @@ func TestStopRenewingWaitsForRenewal(t *testing.T) {
 		t.Fatal("a stopped lease is still held")
 	}
 }
+
+// A lease asked whether it was taken (a retry is due) a whole lease or
+// more after the store last confirmed it — the process was stopped or
+// stalled past it, and its renewals have yet to run — is renewed there
+// and then: taken when the store says another owner holds the key, held
+// (and confirmed anew) when not. Within its lease it is not renewed.
+func TestTakenConfirmsAStaleLease(t *testing.T) {
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	h := newRenewHarness()
+	l := h.lease("stale")
+	l.heldAt = h.now
+	l.Renew(context.Background())
+	defer l.StopRenewing()
+
+	h.now = h.now.Add(59 * time.Minute)
+	if closed(l.Taken()) || h.store.count() != 0 {
+		t.Fatalf("within the lease: taken %v, %d renewals; want neither", closed(l.Taken()), h.store.count())
+	}
+	h.now = h.now.Add(time.Minute) // a whole lease since the claim, no renewal ran
+	if closed(l.Taken()) || h.store.count() != 1 {
+		t.Fatalf("a whole lease after the claim, the store holding it: taken %v, %d renewals; want held, 1", closed(l.Taken()), h.store.count())
+	}
+	h.now = h.now.Add(30 * time.Minute)
+	if l.Taken(); h.store.count() != 1 {
+		t.Fatalf("renewed half a lease ago: %d renewals, want 1 (none more)", h.store.count())
+	}
+	h.now = h.now.Add(31 * time.Minute)
+	h.store.err = cache.ErrNotOwner
+	if !closed(l.Taken()) || h.store.count() != 2 {
+		t.Fatalf("a whole lease after the last renewal, another owner holding it: taken %v, %d renewals; want taken, 2", closed(l.Taken()), h.store.count())
+	}
+}
