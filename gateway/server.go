@@ -178,6 +178,7 @@ func New(o Options) (*Gateway, error) {
 			MinPerSecond: o.Config.Retry.BudgetMinPerSecond,
 			Window:       o.Config.Retry.BudgetWindow.D(),
 			Now:          g.now,
+			ClientShare:  len(o.Config.Clients) >= 2,
 		})})
 	g.keeper = idempotency.New(idempotency.Options{Store: o.Store, Metrics: g.metrics, Logger: g.log,
 		Lease: o.Config.Idempotency.Lease.D(), WaitTimeout: o.Config.Idempotency.WaitTimeout.D(), OpTimeout: o.Config.Store.OpTimeout.D()})

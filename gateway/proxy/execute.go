@@ -469,6 +469,7 @@ func (p *Proxy) retryLoop(upstreamName string, c *Call) *retry.Loop {
 	}
 	return &retry.Loop{
 		Abandon:  c.Lease,
+		Client:   c.Client,
 		Policy:   policy,
 		Budget:   p.budget,
 		Shutdown: p.shutdown,

@@ -16,6 +16,12 @@ const budgetBuckets = 10
 // keeps an outage from multiplying the load on the upstreams by the
 // attempts per request: when most requests fail, most get no retry.
 //
+// Where clients share the gateway (BudgetOptions.ClientShare), one
+// client's retries over the window may take at most half of what it
+// allows, as every global bound has a per-client share: a tenant whose
+// requests fail in a flood leaves the other half to the others'
+// transient failures.
+//
 // It is safe for concurrent use, and each call is O(1): counts live in a
 // ring of buckets, with running totals.
 type Budget struct {
@@ -24,11 +30,41 @@ type Budget struct {
 	width   time.Duration
 	now     func() time.Time
 	start   time.Time
+	share   bool
 
 	mu                sync.Mutex
 	cur               int64 // the bucket now falls in, counted from start
 	buckets           [budgetBuckets]bucket
 	requests, retries int64 // totals over the buckets
+	// clients are each client's retries over the window (ClientShare),
+	// one entry per client that retried: the configured clients.
+	clients map[string]*clientRetries
+}
+
+// clientRetries is one client's retries in a ring like the Budget's, its
+// own cur advanced when the client next retries.
+type clientRetries struct {
+	cur     int64
+	buckets [budgetBuckets]int64
+	total   int64
+}
+
+// advance moves the ring to bucket n, emptying the buckets that left the
+// window.
+func (c *clientRetries) advance(n int64) {
+	if n <= c.cur {
+		return
+	}
+	if n-c.cur >= budgetBuckets {
+		c.buckets = [budgetBuckets]int64{}
+		c.total = 0
+	} else {
+		for i := c.cur + 1; i <= n; i++ {
+			c.total -= c.buckets[i%budgetBuckets]
+			c.buckets[i%budgetBuckets] = 0
+		}
+	}
+	c.cur = n
 }
 
 type bucket struct{ requests, retries int64 }
@@ -46,6 +82,10 @@ type BudgetOptions struct {
 	Window time.Duration
 	// Now tells the time. If nil, time.Now is used.
 	Now func() time.Time
+	// ClientShare holds each client's retries (TryRetryFor) to half of
+	// what the window allows: set where two or more clients share the
+	// gateway.
+	ClientShare bool
 }
 
 // NewBudget returns a Budget with no requests and no retries recorded.
@@ -71,6 +111,7 @@ func NewBudget(o BudgetOptions) *Budget {
 		width:   max(o.Window/budgetBuckets, 1),
 		now:     o.Now,
 		start:   o.Now(),
+		share:   o.ClientShare,
 	}
 }
 
@@ -85,14 +126,36 @@ func (b *Budget) Request() {
 
 // TryRetry reserves one retry if the budget allows it, and reports whether
 // it did; false means the retry is denied.
-func (b *Budget) TryRetry() bool {
+func (b *Budget) TryRetry() bool { return b.TryRetryFor("") }
+
+// TryRetryFor is TryRetry for a retry of client's ("" for none: held to
+// no share), held to its share when the Budget keeps shares
+// (ClientShare).
+func (b *Budget) TryRetryFor(client string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance()
 	// The small epsilon keeps float rounding (0.1 × 10 s) from denying a
 	// retry the options plainly allow.
-	if float64(b.retries+1) > b.ratio*float64(b.requests)+b.reserve+1e-9 {
+	allowed := b.ratio*float64(b.requests) + b.reserve + 1e-9
+	if float64(b.retries+1) > allowed {
 		return false
+	}
+	var c *clientRetries
+	if b.share && client != "" {
+		if c = b.clients[client]; c == nil {
+			if b.clients == nil {
+				b.clients = map[string]*clientRetries{}
+			}
+			c = &clientRetries{cur: b.cur}
+			b.clients[client] = c
+		}
+		c.advance(b.cur)
+		if float64(c.total+1) > allowed/2 {
+			return false
+		}
+		c.buckets[b.cur%budgetBuckets]++
+		c.total++
 	}
 	b.buckets[b.cur%budgetBuckets].retries++
 	b.retries++

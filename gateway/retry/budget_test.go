@@ -175,3 +175,66 @@ func BenchmarkBackoff(b *testing.B) {
 		p.Backoff(i%8, nil)
 	}
 }
+
+// retriesFor counts how many of n retries of client b allows.
+func retriesFor(b *Budget, client string, n int) int {
+	allowed := 0
+	for range n {
+		if b.TryRetryFor(client) {
+			allowed++
+		}
+	}
+	return allowed
+}
+
+// With ClientShare, one client's retries over the window take at most
+// half of what it allows; another client, or a retry of no client, gets
+// the rest; a client's share frees as its retries leave the window.
+// Without it, a client's retries are not held apart.
+func TestBudgetClientShare(t *testing.T) {
+	c := newClock()
+	b := NewBudget(BudgetOptions{Ratio: 0.5, MinPerSecond: 1, Window: 10 * time.Second, Now: c.Now, ClientShare: true})
+	requests(b, 20) // allows 0.5 × 20 + 10 = 20
+	if got := retriesFor(b, "flooder", 30); got != 10 {
+		t.Fatalf("the flooder got %d retries, want 10 (half of 20)", got)
+	}
+	if got := retriesFor(b, "victim", 30); got != 10 {
+		t.Fatalf("the victim got %d retries after the flood, want the other 10", got)
+	}
+	c.Advance(10 * time.Second) // everything leaves the window
+	requests(b, 4)              // allows 12
+	if got := retriesFor(b, "flooder", 30); got != 6 {
+		t.Fatalf("a window later the flooder got %d retries, want 6", got)
+	}
+	if got := retriesFor(b, "", 30); got != 6 {
+		t.Fatalf("retries of no client got %d, want the 6 left (held to no share)", got)
+	}
+
+	// Buckets, not the whole window: the share frees as retries age out.
+	c = newClock()
+	b = NewBudget(BudgetOptions{Ratio: 1, MinPerSecond: -1, Window: 10 * time.Second, Now: c.Now, ClientShare: true})
+	requests(b, 8) // t=0: allows 8, so 4 a client
+	if got := retriesFor(b, "a", 4); got != 4 {
+		t.Fatalf("t=0: %d of 4", got)
+	}
+	c.Advance(5 * time.Second)
+	requests(b, 8) // allows 16, so 8 a client, 4 used
+	if got := retriesFor(b, "a", 10); got != 4 {
+		t.Fatalf("t=5s: %d more, want 4", got)
+	}
+	c.Advance(5 * time.Second) // t=0's requests and 4 retries leave: allows 8, so 4; 4 used
+	if b.TryRetryFor("a") {
+		t.Fatal("t=10s: a retry past the share")
+	}
+	c.Advance(5 * time.Second)
+	requests(b, 8) // t=15s: allows 8, t=5s's retries left too
+	if got := retriesFor(b, "a", 10); got != 4 {
+		t.Fatalf("t=15s: %d, want 4", got)
+	}
+
+	b = NewBudget(BudgetOptions{Ratio: 0.5, MinPerSecond: 1, Window: 10 * time.Second, Now: newClock().Now})
+	requests(b, 20)
+	if got := retriesFor(b, "flooder", 30); got != 20 {
+		t.Fatalf("without ClientShare the flooder got %d retries, want all 20", got)
+	}
+}

@@ -120,6 +120,9 @@ type Loop struct {
 	// by Policy. Run does not call Budget.Request: the caller records each
 	// client request once, however many upstreams (and Runs) it takes.
 	Budget *Budget
+	// Client is whose retries these are, for its share of Budget ("":
+	// none).
+	Client string
 	// Rand returns a float64 in [0,1) for the backoff jitter. If nil,
 	// math/rand/v2's Float64 is used.
 	Rand func() float64
@@ -193,7 +196,7 @@ func (l *Loop) Run(ctx context.Context, deadline time.Time, attempt func(ctx con
 				return o, st
 			}
 		}
-		if l.Budget != nil && !l.Budget.TryRetry() {
+		if l.Budget != nil && !l.Budget.TryRetryFor(l.Client) {
 			st.Stop = StopBudget
 			return o, st
 		}

@@ -367,7 +367,7 @@ func TestRunAbandoned(t *testing.T) {
 	t.Run("during the wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var at []time.Time
-			k := &takeover{}
+			k := &takeover{ch: make(chan struct{})} // made before the goroutine closes it
 			l := &Loop{Rand: fixed(0), Abandon: k}
 			start := time.Now()
 			go func() {
