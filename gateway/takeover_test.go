@@ -26,12 +26,12 @@ func (s *lostRenewals) Renew(ctx context.Context, k cache.Key, owner string, lea
 }
 
 // A keyed call whose key was taken over makes no further upstream attempt:
-// no answer of it could be committed, and the new owner runs the request
-// itself, so a retry would pay the provider for an answer thrown away (and
-// make two provider calls for one key). The wait its upstream asked for
-// (Retry-After) ends when the renewal finds the key taken; the client gets
-// the upstream's failure, which it may retry, and the key gets no dead
-// letter: the new owner's outcome is the key's.
+// no answer of it could be committed, and a new owner, if one claimed the
+// key, runs the request itself, so a retry would pay the provider for an
+// answer thrown away (and make two provider calls for one key). The wait
+// its upstream asked for (Retry-After) ends when the renewal finds the
+// key taken; the client is told to retry with the key (not that retries
+// were used up), and the key gets no dead letter.
 func TestTakenOverKeyIsNotRetried(t *testing.T) {
 	var st *lostRenewals
 	h := newHarnessStore(t, func(c *config.Config) {
@@ -47,8 +47,11 @@ func TestTakenOverKeyIsNotRetried(t *testing.T) {
 	if n := h.fake.Calls(""); n != 1 {
 		t.Fatalf("%d upstream calls for a key taken over during the first attempt's Retry-After, want 1", n)
 	}
-	if r.status != 503 || !strings.Contains(string(r.body), `"error"`) {
-		t.Fatalf("client got %d %s, want the upstream's 503", r.status, r.body)
+	// Told to retry with the key (it gets the answer of the call that now
+	// holds it, or runs again), not that retries were used up.
+	if r.status != 503 || !strings.Contains(string(r.body), `"code":"idempotency_key_taken_over"`) ||
+		r.header.Get("X-Should-Retry") != "true" || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("client got %d %v %s, want 503 idempotency_key_taken_over, x-should-retry true, Retry-After 1", r.status, r.header, r.body)
 	}
 	if took := time.Since(start); took > 15*time.Second {
 		t.Fatalf("the call took %v: the Retry-After wait was not ended by the takeover", took)

@@ -347,6 +347,17 @@ type KeyInFlight struct{}
 
 func (*KeyInFlight) Error() string { return "idempotency key in flight" }
 
+// KeyTakenOver: the key's lease was found held by another owner, or gone,
+// while its call was failing, so it made no further attempt and nothing
+// of it can be committed (503, retry with the same key). Err is the last
+// attempt's failure, for the log.
+type KeyTakenOver struct{ Err error }
+
+func (e *KeyTakenOver) Error() string {
+	return "idempotency key taken over while retrying: " + errString(e.Err)
+}
+func (e *KeyTakenOver) Unwrap() error { return e.Err }
+
 func errString(err error) string {
 	if err == nil {
 		return "<nil>"
@@ -434,6 +445,11 @@ func storeWire(err error) *Error {
 	case errors.As(err, new(*KeyReused)):
 		return &Error{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "idempotency_key_reused", Param: "Idempotency-Key",
 			Message: "This Idempotency-Key was already used for a different request body. Use a new key for a new request, or resend the original body."}
+	case errors.As(err, new(*KeyTakenOver)):
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "idempotency_key_taken_over", Param: "Idempotency-Key",
+			Message: "This request's Idempotency-Key was taken over while the gateway was retrying it (its lease ran out or the store lost it), " +
+				"so no answer of this call could be committed. Retry with the same key: you get the answer of the call that now holds it, or it runs again.",
+			RetryAfter: time.Second, ShouldRetry: true, Err: err}
 	case errors.As(err, new(*KeyInFlight)):
 		return &Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "idempotency_key_in_flight", Param: "Idempotency-Key",
 			Message:    "A request with this Idempotency-Key is still in progress. Retry after the Retry-After interval to get its result.",

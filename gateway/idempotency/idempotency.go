@@ -449,10 +449,12 @@ type Lease struct {
 	takenCh chan struct{}
 }
 
-// Taken is closed once a renewal of the lease has found the key held by
-// another owner (cache.ErrNotOwner): no answer of this call can be
-// committed any more, and the call makes no further upstream attempt
-// (proxy.Call.Lease), for the new owner runs the request itself. Asked
+// Taken is closed once a renewal of the lease has found the key not ours
+// (cache.ErrNotOwner: another owner claimed it, or it was purged or lost
+// in a failover): no answer of this call can be committed any more, so
+// the call makes no further upstream attempt (proxy.Call.Lease); the
+// client's retry with the key gets the answer of the call that now holds
+// it, or runs again. Asked
 // (as a retry is due) a whole lease or more after the store last
 // confirmed the lease, it renews it first (confirm).
 func (l *Lease) Taken() <-chan struct{} {

@@ -233,12 +233,14 @@ func DerivedKey(tenant string, session []string, fp string) string {
 
 // RawFingerprint is the hash that fingerprints a body that is neither JSON
 // nor a multipart form: its bytes, after a prefix naming the kind and the
-// body's media type (mediaType, as parsed: lower case, no parameters). No
-// JSON body (its canonical bytes, which never start with a zero byte) or
-// form (its parts) shares a raw body's fingerprint, nor do the same bytes
-// sent as another media type.
+// body's media type (mediaType, as parsed: lower case, no parameters). The
+// prefix starts with a byte 0xff, with which neither a JSON body's hashed
+// bytes (canonical JSON, ASCII) nor a form's (a part name's 8-byte length
+// first) can start, so no JSON body or form shares a raw body's
+// fingerprint; nor do the same bytes sent as another media type.
 func RawFingerprint(mediaType string) hash.Hash {
 	h := sha256.New()
+	h.Write([]byte{0xff})
 	writeString(h, "raw body")
 	writeString(h, mediaType)
 	return h

@@ -162,6 +162,9 @@ type Response struct {
 	Rest io.ReadCloser
 	// Stream, when set, is a live SSE stream.
 	Stream *LiveStream
+	// Abandoned: the call made no further attempt or fallback after this
+	// failure because its key was taken over (Call.Lease).
+	Abandoned bool
 	// streamed: Stream was relayed (and is closed now).
 	streamed bool
 	Outcome  classify.Outcome
@@ -320,8 +323,14 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 	for i, hop := range c.Hops {
 		u := hop.Upstream
 		if i > 0 {
-			if !c.resendable() || c.taken() {
-				break // the body was sent once and is gone, or no answer of this call can be committed any more
+			if !c.resendable() {
+				break // the body was sent once and is gone
+			}
+			if c.taken() {
+				if last != nil {
+					last.Abandoned = true // no answer of this call can be committed any more
+				}
+				break
 			}
 			if !c.Deadline.IsZero() && !p.now().Before(c.Deadline) {
 				break
@@ -342,7 +351,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 			return nil, err
 		}
 		resp, stop := p.runUpstream(ctx, c, hop)
-		resp.done, resp.reqCtx = done, ctx
+		resp.done, resp.reqCtx, resp.Abandoned = done, ctx, stop == retry.StopAbandoned
 		if resp.Stream != nil {
 			// A billed run of an upstream before it (a stream cut before
 			// its first event) is charged too.
@@ -444,7 +453,7 @@ func (p *Proxy) runUpstream(ctx context.Context, c *Call, hop Hop) (*Response, r
 			"status", resp.Status, "class", c, "reason", resp.Outcome.Reason)
 	}
 	if stats.Stop == retry.StopAbandoned {
-		p.log.Warn("not retrying: the call's idempotency key was taken over by another owner, which runs it", "upstream", u.Cfg.Name,
+		p.log.Warn("not retrying: the call's idempotency key is no longer its own (taken over, purged or lost in a failover)", "upstream", u.Cfg.Name,
 			"attempts", stats.Attempts, "class", resp.Outcome.Class)
 	}
 	if stats.Stop == retry.StopBudget {

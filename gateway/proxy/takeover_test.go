@@ -77,8 +77,8 @@ func TestTakenOverCallNeitherRetriesNorFallsBack(t *testing.T) {
 			if got := [2]int32{calls[0].Load(), calls[1].Load()}; got != tc.want {
 				t.Fatalf("upstream calls a, b = %v, want %v", got, tc.want)
 			}
-			if resp.Status != http.StatusServiceUnavailable {
-				t.Fatalf("status %d, want the last attempt's 503", resp.Status)
+			if resp.Status != http.StatusServiceUnavailable || resp.Abandoned != tc.taken {
+				t.Fatalf("status %d, abandoned %v; want the last attempt's 503, abandoned %v", resp.Status, resp.Abandoned, tc.taken)
 			}
 		})
 	}

@@ -576,6 +576,12 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 		return k.deliverJSON(resp, res, v)
 	default:
 		k.release(v)
+		if resp.Abandoned {
+			// It stopped retrying for the takeover: the client is told
+			// to retry with the key, not that retries were used up.
+			resp.Discard()
+			return &apierror.KeyTakenOver{Err: fmt.Errorf("upstream %s: status %d, %s", resp.Upstream.Cfg.Name, resp.Status, resp.Outcome.Class)}
+		}
 	}
 	err := proxy.WriteJSON(k.h, resp, v, nil)
 	k.hooks.point(PointSent)

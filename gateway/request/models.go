@@ -157,17 +157,21 @@ func (g *Handler) modelUpstream(r *http.Request, id string) *proxy.Upstream {
 
 // modelPath is the API path of model id (/v1/models/...), each
 // "/"-separated segment escaped; false when a segment is empty, "." or
-// "..", or the id holds syntax another server reads as a path, as a
-// passthrough path may not (otherPathSyntax): escaped, a backslash still
-// reads as "/" to an IIS-style upstream, and "%2F" as "/" to one that
-// decodes twice. No model id holds any of it.
+// "..", starts or ends with a space, or the id has a space next to a dot
+// or holds syntax another server reads as a path, as a passthrough path
+// may not (otherPathSyntax, but for a space inside a segment): escaped, a
+// backslash still reads as "/" to an IIS-style upstream, and "%2F" as "/"
+// to one that decodes twice. No model id holds any of it.
 func modelPath(id string) (string, bool) {
-	if otherPathSyntax("/" + id) {
+	// A space inside a segment is an id's own (GPT4All names models
+	// "Llama 3 8B Instruct"); at a segment's edge or next to a dot, a
+	// server that trims or splits reads " .." as "..".
+	if otherPathSyntax("/"+strings.ReplaceAll(id, " ", "-")) || strings.Contains(id, " .") || strings.Contains(id, ". ") {
 		return "", false
 	}
 	segs := strings.Split(id, "/")
 	for i, s := range segs {
-		if s == "" || s == "." || s == ".." {
+		if s == "" || s == "." || s == ".." || s[0] == ' ' || s[len(s)-1] == ' ' {
 			return "", false
 		}
 		segs[i] = url.PathEscape(s)
