@@ -50,8 +50,8 @@ func TestTakenOverKeyIsNotRetried(t *testing.T) {
 	// Told to retry with the key (it gets the answer of the call that now
 	// holds it, or runs again), not that retries were used up.
 	if r.status != 503 || !strings.Contains(string(r.body), `"code":"idempotency_key_taken_over"`) ||
-		r.header.Get("X-Should-Retry") != "true" || r.header.Get("Retry-After") != "1" {
-		t.Fatalf("client got %d %v %s, want 503 idempotency_key_taken_over, x-should-retry true, Retry-After 1", r.status, r.header, r.body)
+		r.header.Get("X-Should-Retry") != "true" || r.header.Get("Retry-After") != "20" {
+		t.Fatalf("client got %d %v %s, want 503 idempotency_key_taken_over, x-should-retry true, the upstream's Retry-After 20", r.status, r.header, r.body)
 	}
 	if took := time.Since(start); took > 15*time.Second {
 		t.Fatalf("the call took %v: the Retry-After wait was not ended by the takeover", took)
@@ -61,5 +61,21 @@ func TestTakenOverKeyIsNotRetried(t *testing.T) {
 	}
 	if l := listDLQ(t, h, ""); l.Total != 0 {
 		t.Fatalf("a key taken over got a dead letter: %+v", l.DeadLetters)
+	}
+}
+
+// A content-cached call (no key sent: caching is no guarantee a client
+// asked for) retries as before when its cache entry's lease is lost, and
+// is not told about an Idempotency-Key it never sent (found by review).
+func TestTakenOverCacheCallRetries(t *testing.T) {
+	h := newHarnessStore(t, func(c *config.Config) {
+		c.Upstreams[0].Cache = true
+		c.Idempotency.Lease = config.Duration(300 * time.Millisecond)
+		c.Retry.MaxAttempts = 3
+	}, func(s Store) Store { return &lostRenewals{Store: s} }, fakeprovider.Options{})
+	h.fake.Enqueue(fakeprovider.Step{Status: 503, Header: map[string]string{"Retry-After": "1"}})
+	r := h.chat(chatBody, nil)
+	if r.status != 200 || h.fake.Calls("") != 2 {
+		t.Fatalf("a content-cached call failing once: %d %s after %d upstream calls, want 200 after its retry", r.status, r.body, h.fake.Calls(""))
 	}
 }

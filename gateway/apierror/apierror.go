@@ -349,9 +349,13 @@ func (*KeyInFlight) Error() string { return "idempotency key in flight" }
 
 // KeyTakenOver: the key's lease was found held by another owner, or gone,
 // while its call was failing, so it made no further attempt and nothing
-// of it can be committed (503, retry with the same key). Err is the last
-// attempt's failure, for the log.
-type KeyTakenOver struct{ Err error }
+// of it can be committed (503, retry with the same key). RetryAfter is
+// the last attempt's upstream's (the client waits at least 1 s); Err is
+// its failure, for the log.
+type KeyTakenOver struct {
+	RetryAfter time.Duration
+	Err        error
+}
 
 func (e *KeyTakenOver) Error() string {
 	return "idempotency key taken over while retrying: " + errString(e.Err)
@@ -428,6 +432,7 @@ func storeWire(err error) *Error {
 	var (
 		su *StoreUnavailable
 		ns *NotStored
+		kt *KeyTakenOver
 	)
 	switch {
 	case errors.As(err, new(*CommitFailed)):
@@ -445,11 +450,12 @@ func storeWire(err error) *Error {
 	case errors.As(err, new(*KeyReused)):
 		return &Error{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Code: "idempotency_key_reused", Param: "Idempotency-Key",
 			Message: "This Idempotency-Key was already used for a different request body. Use a new key for a new request, or resend the original body."}
-	case errors.As(err, new(*KeyTakenOver)):
+	case errors.As(err, &kt):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "idempotency_key_taken_over", Param: "Idempotency-Key",
-			Message: "This request's Idempotency-Key was taken over while the gateway was retrying it (its lease ran out or the store lost it), " +
-				"so no answer of this call could be committed. Retry with the same key: you get the answer of the call that now holds it, or it runs again.",
-			RetryAfter: time.Second, ShouldRetry: true, Err: err}
+			Message: "This request's idempotency key (sent, or derived from its session) was taken over while the gateway was retrying it " +
+				"(its lease ran out or the store lost it), so no answer of this call could be committed. " +
+				"Retry with the same key: you get the answer of the call that now holds it, or it runs again.",
+			RetryAfter: max(time.Second, kt.RetryAfter), ShouldRetry: true, Err: err}
 	case errors.As(err, new(*KeyInFlight)):
 		return &Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "idempotency_key_in_flight", Param: "Idempotency-Key",
 			Message:    "A request with this Idempotency-Key is still in progress. Retry after the Retry-After interval to get its result.",

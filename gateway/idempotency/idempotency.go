@@ -454,9 +454,8 @@ type Lease struct {
 // in a failover): no answer of this call can be committed any more, so
 // the call makes no further upstream attempt (proxy.Call.Lease); the
 // client's retry with the key gets the answer of the call that now holds
-// it, or runs again. Asked
-// (as a retry is due) a whole lease or more after the store last
-// confirmed the lease, it renews it first (confirm).
+// it, or runs again. Asked (as a retry is due) half a lease or more after
+// the store last confirmed the lease, it renews it first (confirm).
 func (l *Lease) Taken() <-chan struct{} {
 	l.confirm()
 	l.takeMu.Lock()
@@ -477,15 +476,18 @@ func (l *Lease) TakenOver() bool {
 	return l.taken
 }
 
-func (l *Lease) markTaken() {
+// markTaken notes the key taken over; true the first time.
+func (l *Lease) markTaken() bool {
 	l.takeMu.Lock()
 	defer l.takeMu.Unlock()
-	if !l.taken {
-		l.taken = true
-		if l.takenCh != nil {
-			close(l.takenCh)
-		}
+	if l.taken {
+		return false
 	}
+	l.taken = true
+	if l.takenCh != nil {
+		close(l.takenCh)
+	}
+	return true
 }
 
 // opCtx is the context of one store operation: detached from ctx's end,

@@ -160,22 +160,23 @@ func (l *Lease) renewOnce() {
 	if err != nil {
 		l.k.log.Warn("renewing idempotency lease failed", "idempotency_key", HashKey(l.req.Key), "err", err)
 		l.renewLost = errors.Is(err, cache.ErrNotOwner)
-		if l.renewLost {
-			l.markTaken()
+		if l.renewLost && l.markTaken() {
+			l.k.metrics.IdemEvent("taken_over")
 		}
 	}
 }
 
 // confirm renews the lease at once, while the call renews it (Renew),
-// when the store last confirmed it a whole lease ago or more: the process
-// was stopped or stalled past its lease, its renewals did not run, and
-// another owner may hold the key by now. So a retry (Taken is asked only
-// as one is due) is made only under a lease known to be held, not one
-// whose renewal has yet to run after the stall.
+// when the store last confirmed it half a lease ago or more: its renewals
+// (every quarter to third of a lease) are overdue, so the process was
+// stopped or stalled, and past a whole lease another owner may hold the
+// key by now. So a retry (Taken is asked only as one is due) is made only
+// under a lease known to be held for half a lease more, not one whose
+// renewal has yet to run after the stall.
 func (l *Lease) confirm() {
 	l.renewMu.Lock()
 	stale := l.renewCtx != nil && !l.renewStopped && !l.heldAt.IsZero() &&
-		!l.k.renewals.now().Before(l.heldAt.Add(l.k.lease))
+		!l.k.renewals.now().Before(l.heldAt.Add(l.k.lease/2))
 	l.renewMu.Unlock()
 	if stale {
 		l.renewOnce()

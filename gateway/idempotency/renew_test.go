@@ -199,11 +199,11 @@ func TestStopRenewingWaitsForRenewal(t *testing.T) {
 	}
 }
 
-// A lease asked whether it was taken (a retry is due) a whole lease or
-// more after the store last confirmed it — the process was stopped or
-// stalled past it, and its renewals have yet to run — is renewed there
-// and then: taken when the store says another owner holds the key, held
-// (and confirmed anew) when not. Within its lease it is not renewed.
+// A lease asked whether it was taken (a retry is due) half a lease or more
+// after the store last confirmed it — its renewals are overdue: the
+// process was stopped or stalled, and they have yet to run — is renewed
+// there and then: taken when the store says another owner holds the key,
+// held (and confirmed anew) when not. Sooner it is not renewed.
 func TestTakenConfirmsAStaleLease(t *testing.T) {
 	closed := func(ch <-chan struct{}) bool {
 		select {
@@ -219,21 +219,21 @@ func TestTakenConfirmsAStaleLease(t *testing.T) {
 	l.Renew(context.Background())
 	defer l.StopRenewing()
 
-	h.now = h.now.Add(59 * time.Minute)
+	h.now = h.now.Add(29 * time.Minute)
 	if closed(l.Taken()) || h.store.count() != 0 {
-		t.Fatalf("within the lease: taken %v, %d renewals; want neither", closed(l.Taken()), h.store.count())
+		t.Fatalf("within half the lease: taken %v, %d renewals; want neither", closed(l.Taken()), h.store.count())
 	}
-	h.now = h.now.Add(time.Minute) // a whole lease since the claim, no renewal ran
+	h.now = h.now.Add(time.Minute) // half the lease since the claim, no renewal ran
 	if closed(l.Taken()) || h.store.count() != 1 {
-		t.Fatalf("a whole lease after the claim, the store holding it: taken %v, %d renewals; want held, 1", closed(l.Taken()), h.store.count())
+		t.Fatalf("half a lease after the claim, the store holding it: taken %v, %d renewals; want held, 1", closed(l.Taken()), h.store.count())
 	}
-	h.now = h.now.Add(30 * time.Minute)
+	h.now = h.now.Add(15 * time.Minute)
 	if l.Taken(); h.store.count() != 1 {
-		t.Fatalf("renewed half a lease ago: %d renewals, want 1 (none more)", h.store.count())
+		t.Fatalf("renewed a quarter of a lease ago: %d renewals, want 1 (none more)", h.store.count())
 	}
-	h.now = h.now.Add(31 * time.Minute)
+	h.now = h.now.Add(16 * time.Minute)
 	h.store.err = cache.ErrNotOwner
 	if !closed(l.Taken()) || h.store.count() != 2 {
-		t.Fatalf("a whole lease after the last renewal, another owner holding it: taken %v, %d renewals; want taken, 2", closed(l.Taken()), h.store.count())
+		t.Fatalf("half a lease after the last renewal, another owner holding it: taken %v, %d renewals; want taken, 2", closed(l.Taken()), h.store.count())
 	}
 }

@@ -231,7 +231,12 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 	if kr.Raw != "" {
 		cl.IdemKey = g.forwardMAC.ForwardKey(kr.Key)
 	}
-	cl.Lease = lease
+	if !kr.Cache {
+		// A key the client sent (or had derived) stops the call's retries
+		// once it is no longer its own; a content-cache entry is no
+		// guarantee a client asked for, and its call retries as any.
+		cl.Lease = lease
+	}
 	hk := hooksOf(r.Context())
 	live, unlive := x.live, x.unlive
 	k := &keyedCall{g: g, h: newHandoff(w, r, live, g.cfg.Server.WriteStallTimeout.D()), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk,
@@ -580,7 +585,9 @@ func (k *keyedCall) json(resp *proxy.Response) error {
 			// It stopped retrying for the takeover: the client is told
 			// to retry with the key, not that retries were used up.
 			resp.Discard()
-			return &apierror.KeyTakenOver{Err: fmt.Errorf("upstream %s: status %d, %s", resp.Upstream.Cfg.Name, resp.Status, resp.Outcome.Class)}
+			k.s.idemEvent = "taken_over"
+			return &apierror.KeyTakenOver{RetryAfter: resp.Outcome.RetryAfter,
+				Err: fmt.Errorf("upstream %s: status %d, %s", resp.Upstream.Cfg.Name, resp.Status, resp.Outcome.Class)}
 		}
 	}
 	err := proxy.WriteJSON(k.h, resp, v, nil)

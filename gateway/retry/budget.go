@@ -151,7 +151,9 @@ func (b *Budget) TryRetryFor(client string) bool {
 			b.clients[client] = c
 		}
 		c.advance(b.cur)
-		if float64(c.total+1) > allowed/2 {
+		// At least one: with an allowance under 2, half would leave
+		// every client none.
+		if float64(c.total+1) > max(allowed/2, 1) {
 			return false
 		}
 		c.buckets[b.cur%budgetBuckets]++

@@ -232,6 +232,14 @@ func TestBudgetClientShare(t *testing.T) {
 		t.Fatalf("t=15s: %d, want 4", got)
 	}
 
+	// Half an allowance under 2 is still one retry a client (found by
+	// review: every client got none while the budget allowed one).
+	b = NewBudget(BudgetOptions{Ratio: 0.2, MinPerSecond: 1, Window: time.Second, Now: newClock().Now, ClientShare: true})
+	requests(b, 3) // allows 1.6
+	if got := retriesFor(b, "a", 3); got != 1 {
+		t.Fatalf("an allowance of 1.6 gave a client %d retries, want 1", got)
+	}
+
 	b = NewBudget(BudgetOptions{Ratio: 0.5, MinPerSecond: 1, Window: 10 * time.Second, Now: newClock().Now})
 	requests(b, 20)
 	if got := retriesFor(b, "flooder", 30); got != 20 {
