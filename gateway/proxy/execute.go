@@ -323,16 +323,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 	for i, hop := range c.Hops {
 		u := hop.Upstream
 		if i > 0 {
-			if !c.resendable() {
-				break // the body was sent once and is gone
-			}
-			if c.taken() {
-				if last != nil {
-					last.Abandoned = true // no answer of this call can be committed any more
-				}
-				break
-			}
-			if !c.Deadline.IsZero() && !p.now().Before(c.Deadline) {
+			if !p.mayFallBack(c, last) {
 				break
 			}
 			p.metrics.Fallback(c.Hops[0].Upstream.Cfg.Name, u.Cfg.Name)
@@ -383,6 +374,23 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 		lastErr = &apierror.DeadlineSpent{}
 	}
 	return nil, lastErr
+}
+
+// mayFallBack reports whether c may go on to its next hop after last (nil
+// when no upstream answered): not when its body was sent once and is gone,
+// when its key was taken over (no answer of it can be committed any more:
+// last is marked Abandoned), or past its deadline.
+func (p *Proxy) mayFallBack(c *Call, last *Response) bool {
+	switch {
+	case !c.resendable():
+		return false
+	case c.taken():
+		if last != nil {
+			last.Abandoned = true
+		}
+		return false
+	}
+	return c.Deadline.IsZero() || p.now().Before(c.Deadline)
 }
 
 // taken reports whether the call's key was taken over (Lease).

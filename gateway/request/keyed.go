@@ -228,15 +228,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 	// The call holds its client's concurrency slot and its body's bytes
 	// until it ends, also after the handler has returned.
 	held := hd.take()
-	if kr.Raw != "" {
-		cl.IdemKey = g.forwardMAC.ForwardKey(kr.Key)
-	}
-	if !kr.Cache {
-		// A key the client sent (or had derived) stops the call's retries
-		// once it is no longer its own; a content-cache entry is no
-		// guarantee a client asked for, and its call retries as any.
-		cl.Lease = lease
-	}
+	g.keyCall(cl, kr, lease)
 	hk := hooksOf(r.Context())
 	live, unlive := x.live, x.unlive
 	k := &keyedCall{g: g, h: newHandoff(w, r, live, g.cfg.Server.WriteStallTimeout.D()), cl: cl, kr: kr, lease: lease, work: work, start: g.now(), s: *s, hooks: hk,
@@ -314,6 +306,19 @@ func (k *keyedCall) runHeld(live *liveStream, unlive, done, held func()) workEnd
 	// request with the key must not join a stream that has ended.
 	unlive()
 	return e
+}
+
+// keyCall readies cl for its key: the key forwarded upstream (a derived
+// one of the client's, not a content-cache entry's), and the lease whose
+// loss stops the call's retries — not a content-cache entry's, which is no
+// guarantee a client asked for: its call retries as any.
+func (g *Handler) keyCall(cl *proxy.Call, kr *idempotency.Request, lease *idempotency.Lease) {
+	if kr.Raw != "" {
+		cl.IdemKey = g.forwardMAC.ForwardKey(kr.Key)
+	}
+	if !kr.Cache {
+		cl.Lease = lease
+	}
 }
 
 // clientLeft is what a keyed call's client leaving does: the call goes on,
