@@ -156,8 +156,7 @@ func (l *Lease) renewOnce() {
 	cancel()
 	if err == nil {
 		l.heldAt = at
-	}
-	if err != nil {
+	} else {
 		l.k.log.Warn("renewing idempotency lease failed", "idempotency_key", HashKey(l.req.Key), "err", err)
 		l.renewLost = errors.Is(err, cache.ErrNotOwner)
 		if l.renewLost && l.markTaken() {

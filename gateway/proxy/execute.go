@@ -394,17 +394,7 @@ func (p *Proxy) mayFallBack(c *Call, last *Response) bool {
 }
 
 // taken reports whether the call's key was taken over (Lease).
-func (c *Call) taken() bool {
-	if c.Lease == nil {
-		return false
-	}
-	select {
-	case <-c.Lease.Taken():
-		return true
-	default:
-		return false
-	}
-}
+func (c *Call) taken() bool { return retry.Abandoned(c.Lease) }
 
 // endOf says what, other than the upstream, ended a call: its context, or
 // the retry loop stopping for the client's deadline (the next wait would

@@ -33,41 +33,45 @@ type Budget struct {
 	share   bool
 
 	mu                sync.Mutex
-	cur               int64 // the bucket now falls in, counted from start
-	buckets           [budgetBuckets]bucket
-	requests, retries int64 // totals over the buckets
+	requests, retries window
 	// clients are each client's retries over the window (ClientShare),
 	// one entry per client that retried: the configured clients.
-	clients map[string]*clientRetries
+	clients map[string]*window
 }
 
-// clientRetries is one client's retries in a ring like the Budget's, its
-// own cur advanced when the client next retries.
-type clientRetries struct {
+// window counts events over the Budget's window: a ring of budgetBuckets
+// buckets with a running total, at bucket cur (counted from the Budget's
+// start). Each is moved on when next counted or read.
+type window struct {
 	cur     int64
 	buckets [budgetBuckets]int64
 	total   int64
 }
 
 // advance moves the ring to bucket n, emptying the buckets that left the
-// window.
-func (c *clientRetries) advance(n int64) {
-	if n <= c.cur {
+// window; it touches at most budgetBuckets buckets. A bucket before cur (a
+// clock that went back, an injected Now) leaves the ring where it is.
+func (w *window) advance(n int64) {
+	if n <= w.cur {
 		return
 	}
-	if n-c.cur >= budgetBuckets {
-		c.buckets = [budgetBuckets]int64{}
-		c.total = 0
+	if n-w.cur >= budgetBuckets {
+		w.buckets = [budgetBuckets]int64{}
+		w.total = 0
 	} else {
-		for i := c.cur + 1; i <= n; i++ {
-			c.total -= c.buckets[i%budgetBuckets]
-			c.buckets[i%budgetBuckets] = 0
+		for i := w.cur + 1; i <= n; i++ {
+			w.total -= w.buckets[i%budgetBuckets]
+			w.buckets[i%budgetBuckets] = 0
 		}
 	}
-	c.cur = n
+	w.cur = n
 }
 
-type bucket struct{ requests, retries int64 }
+// add counts one event in the current bucket.
+func (w *window) add() {
+	w.buckets[w.cur%budgetBuckets]++
+	w.total++
+}
 
 // BudgetOptions configures a Budget. The zero value works.
 type BudgetOptions struct {
@@ -118,9 +122,8 @@ func NewBudget(o BudgetOptions) *Budget {
 // Request records one client request (its first attempt).
 func (b *Budget) Request() {
 	b.mu.Lock()
-	b.advance()
-	b.buckets[b.cur%budgetBuckets].requests++
-	b.requests++
+	b.requests.advance(b.bucket())
+	b.requests.add()
 	b.mu.Unlock()
 }
 
@@ -134,56 +137,36 @@ func (b *Budget) TryRetry() bool { return b.TryRetryFor("") }
 func (b *Budget) TryRetryFor(client string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.advance()
+	n := b.bucket()
+	b.requests.advance(n)
+	b.retries.advance(n)
 	// The small epsilon keeps float rounding (0.1 × 10 s) from denying a
 	// retry the options plainly allow.
-	allowed := b.ratio*float64(b.requests) + b.reserve + 1e-9
-	if float64(b.retries+1) > allowed {
+	allowed := b.ratio*float64(b.requests.total) + b.reserve + 1e-9
+	if float64(b.retries.total+1) > allowed {
 		return false
 	}
-	var c *clientRetries
 	if b.share && client != "" {
-		if c = b.clients[client]; c == nil {
+		c := b.clients[client]
+		if c == nil {
 			if b.clients == nil {
-				b.clients = map[string]*clientRetries{}
+				b.clients = map[string]*window{}
 			}
-			c = &clientRetries{cur: b.cur}
+			c = new(window)
 			b.clients[client] = c
 		}
-		c.advance(b.cur)
+		c.advance(b.retries.cur)
 		// At least one: with an allowance under 2, half would leave
 		// every client none.
 		if float64(c.total+1) > max(allowed/2, 1) {
 			return false
 		}
-		c.buckets[b.cur%budgetBuckets]++
-		c.total++
+		c.add()
 	}
-	b.buckets[b.cur%budgetBuckets].retries++
-	b.retries++
+	b.retries.add()
 	return true
 }
 
-// advance moves the ring to the bucket now falls in, emptying the buckets
-// that left the window. It touches at most budgetBuckets buckets. b.mu is
-// held.
-func (b *Budget) advance() {
-	// now.Sub(start) uses the monotonic clock when both have one; a clock
-	// that goes back (an injected Now) leaves the ring where it is.
-	n := int64(b.now().Sub(b.start) / b.width)
-	if n <= b.cur {
-		return
-	}
-	if n-b.cur >= budgetBuckets {
-		b.buckets = [budgetBuckets]bucket{}
-		b.requests, b.retries = 0, 0
-	} else {
-		for i := b.cur + 1; i <= n; i++ {
-			old := &b.buckets[i%budgetBuckets]
-			b.requests -= old.requests
-			b.retries -= old.retries
-			*old = bucket{}
-		}
-	}
-	b.cur = n
-}
+// bucket is the bucket now falls in, counted from start (now.Sub(start)
+// uses the monotonic clock when both have one).
+func (b *Budget) bucket() int64 { return int64(b.now().Sub(b.start) / b.width) }

@@ -233,6 +233,10 @@ func (l *Loop) sleep(ctx context.Context, d time.Duration, abandon <-chan struct
 	}
 }
 
+// Abandoned reports whether a (nil: never) says no answer can be used any
+// more (its channel is closed), without waiting.
+func Abandoned(a Abandoner) bool { return a != nil && closed(a.Taken()) }
+
 // closed reports whether ch (nil: never) is closed.
 func closed(ch <-chan struct{}) bool {
 	select {
