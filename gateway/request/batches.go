@@ -37,13 +37,15 @@ func (g *Handler) batchRoutes(v1 *echo.Group) {
 	passRoutes(v1, "/messages/batches/:id/results", h, http.MethodGet)
 	passRoutes(v1, "/messages/batches/:id/cancel", h, http.MethodPost)
 	v1.RouteNotFound("/messages/*", func(echo.Context) error { return unknownAnthropicURL() })
-	// /v1/messages takes POST only; another method is Anthropic's 405 (the
-	// route's API gives the shape), not the catch-all's OpenAI 404.
-	v1.Match([]string{http.MethodGet, http.MethodPut, http.MethodPatch, http.MethodDelete}, "/messages",
-		func(c echo.Context) error {
-			c.Response().Header().Set("Allow", http.MethodPost)
-			return echo.ErrMethodNotAllowed
-		})
+	// /v1/messages and its count_tokens take POST only; another method
+	// is Anthropic's 405 (the route's API gives the shape), not a 404.
+	for _, p := range []string{"/messages", "/messages/count_tokens"} {
+		v1.Match(slices.DeleteFunc(slices.Clone(httpMethods), func(m string) bool { return m == http.MethodPost }), p,
+			func(c echo.Context) error {
+				c.Response().Header().Set(echo.HeaderAllow, http.MethodPost)
+				return echo.ErrMethodNotAllowed
+			})
+	}
 }
 
 // unknownAnthropicURL is the 404 for a path under /v1/messages that is
