@@ -294,3 +294,47 @@ func TestUpstreamKeyInRelayedBodyRedacted(t *testing.T) {
 		t.Fatalf("an answer over the record limit: %d …%s", r.status, r.body[max(0, len(r.body)-200):])
 	}
 }
+
+// TestUpstreamKeyJSONEscapedRedacted: an upstream that quotes the key
+// JSON-escaped (PHP writes "/" as `\/`, Go "<" as `\u003c`, .NET "+" as
+// `\u002B`) has that copy replaced too: in a 400 relayed as it came, and
+// in a 503 whose message the gateway decodes into its own
+// upstream_retries_exhausted error (which put the key there in plain
+// text, and in the log line).
+func TestUpstreamKeyJSONEscapedRedacted(t *testing.T) {
+	const key = "sk/upstream+SECRET<x>=="
+	escaped := `sk\/upstream\u002BSECRET\u003cx\u003e==`
+	for _, status := range []int{http.StatusBadRequest, http.StatusServiceUnavailable} {
+		url := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "); got != key {
+				t.Errorf("upstream got key %q", got)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			io.WriteString(w, `{"error":{"message":"Invalid key `+escaped+`","type":"invalid_request_error"}}`)
+		}))
+		h := newHarness(t, func(c *config.Config) {
+			c.Upstreams[0].BaseURL = url + "/v1"
+			c.Upstreams[0].APIKey = key
+			c.Retry.MaxAttempts = 2
+		})
+		r := h.do(http.MethodPost, "/v1/chat/completions", chatBody, nil)
+		if r.status != status {
+			t.Fatalf("status %d, want %d: %s", r.status, status, r.body)
+		}
+		var decoded struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		if err := json.Unmarshal(r.body, &decoded); err != nil {
+			t.Fatalf("%s: %v", r.body, err)
+		}
+		for what, s := range map[string]string{"body": string(r.body), "message": decoded.Error.Message, "log": h.logs.String()} {
+			if strings.Contains(s, escaped) || strings.Contains(s, key) || strings.Contains(s, "SECRET") {
+				t.Errorf("%d: the key in the %s: %s", status, what, s)
+			}
+		}
+		if !strings.Contains(decoded.Error.Message, "[redacted]") {
+			t.Errorf("%d: message %q", status, decoded.Error.Message)
+		}
+	}
+}

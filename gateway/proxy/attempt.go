@@ -34,7 +34,7 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 	timer := time.AfterFunc(u.timeout, func() { cancel(errAttemptTimeout) })
 	// The key as it goes out: net/http trims a header value's surrounding
 	// whitespace, and an upstream quotes what it received.
-	a := &inAttempt{resp: resp, ctx: ctx, actx: actx, cancel: cancel, timer: timer, key: strings.TrimSpace(hop.key)}
+	a := &inAttempt{resp: resp, ctx: ctx, actx: actx, cancel: cancel, timer: timer, key: newSecret(strings.TrimSpace(hop.key))}
 	body, n, err := c.body()
 	if err != nil {
 		return a.fail(err)
@@ -65,7 +65,7 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 	if res.StatusCode < 200 || res.StatusCode > 299 {
 		// Read past the limit by a key's length less one, so that a key
 		// the upstream quotes across it is seen whole (cutRedacted).
-		body, err := io.ReadAll(io.LimitReader(res.Body, maxErrorBody+int64(max(len(a.key)-1, 0))))
+		body, err := io.ReadAll(io.LimitReader(res.Body, maxErrorBody+int64(max(a.key.reach-1, 0))))
 		res.Body.Close()
 		if err != nil && len(body) == 0 {
 			return a.fail(err)
@@ -93,19 +93,27 @@ const minRedactedKey = 8
 // sk-…"), also in an error event of a 200 stream; the gateway's key must
 // reach no client, log, record or dead letter. The rest is left as it
 // came. A body relayed as it comes (unbuffered, or past its buffered
-// prefix) goes through keyRedactor.
-func redactKey(body []byte, key string) []byte {
+// prefix) goes through keyRedactor. A copy JSON-escaped (escapedKey) is
+// replaced too.
+func redactKey(body []byte, k secret) []byte {
+	key := k.key
 	if len(key) < minRedactedKey || len(body) < len(key) {
 		return body
 	}
 	// A read-only view of body, not a copy of either: this runs on every
 	// event of every stream ([]byte(key) would allocate for a key over 32
 	// bytes).
-	if !strings.Contains(view(body), key) {
-		return body
+	if strings.Contains(view(body), key) {
+		body = bytes.ReplaceAll(body, []byte(key), redacted)
 	}
-	return bytes.ReplaceAll(body, []byte(key), []byte("[redacted]"))
+	if k.esc != nil && bytes.IndexByte(body, '\\') >= 0 {
+		body = k.esc.ReplaceAllLiteral(body, redacted)
+	}
+	return body
 }
+
+// redacted is what replaces a copy of the key.
+var redacted = []byte("[redacted]")
 
 // view is b as a string, read-only, not copied: for searching it.
 func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
@@ -114,21 +122,21 @@ func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 // relays and commits (an upstream may quote the key in x-request-id):
 // every copy in a value is replaced. A value slice is copied before it
 // changes, since h's share their arrays with the upstream response's.
-func redactHeaderKey(h http.Header, key string) {
-	if len(key) < minRedactedKey {
+func redactHeaderKey(h http.Header, k secret) {
+	if len(k.key) < minRedactedKey {
 		return
 	}
-	for k, vs := range h {
+	for name, vs := range h {
 		cloned := false
 		for i, v := range vs {
-			if !strings.Contains(v, key) {
+			if !strings.Contains(v, k.key) && (k.esc == nil || !k.esc.MatchString(v)) {
 				continue
 			}
 			if !cloned {
 				vs, cloned = slices.Clone(vs), true
-				h[k] = vs
+				h[name] = vs
 			}
-			vs[i] = strings.ReplaceAll(v, key, "[redacted]")
+			vs[i] = string(redactKey([]byte(v), k))
 		}
 	}
 }
@@ -138,13 +146,14 @@ func redactHeaderKey(h http.Header, key string) {
 // starts before it is kept whole, to be replaced, so b must hold up to
 // limit+len(key)-1 bytes where there are that many. Cut first and
 // redacted after, the first bytes of a key straddling the cut would pass.
-func cutRedacted(b []byte, limit int, key string) []byte {
-	return redactKey(b[:cutEnd(b, limit, key)], key)
+func cutRedacted(b []byte, limit int, k secret) []byte {
+	return redactKey(b[:cutEnd(b, limit, k)], k)
 }
 
 // cutEnd is where cutRedacted cuts b: at limit, or past it at the end of
 // a copy of key that starts before it.
-func cutEnd(b []byte, limit int, key string) int {
+func cutEnd(b []byte, limit int, k secret) int {
+	key := k.key
 	end := min(len(b), limit)
 	if len(key) >= minRedactedKey {
 		// Only a copy that starts within a key's length of the cut can
@@ -157,6 +166,16 @@ func cutEnd(b []byte, limit int, key string) int {
 			end = max(end, from+i+len(key))
 			from += i + 1
 		}
+		// The same for an escaped copy, up to its longest form.
+		if k.esc != nil {
+			from := max(0, end-k.reach+1)
+			for _, m := range k.esc.FindAllIndex(b[from:], -1) {
+				if from+m[0] >= end {
+					break
+				}
+				end = max(end, from+m[1])
+			}
+		}
 	}
 	return end
 }
@@ -168,7 +187,7 @@ func cutEnd(b []byte, limit int, key string) int {
 // everything else goes out as it arrives.
 type keyRedactor struct {
 	r          io.Reader
-	key        string
+	key        secret
 	buf        []byte // buf[off:ready] may go out; buf[ready:] is held back
 	off, ready int
 	err        error
@@ -209,7 +228,12 @@ func (k *keyRedactor) Read(p []byte) (int, error) {
 // keyStart is the length of the longest end of b, shorter than key,
 // that key starts with: the bytes that may be the first of a copy split
 // across reads.
-func keyStart(b []byte, key string) int {
+func keyStart(b []byte, k secret) int {
+	key := k.key
+	if k.esc != nil {
+		// Any end shorter than an escaped form may begin one.
+		return min(len(b), k.reach-1)
+	}
 	for n := min(len(b), len(key)-1); n > 0; n-- {
 		if string(b[len(b)-n:]) == key[:n] {
 			return n
@@ -247,7 +271,7 @@ type inAttempt struct {
 	timer  *time.Timer
 	// key is the credential the attempt sent, which no answer relays
 	// (redactKey).
-	key string
+	key secret
 }
 
 func (a *inAttempt) end() {
@@ -358,8 +382,8 @@ func (p *Proxy) readBody(a *inAttempt, c *Call, body io.ReadCloser) *Response {
 		// The prefix ends where no copy of the key straddles its end; the
 		// rest, from there, is redacted as it streams (keyRedactor).
 		resp.Body, resp.Rest = b, &cancelOnClose{ReadCloser: body, cancel: a.end}
-		if len(a.key) >= minRedactedKey {
-			end := cutEnd(b, max(0, len(b)-(len(a.key)-1)), a.key)
+		if len(a.key.key) >= minRedactedKey {
+			end := cutEnd(b, max(0, len(b)-(a.key.reach-1)), a.key)
 			resp.Body = redactKey(b[:end], a.key)
 			rest := &keyRedactor{r: io.MultiReader(bytes.NewReader(b[end:]), body), key: a.key}
 			resp.Rest = &cancelOnClose{ReadCloser: readCloser{rest, body}, cancel: a.end}

@@ -10,7 +10,7 @@ import (
 // pays to be checked for the attempt's key (a project key's length): no
 // allocation when the key is absent.
 func BenchmarkRedactKey(b *testing.B) {
-	key := "sk-proj-" + strings.Repeat("k", 156)
+	key := newSecret("sk-proj-" + strings.Repeat("k", 156))
 	ev := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"Hello"},"finish_reason":null}]}`)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -21,7 +21,7 @@ func BenchmarkRedactKey(b *testing.B) {
 // BenchmarkRedactHeaderKey: the headers OpenAI answers with, as relayed,
 // looked through for the key on every response.
 func BenchmarkRedactHeaderKey(b *testing.B) {
-	key := "sk-proj-" + strings.Repeat("k", 156)
+	key := newSecret("sk-proj-" + strings.Repeat("k", 156))
 	h := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"req_0123456789abcdef0123456789abcdef"},
 		"Openai-Processing-Ms": {"412"}, "Openai-Version": {"2020-10-01"},
 		"X-Ratelimit-Limit-Requests": {"10000"}, "X-Ratelimit-Limit-Tokens": {"30000000"},

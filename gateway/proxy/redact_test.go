@@ -17,7 +17,7 @@ func TestRedactKey(t *testing.T) {
 		{`{"error":{"message":"no key here"}}`, "sk-abcdefgh", `{"error":{"message":"no key here"}}`},
 		{`{"error":{"message":"no key sent"}}`, "", `{"error":{"message":"no key sent"}}`},
 	} {
-		if got := string(redactKey([]byte(tc.body), tc.key)); got != tc.want {
+		if got := string(redactKey([]byte(tc.body), newSecret(tc.key))); got != tc.want {
 			t.Errorf("redactKey(%s, %q) = %s, want %s", tc.body, tc.key, got, tc.want)
 		}
 	}
@@ -35,7 +35,7 @@ func TestCutRedactedAtTheLimit(t *testing.T) {
 		body := []byte(strings.Repeat("x", pad) + key + strings.Repeat("y", 40))
 		// What the reader hands over: up to limit+len(key)-1 bytes.
 		read := body[:min(len(body), limit+len(key)-1)]
-		got := string(cutRedacted(read, limit, key))
+		got := string(cutRedacted(read, limit, newSecret(key)))
 		for i := minRedactedKey; i <= len(key); i++ {
 			if strings.Contains(got, key[:i]) {
 				t.Fatalf("pad %d: %d bytes of the key survive the cut: %q", pad, i, got)
@@ -49,7 +49,7 @@ func TestCutRedactedAtTheLimit(t *testing.T) {
 		}
 	}
 	// A short key is not looked for: the body is cut at the limit.
-	if got := cutRedacted([]byte(strings.Repeat("z", 100)), limit, "EMPTY"); len(got) != limit {
+	if got := cutRedacted([]byte(strings.Repeat("z", 100)), limit, newSecret("EMPTY")); len(got) != limit {
 		t.Errorf("short key: %d bytes, want %d", len(got), limit)
 	}
 }
@@ -68,9 +68,9 @@ func TestKeyRedactorInAnyReads(t *testing.T) {
 		"sk-sk-abcdefgh12 and sk-abcdefgh1 cut short, sk-",
 		strings.Repeat("s", 40) + key + "sk-abcdefg",
 	} {
-		want := string(redactKey([]byte(body), key))
+		want := string(redactKey([]byte(body), newSecret(key)))
 		for size := 1; size <= len(body)+1; size++ {
-			got, err := io.ReadAll(&keyRedactor{r: &chunked{s: body, size: size}, key: key})
+			got, err := io.ReadAll(&keyRedactor{r: &chunked{s: body, size: size}, key: newSecret(key)})
 			if err != nil || string(got) != want {
 				t.Fatalf("%q in reads of %d: %q, %v; want %q", body, size, got, err, want)
 			}
@@ -95,7 +95,7 @@ func TestKeyRedactorHoldsBackOnlyAKeyStart(t *testing.T) {
 	} {
 		pr, pw := io.Pipe()
 		go pw.Write([]byte(tc.first))
-		kr := &keyRedactor{r: pr, key: key}
+		kr := &keyRedactor{r: pr, key: newSecret(key)}
 		buf := make([]byte, 64)
 		n, err := kr.Read(buf)
 		if err != nil || string(buf[:n]) != tc.out {
@@ -124,7 +124,7 @@ func (c *chunked) Read(p []byte) (int, error) {
 // no error forever ends the relay with io.ErrNoProgress, as bufio does,
 // instead of spinning.
 func TestKeyRedactorGivesUpOnNoProgress(t *testing.T) {
-	kr := &keyRedactor{r: stuck{}, key: "sk-abcdefgh12"}
+	kr := &keyRedactor{r: stuck{}, key: newSecret("sk-abcdefgh12")}
 	if n, err := kr.Read(make([]byte, 8)); n != 0 || err != io.ErrNoProgress {
 		t.Fatalf("Read = %d, %v; want 0, io.ErrNoProgress", n, err)
 	}

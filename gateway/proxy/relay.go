@@ -40,7 +40,7 @@ type LiveStream struct {
 	drainWait time.Duration
 	// key is the credential the attempt sent: no event relays it
 	// (redactKey).
-	key string
+	key secret
 }
 
 // First is the events that have arrived and not yet been relayed: the

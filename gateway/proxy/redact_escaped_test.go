@@ -1,0 +1,65 @@
+package proxy
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+// escapedForms are the ways JSON encoders write the key
+// "sk/abc+de<f>&'x" inside a string: PHP's json_encode escapes "/", Go's
+// encoding/json "<", ">" and "&" (lower-case hex), .NET's System.Text.Json
+// those and "+" and "'" (upper-case hex), and an encoder that escapes
+// every such byte.
+var escapedForms = []string{
+	`sk\/abc+de<f>&'x`,
+	`sk/abc+de\u003cf\u003e\u0026'x`,
+	`sk/abc\u002Bde\u003Cf\u003E\u0026\u0027x`,
+	`sk\u002fabc\u002bde\u003cf\u003e\u0026\u0027x`,
+}
+
+const escapableKey = "sk/abc+de<f>&'x"
+
+// TestRedactKeyEscaped: a key an upstream quotes JSON-escaped is replaced
+// as the plain copy is, in a body, at the error body's cut, in headers and
+// in a body relayed as it comes. Before, only the plain bytes were looked
+// for, and a PHP upstream's `sk\/…` reached the client whole.
+func TestRedactKeyEscaped(t *testing.T) {
+	for _, form := range escapedForms {
+		body := `{"error":{"message":"Incorrect API key provided: ` + form + `. Again: ` + form + `"}}`
+		got := string(redactKey([]byte(body), newSecret(escapableKey)))
+		if want := `{"error":{"message":"Incorrect API key provided: [redacted]. Again: [redacted]"}}`; got != want {
+			t.Errorf("%s:\n got %s\nwant %s", form, got, want)
+		}
+		// A copy straddling the error body's cut is read whole.
+		const limit = 40
+		padded := []byte(strings.Repeat("x", limit-5) + form + "tail")
+		// What the reader hands over: up to limit plus the longest form
+		// less one.
+		cut := string(cutRedacted(padded[:min(len(padded), limit+newSecret(escapableKey).reach-1)], limit, newSecret(escapableKey)))
+		if strings.Contains(cut, form[:5]) || !strings.HasSuffix(cut, "[redacted]") {
+			t.Errorf("%s: cut at %d gave %q", form, limit, cut)
+		}
+		// Relayed in reads of any size.
+		for size := 1; size <= len(body); size++ {
+			out, err := io.ReadAll(&keyRedactor{r: &chunked{s: body, size: size}, key: newSecret(escapableKey)})
+			if err != nil || string(out) != got {
+				t.Fatalf("%s in reads of %d: %q, %v", form, size, out, err)
+			}
+		}
+	}
+	h := map[string][]string{"X-Echo": {"key=" + escapedForms[0]}}
+	redactHeaderKey(h, newSecret(escapableKey))
+	if h["X-Echo"][0] != "key=[redacted]" {
+		t.Errorf("header: %q", h["X-Echo"][0])
+	}
+	// A key of letters, digits, "-" and "_" has no escaped form; a
+	// near-miss stays as it came.
+	body := `{"message":"sk-abc\u002ddef is not sk\/abc+de<f>&'y"}`
+	if got := string(redactKey([]byte(body), newSecret("sk-abc-def"))); got != body {
+		t.Errorf("unescapable key: %s", got)
+	}
+	if got := string(redactKey([]byte(body), newSecret(escapableKey))); got != body {
+		t.Errorf("near miss: %s", got)
+	}
+}
