@@ -191,6 +191,16 @@ func TestReviewContainerOwned(t *testing.T) {
 	if r := h.do(http.MethodPost, "/v1/responses", use(cntr), asAlice); r.status != http.StatusOK {
 		t.Fatalf("alice's container: %d %s", r.status, r.body)
 	}
+	// The hosted shell tool names its container by reference: the same
+	// check (the hostile-tenant run had bob's shell run in alice's).
+	up.requests()
+	shell := func(id string) string {
+		return `{"model":"gpt-4o","input":"ls","tools":[{"type":"shell","environment":{"type":"container_reference","container_id":"` + id + `"}}]}`
+	}
+	wantNotFound(t, h.do(http.MethodPost, "/v1/responses", shell(cntr), asBob), up, "container_not_found")
+	if r := h.do(http.MethodPost, "/v1/responses", shell(cntr), asAlice); r.status != http.StatusOK {
+		t.Fatalf("alice's shell in her container: %d %s", r.status, r.body)
+	}
 	// A response with store false is not kept, the container its code ran in is.
 	_, r = create(t, h, up, `{"model":"gpt-4o","input":"1+1","store":false,"tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`, asAlice)
 	i = strings.Index(string(r.body), `"container_id":"`)

@@ -79,7 +79,8 @@ var (
 	topKeys          = jsonscan.NewKeys("previous_response_id", "conversation", "input", "items", "tools")
 	conversationKeys = jsonscan.NewKeys("id")
 	itemKeys         = jsonscan.NewKeys("type", "id") // indexes used by itemRefs
-	toolKeys         = jsonscan.NewKeys("container")
+	toolKeys         = jsonscan.NewKeys("container", "environment")
+	environmentKeys  = jsonscan.NewKeys("container_id")
 	nestedNames      = [...]struct {
 		name string
 		kind Kind
@@ -90,9 +91,9 @@ var (
 // previous_response_id and conversation (a string, or an object's "id"),
 // the item references in input or items (an element with an "id" whose
 // type is item_reference or absent: kind ItemReference), and the
-// containers tools name (a code_interpreter tool's "container" string) at
-// the top level, and file_id, file_ids, input_file_id and vector_store_ids
-// at any depth (input_file content parts, tool resources, file_search's
+// containers tools name (a code_interpreter tool's "container" string, a
+// shell tool's environment's "container_id") at the top level, and
+// file_id, file_ids, input_file_id and vector_store_ids at any depth (input_file content parts, tool resources, file_search's
 // vector stores, a batch's input file). A value of another type is not an
 // id and is left to the upstream to refuse. A body that is not valid JSON
 // names nothing here: the caller must not forward it unchecked (the
@@ -156,13 +157,22 @@ func itemRefs(v []byte, param string, refs []Ref) []Ref {
 
 // containerRefs appends the containers the tools array v names: a
 // "container" string (a code_interpreter tool's; an object asks for a new
-// container, and its file_ids are found by nested).
+// container, and its file_ids are found by nested), and an "environment"
+// object's "container_id" (the hosted shell tool's container_reference).
 func containerRefs(v []byte, refs []Ref) []Ref {
 	arr := jsonscan.New(v, 0)
 	for range arr.Elements() {
 		tool := jsonscan.New(arr.Value(), 0)
-		for range tool.Fields(toolKeys) {
-			if c := tool.Value(); isString(c) {
+		for key := range tool.Fields(toolKeys) {
+			c := tool.Value()
+			if key == "environment" && len(c) > 0 && c[0] == '{' {
+				env := jsonscan.New(c, 0)
+				for range env.Fields(environmentKeys) {
+					if id := env.Value(); isString(id) {
+						refs = append(refs, Ref{Kind: Container, ID: jsonscan.Unquote(id), Param: "tools"})
+					}
+				}
+			} else if key == "container" && isString(c) {
 				refs = append(refs, Ref{Kind: Container, ID: jsonscan.Unquote(c), Param: "tools"})
 			}
 		}

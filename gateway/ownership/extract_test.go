@@ -85,6 +85,10 @@ func TestFromBody(t *testing.T) {
 			[]Ref{{ItemReference, "msg_1", "input"}, {ItemReference, "rs_2", "input"}, {ItemReference, "fc_4", "items"}}},
 		{"containers", `{"tools":[{"type":"code_interpreter","container":"cntr_1"},{"type":"code_interpreter","container":{"type":"auto","file_ids":["file-f"]}}]}`,
 			[]Ref{{Container, "cntr_1", "tools"}, {File, "file-f", "file_ids"}}},
+		// The hosted shell tool runs in a container it names by reference
+		// (found by the hostile-tenant run: another tenant's ran commands).
+		{"shell container reference", `{"tools":[{"type":"shell","environment":{"type":"container_reference","container_id":"cntr_2"}},{"type":"shell","Environment":{"Container_Id":"cntr_3"}}]}`,
+			[]Ref{{Container, "cntr_2", "tools"}, {Container, "cntr_3", "tools"}}},
 		{"embeddings input", `{"model":"m","input":["a","b"]}`, nil},
 		{"not json", `{"model":`, nil},
 		// Keys fold as a Go upstream's encoding/json folds them.
