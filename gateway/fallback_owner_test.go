@@ -33,7 +33,7 @@ func fallbackHarness(t *testing.T) (h *harness, primary, second *objectUpstream)
 		{Kind: ownership.Response, ID: "resp_bob"},
 		{Kind: ownership.Conversation, ID: "conv_bob"},
 		{Kind: ownership.File, ID: "file-bob"},
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -285,7 +285,7 @@ func TestMessagesUnknownPaths(t *testing.T) {
 		{http.MethodGet, "/v1/messages/nope", 404, "not_found_error"},
 		{http.MethodPost, "/v1/messages/batches/msgbatch_x/nope", 404, "not_found_error"},
 		{http.MethodGet, "/v1/messages/batches/", 404, "not_found_error"},
-		{http.MethodGet, "/v1/messages/count_tokens", 404, "not_found_error"},
+		{http.MethodGet, "/v1/messages/count_tokens", 405, "invalid_request_error"},
 		{http.MethodPut, "/v1/messages/batches", 405, "invalid_request_error"},
 		{http.MethodPost, "/v1/messages/batches/msgbatch_x", 405, "invalid_request_error"},
 		// /v1/messages itself takes POST only: another method is Anthropic's

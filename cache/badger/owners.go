@@ -103,3 +103,48 @@ func (s *Store) purgeOwners(scope string) (int, error) {
 	}
 	return len(keys), nil
 }
+
+// ScanOwners calls fn for each ownership entry of scope that has not
+// expired by the store's clock, with its size (key and value) and expiry:
+// what they take of the store counts against the client's stored-bytes
+// quota, as its committed records do.
+func (s *Store) ScanOwners(ctx context.Context, scope string, fn func(cache.CommittedRecord) error) error {
+	if err := validScope(scope); err != nil {
+		return fmt.Errorf("scan owners %q: %w", scope, err)
+	}
+	unlock, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("scan owners %q: %w", scope, err)
+	}
+	defer unlock()
+	now := s.now()
+	err = s.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = ownerKey(scope, "")
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			item := it.Item()
+			var o cache.Owner
+			err := item.Value(func(v []byte) (err error) {
+				o, err = codec.DecodeOwner(v)
+				return err
+			})
+			if err != nil || !now.Before(o.ExpiresAt) {
+				continue // unreadable (GetOwner refuses it too) or expired
+			}
+			size := int64(len(item.Key())) + int64(item.ValueSize())
+			if err := fn(cache.CommittedRecord{Size: size, ExpiresAt: o.ExpiresAt}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("scan owners %q: %w", scope, mapClosed(err))
+	}
+	return nil
+}

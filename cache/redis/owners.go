@@ -86,15 +86,9 @@ func (r *Store) GetOwner(ctx context.Context, scope, id string) (cache.Owner, er
 // purgeOwners deletes every ownership entry of scope: the keys matching
 // P o:{<escaped scope>:*, on every master in Cluster mode.
 func (r *Store) purgeOwners(ctx context.Context, scope string) (int, error) {
-	var b strings.Builder
-	b.WriteString(globEscape(r.prefix))
-	b.WriteString(redisOwnerNS)
-	b.WriteByte('{')
-	escapePart(&b, scope)
-	b.WriteString(":*")
 	var mu sync.Mutex
 	n := 0
-	err := r.scan(ctx, b.String(), func(ctx context.Context, c redis.Cmdable, keys []string) error {
+	err := r.scan(ctx, r.ownerPattern(scope), func(ctx context.Context, c redis.Cmdable, keys []string) error {
 		cmds, err := pipelined(ctx, c, keys, func(p redis.Pipeliner, key string) *redis.IntCmd {
 			return p.Unlink(ctx, key)
 		})
@@ -109,4 +103,61 @@ func (r *Store) purgeOwners(ctx context.Context, scope string) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// ownerPattern is the SCAN pattern of scope's ownership entries:
+// P o:{<escaped scope>:*.
+func (r *Store) ownerPattern(scope string) string {
+	var b strings.Builder
+	b.WriteString(globEscape(r.prefix))
+	b.WriteString(redisOwnerNS)
+	b.WriteByte('{')
+	escapePart(&b, scope)
+	b.WriteString(":*")
+	return b.String()
+}
+
+// ScanOwners calls fn for each ownership entry of scope that has not
+// expired by the store's clock, with its size (key and value) and expiry:
+// what they take of the store counts against the client's stored-bytes
+// quota, as its committed records do. The keys are found by SCAN (on
+// every master in Cluster mode) and read in pipelined GETs; fn is called
+// from one goroutine at a time.
+func (r *Store) ScanOwners(ctx context.Context, scope string, fn func(cache.CommittedRecord) error) error {
+	if err := r.begin(ctx); err != nil {
+		return fmt.Errorf("scan owners %q: %w", scope, err)
+	}
+	now := r.now()
+	var mu sync.Mutex
+	err := r.scan(ctx, r.ownerPattern(scope), func(ctx context.Context, c redis.Cmdable, keys []string) error {
+		cmds, err := pipelined(ctx, c, keys, func(p redis.Pipeliner, key string) *redis.StringCmd {
+			return p.Get(ctx, key)
+		})
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i, cmd := range cmds {
+			v, err := cmd.Bytes()
+			if errors.Is(err, redis.Nil) {
+				continue // expired since the scan
+			}
+			if err != nil {
+				return err
+			}
+			o, err := codec.DecodeOwner(v)
+			if err != nil || !now.Before(o.ExpiresAt) {
+				continue
+			}
+			if err := fn(cache.CommittedRecord{Size: int64(len(keys[i]) + len(v)), ExpiresAt: o.ExpiresAt}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("scan owners %q: %w", scope, r.mapErr(err))
+	}
+	return nil
 }

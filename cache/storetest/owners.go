@@ -1,8 +1,11 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ type OwnerStore interface {
 	PutOwner(ctx context.Context, scope, id string, o cache.Owner, ttl time.Duration) error
 	GetOwner(ctx context.Context, scope, id string) (cache.Owner, error)
 	PurgeScope(ctx context.Context, scope string) (cache.Purged, error)
+	ScanOwners(ctx context.Context, scope string, fn func(cache.CommittedRecord) error) error
 }
 
 // RunOwners runs the ownership behaviour every store must share, each case
@@ -26,6 +30,7 @@ func RunOwners(t *testing.T, open func(t *testing.T, now func() time.Time) Owner
 	runOwnerReplace(t, open)
 	runOwnerPurge(t, open)
 	runOwnerInvalid(t, open)
+	runOwnerScan(t, open)
 }
 
 // ownerOpener is RunOwners' open.
@@ -156,6 +161,47 @@ func runOwnerInvalid(t *testing.T, open ownerOpener) {
 		}
 		if _, err := s.GetOwner(ctx, "acme", ""); !errors.Is(err, cache.ErrNotFound) {
 			t.Errorf("GetOwner of an empty id: err = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// runOwnerScan checks that ScanOwners reports each live entry of its
+// scope once, with a size that grows with the id and its expiry, and no
+// expired entry and none of another scope.
+func runOwnerScan(t *testing.T, open ownerOpener) {
+	t.Run("scan", func(t *testing.T) {
+		clock := NewClock()
+		s := open(t, clock.Now)
+		for _, e := range []struct {
+			scope, id string
+			ttl       time.Duration
+		}{{"acme", "resp_1", 30 * day}, {"acme", "file-" + strings.Repeat("x", 100), 30 * day},
+			{"acme", "conv_1", time.Hour}, {"acme2", "resp_2", 30 * day}, {"ac*", "resp_3", 30 * day}} {
+			if err := s.PutOwner(ctx, e.scope, e.id, sampleOwner, e.ttl); err != nil {
+				t.Fatalf("PutOwner(%s, %s): %v", e.scope, e.id, err)
+			}
+		}
+		scanned := func() []cache.CommittedRecord {
+			var got []cache.CommittedRecord
+			if err := s.ScanOwners(ctx, "acme", func(r cache.CommittedRecord) error { got = append(got, r); return nil }); err != nil {
+				t.Fatalf("ScanOwners: %v", err)
+			}
+			slices.SortFunc(got, func(a, b cache.CommittedRecord) int { return cmp.Compare(a.Size, b.Size) })
+			return got
+		}
+		got := scanned()
+		if len(got) != 3 {
+			t.Fatalf("ScanOwners(acme) = %v, want its 3 entries", got)
+		}
+		if got[0].Size < int64(len("resp_1")) || got[2].Size < got[0].Size+95 {
+			t.Fatalf("sizes %v: the long id's entry should be ~95 bytes larger", got)
+		}
+		if long := got[2]; !long.ExpiresAt.Equal(clock.Now().Add(30 * day)) {
+			t.Fatalf("expiry %v, want %v", long.ExpiresAt, clock.Now().Add(30*day))
+		}
+		clock.Advance(2 * time.Hour)
+		if got := scanned(); len(got) != 2 {
+			t.Fatalf("after the hour entry expired: %v, want 2 entries", got)
 		}
 	})
 }

@@ -9,11 +9,13 @@
 //     process: a Slot taken when a request is admitted and given back when
 //     its work ends, which for a keyed call that runs on after its client
 //     stopped waiting is when that call ends;
-//   - a quota on the bytes committed under the client's keys: their
-//     cache.Record.StoredSize, kept by the hour the records expire in, so
-//     that hours which have passed drop off. It is counted from the store
-//     at start (ScanCommitted; neither store reports expiries), again
-//     every store.usage_rescan, and as this process commits.
+//   - a quota on the bytes the client keeps in the store: the records
+//     committed under its keys (their cache.Record.StoredSize) and the
+//     ownership entries of the provider objects it created under a shared
+//     key, kept by the hour they expire in, so that hours which have
+//     passed drop off. It is counted from the store at start
+//     (ScanCommitted and ScanOwners; neither store reports expiries),
+//     again every store.usage_rescan, and as this process writes them.
 //
 // A request over a limit is refused with an *apierror.ClientLimited (429,
 // Retry-After) before it reaches an upstream. What a limit depends on
@@ -51,6 +53,7 @@ import (
 // Store is what counting stored bytes needs of the store.
 type Store interface {
 	ScanCommitted(ctx context.Context, scope string, fn func(cache.CommittedRecord) error) error
+	ScanOwners(ctx context.Context, scope string, fn func(cache.CommittedRecord) error) error
 }
 
 // Options configure a Limiter. Metrics is required.
@@ -254,8 +257,9 @@ func (l *Limiter) refuse(c *client, limit apierror.Limit, retryAfter time.Durati
 	return &apierror.ClientLimited{Client: c.name, Limit: limit, RetryAfter: retryAfter}
 }
 
-// CheckStorage refuses a keyed request of client whose stored bytes have
-// reached its quota: an *apierror.ClientLimited whose RetryAfter is when
+// CheckStorage refuses a request that would store (a keyed one, one that
+// creates provider objects under a shared key) of a client whose stored
+// bytes have reached its quota: an *apierror.ClientLimited whose RetryAfter is when
 // enough of them expire. A request under the quota is admitted whatever
 // it will store, so a client may pass it by what its requests in flight
 // store. Until a count from the store succeeds it checks what this
@@ -280,8 +284,8 @@ func (l *Limiter) CheckStorage(name string) error {
 	return l.refuse(c, apierror.LimitStorage, c.freedAfter(now, l.replicas))
 }
 
-// Committed counts a record of size bytes committed now under client's
-// key, to expire after ttl.
+// Committed counts size bytes client stored now, to expire after ttl: a
+// record committed under its key, or an ownership entry.
 func (l *Limiter) Committed(name string, size int64, ttl time.Duration) {
 	c := l.clients[name]
 	if c == nil || c.maxStored == 0 {
@@ -363,10 +367,14 @@ func (l *Limiter) count(ctx context.Context) error {
 		gen, before := c.gen, c.local.clone()
 		c.mu.Unlock()
 		var got usage
-		err := l.store.ScanCommitted(ctx, c.name, func(r cache.CommittedRecord) error {
+		add := func(r cache.CommittedRecord) error {
 			got.add(hourOf(r.ExpiresAt), r.Size)
 			return nil
-		})
+		}
+		err := l.store.ScanCommitted(ctx, c.name, add)
+		if err == nil {
+			err = l.store.ScanOwners(ctx, c.name, add)
+		}
 		l.metrics.UsageScan(err == nil)
 		if err != nil {
 			errs = append(errs, err)

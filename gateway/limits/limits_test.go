@@ -26,6 +26,10 @@ type fakeStore struct {
 	scans   atomic.Int64
 }
 
+func (f *fakeStore) ScanOwners(context.Context, string, func(cache.CommittedRecord) error) error {
+	return nil
+}
+
 func (f *fakeStore) ScanCommitted(_ context.Context, scope string, fn func(cache.CommittedRecord) error) error {
 	f.scans.Add(1)
 	f.mu.Lock()

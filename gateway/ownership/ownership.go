@@ -114,15 +114,21 @@ func New(o Options) *Owners {
 }
 
 // Record stores client as the owner of every object in created, held by
-// upstream. The caller hands the ids to the client only if it succeeds: an
-// id handed out without its record would be refused to its own owner.
-func (o *Owners) Record(ctx context.Context, client, upstream string, created []Ref) error {
+// upstream, and reports each entry it stored to stored (if not nil): its
+// client, EntrySize and ttl, for the client's stored-bytes quota. The
+// caller hands the ids to the client only if it succeeds: an id handed
+// out without its record would be refused to its own owner.
+func (o *Owners) Record(ctx context.Context, client, upstream string, created []Ref, stored func(client string, size int64, ttl time.Duration)) error {
 	for _, r := range created {
 		ttl, ok := o.ttl[r.Kind]
 		if !ok {
 			return fmt.Errorf("record owner of %s: unknown kind %q", r.ID, r.Kind)
 		}
-		err := o.store.PutOwner(ctx, client, r.ID, cache.Owner{Upstream: upstream, Kind: string(r.Kind)}, ttl)
+		entry := cache.Owner{Upstream: upstream, Kind: string(r.Kind)}
+		err := o.store.PutOwner(ctx, client, r.ID, entry, ttl)
+		if err == nil && stored != nil {
+			stored(client, EntrySize(client, r.ID, entry), ttl)
+		}
 		if err != nil {
 			return &apierror.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "ownership_store_unavailable",
 				Message:    "The object was created upstream, but the gateway could not record that it is yours, so its id is not handed out. Retry later.",
@@ -130,6 +136,14 @@ func (o *Owners) Record(ctx context.Context, client, upstream string, created []
 		}
 	}
 	return nil
+}
+
+// EntrySize is about what the ownership entry of id, o, takes in the
+// store under client: its key (scope and id, a few bytes of namespace)
+// and its value (upstream, kind, two times in nanoseconds). The stores'
+// ScanOwners report the exact size at the next count.
+func EntrySize(client, id string, o cache.Owner) int64 {
+	return int64(len(client) + len(id) + len(o.Upstream) + len(o.Kind) + 24)
 }
 
 // Checked is what Verify found: the objects a request names are its

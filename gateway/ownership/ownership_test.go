@@ -36,7 +36,7 @@ func TestRecordCheck(t *testing.T) {
 	ctx := context.Background()
 	clock := storetest.NewClock()
 	o := newOwners(t, clock)
-	if err := o.Record(ctx, "alice", "openai", []Ref{{Kind: Response, ID: "resp_a"}, {Kind: File, ID: "file-a"}}); err != nil {
+	if err := o.Record(ctx, "alice", "openai", []Ref{{Kind: Response, ID: "resp_a"}, {Kind: File, ID: "file-a"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	up, err := o.Check(ctx, "alice", []Ref{{Kind: Response, ID: "resp_a"}, {Kind: File, ID: "file-a", Param: "file_id"}})
@@ -68,10 +68,10 @@ func TestRecordCheck(t *testing.T) {
 func TestCheckTwoUpstreams(t *testing.T) {
 	ctx := context.Background()
 	o := newOwners(t, storetest.NewClock())
-	if err := o.Record(ctx, "alice", "openai", []Ref{{Kind: Response, ID: "resp_a"}}); err != nil {
+	if err := o.Record(ctx, "alice", "openai", []Ref{{Kind: Response, ID: "resp_a"}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Record(ctx, "alice", "azure", []Ref{{Kind: File, ID: "file-z"}}); err != nil {
+	if err := o.Record(ctx, "alice", "azure", []Ref{{Kind: File, ID: "file-z"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err := o.Check(ctx, "alice", []Ref{{Kind: Response, ID: "resp_a"}, {Kind: File, ID: "file-z", Param: "file_id"}})
@@ -94,7 +94,7 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	o := New(Options{Store: failing{}})
 	ctx := context.Background()
 	for name, err := range map[string]error{
-		"record": o.Record(ctx, "alice", "openai", []Ref{{Kind: Response, ID: "resp_a"}}),
+		"record": o.Record(ctx, "alice", "openai", []Ref{{Kind: Response, ID: "resp_a"}}, nil),
 		"check": func() error {
 			_, err := o.Check(ctx, "alice", []Ref{{Kind: Response, ID: "resp_a"}})
 			return err
@@ -128,7 +128,7 @@ func TestCheckLooksUpEachObjectOnce(t *testing.T) {
 	cs := &countingStore{Store: base.store}
 	o := &Owners{store: cs, ttl: base.ttl}
 	ctx := context.Background()
-	if err := o.Record(ctx, "alice", "openai", []Ref{{Kind: File, ID: "file-a"}, {Kind: File, ID: "file-b"}}); err != nil {
+	if err := o.Record(ctx, "alice", "openai", []Ref{{Kind: File, ID: "file-a"}, {Kind: File, ID: "file-b"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	refs := make([]Ref, 0, 100_002)

@@ -68,7 +68,28 @@ type sharedView struct {
 // sent. When the routed upstream is the client's own but the objects the
 // request names were created through a fallback under a shared key (and
 // recorded there), the plan is likewise the one hop to that fallback.
+//
+// A POST that may create objects under a shared key is refused while the
+// store is full, or the client's stored bytes are over its quota: their
+// ownership entries are kept in the store and count against both.
 func (g *Handler) plan(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view sharedView) error {
+	if err := g.planHops(r, cl, u, view); err != nil {
+		return err
+	}
+	if r.Method != http.MethodPost || !ownership.Creates(r.URL.Path) || !slices.ContainsFunc(cl.Hops, proxy.Hop.Shared) {
+		return nil
+	}
+	if sp, ok := g.space(); ok && sp.Full {
+		return &apierror.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "ownership_store_full",
+			Message: "The gateway's store is full, so this request was not sent: the objects it creates could not be recorded as yours. " +
+				"Retry after the Retry-After interval.",
+			RetryAfter: StoreFullRetryAfter, Err: fmt.Errorf("store full (%s): %d bytes live (cap %d)", sp.Reason, sp.LiveBytes, sp.MaxBytes)}
+	}
+	return g.limits.CheckStorage(cl.Client)
+}
+
+// planHops is plan's hops.
+func (g *Handler) planHops(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view sharedView) error {
 	client := ClientOf(r)
 	cl.Client = client
 	chain := u.Chain()
@@ -272,7 +293,7 @@ func (g *Handler) recordObjects(ctx context.Context, client string, cl *proxy.Ca
 	// Detached: a keyed call records even after its client left.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Store.OpTimeout.D())
 	defer cancel()
-	return g.owners.Record(ctx, client, resp.Upstream.Cfg.Name, refs)
+	return g.owners.Record(ctx, client, resp.Upstream.Cfg.Name, refs, g.limits.Committed)
 }
 
 // handOut readies a call's answer to be handed out: recordObjects, then
