@@ -131,6 +131,10 @@ func TestMultipartReadAlikeOrRefused(t *testing.T) {
 		// A model sent again as a file (filename*=): Go routes by the
 		// field, Starlette reads the part as a field and takes the last.
 		{"a model field sent again with filename*=", plain, model + "--YB\r\nContent-Disposition: form-data; name=\"model\"; filename*=UTF-8''m\r\n\r\ndall-e-2\r\n--YB--\r\n"},
+		// A backslash before a character that is no tspecial: Go keeps
+		// both, busboy (Node) drops the backslash and reads the file id
+		// field (the hostile-tenant run).
+		{`a \_ in a field name`, plain, model + "--YB\r\nContent-Disposition: form-data; name=\"images[][file\\_id]\"\r\n\r\n" + file + "\r\n--YB--\r\n"},
 	} {
 		r := h.do(http.MethodPost, "/v1/images/edits", tc.body, map[string]string{"Authorization": asBob["Authorization"], "Content-Type": tc.ct})
 		if r.status != http.StatusBadRequest {

@@ -107,6 +107,11 @@ func partKind(p *multipart.Part, name string, fields []string) (isID, want bool,
 	if err != nil {
 		return false, false, err
 	}
+	if strings.ContainsRune(rawName, '\\') {
+		// Go keeps a backslash before a character that is no tspecial
+		// (file\_id); busboy (Node) and others drop it (file_id).
+		return false, false, fmt.Errorf("part %.100q: a backslash in a field name, which form parsers read differently", rawName)
+	}
 	isID = strings.Contains(strings.ToLower(rawName), "file_id")
 	switch {
 	case isID && p.FileName() != "":
