@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -335,6 +337,43 @@ func TestUpstreamKeyJSONEscapedRedacted(t *testing.T) {
 		}
 		if !strings.Contains(decoded.Error.Message, "[redacted]") {
 			t.Errorf("%d: message %q", status, decoded.Error.Message)
+		}
+	}
+}
+
+// TestUpstreamContentEncodings: the transport asks for gzip and decodes a
+// body labelled "gzip"; one labelled "x-gzip" (the same, RFC 9110) is
+// decoded too, so it reaches the client readable, with the key it quotes
+// redacted. One in an encoding the gateway did not ask for (br) is no
+// answer: 502 upstream_bad_response, never its bytes. Before, both were
+// relayed compressed without their Content-Encoding: undecodable, and the
+// key inside past redaction (found by the hostile-tenant run).
+func TestUpstreamContentEncodings(t *testing.T) {
+	for _, enc := range []string{"x-gzip", "br"} {
+		url := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			cred := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			var buf bytes.Buffer
+			zw := gzip.NewWriter(&buf)
+			fmt.Fprintf(zw, `{"id":"c1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"your key is %s"},"finish_reason":"stop"}]}`, cred)
+			zw.Close()
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Encoding", enc)
+			w.Write(buf.Bytes())
+		}))
+		h := newHarness(t, func(c *config.Config) { c.Upstreams[0].BaseURL = url + "/v1" })
+		r := h.do(http.MethodPost, "/v1/chat/completions", chatBody, nil)
+		if strings.Contains(string(r.body), upstreamKey) || r.header.Get("Content-Encoding") != "" {
+			t.Fatalf("%s: the key, or an encoding, reached the client: %v %s", enc, r.header, r.body)
+		}
+		switch enc {
+		case "x-gzip":
+			if r.status != http.StatusOK || !strings.Contains(string(r.body), `"content":"your key is [redacted]"`) {
+				t.Fatalf("x-gzip: %d %s", r.status, r.body)
+			}
+		default:
+			if e := wantOpenAIError(t, r, http.StatusBadGateway); e["code"] != "upstream_bad_response" {
+				t.Fatalf("%s: %v", enc, e)
+			}
 		}
 	}
 }

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -60,6 +62,10 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 	}
 	resp.Status = res.StatusCode
 	resp.billed = res.StatusCode >= 200 && res.StatusCode <= 299
+	if failed := decodeBody(res); failed != "" {
+		res.Body.Close()
+		return a.failWith(classify.Outcome{Class: classify.Transient, Reason: failed})
+	}
 	resp.Header = headers.Response(res.Header)
 	redactHeaderKey(resp.Header, a.key)
 	if res.StatusCode < 200 || res.StatusCode > 299 {
@@ -79,6 +85,31 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 		return p.startStream(a, c.api(), res.Body)
 	}
 	return p.readBody(a, c, res.Body)
+}
+
+// decodeBody undoes a Content-Encoding the transport left on res: the
+// transport asks for gzip and decodes "gzip", but an upstream may label it
+// "x-gzip" (RFC 9110 takes the two for one), which is decoded here; any
+// other encoding was not asked for, and relayed as it came it would reach
+// the client undecodable (its Content-Encoding is not relayed) and past
+// the key's redaction: it is the reason the attempt fails, or "".
+func decodeBody(res *http.Response) (failed string) {
+	ce := strings.TrimSpace(res.Header.Get("Content-Encoding"))
+	switch {
+	case ce == "" || strings.EqualFold(ce, "identity"):
+		return ""
+	case !strings.EqualFold(ce, "x-gzip"):
+		return fmt.Sprintf("a body in content encoding %.40q, not asked for", ce)
+	}
+	zr, err := gzip.NewReader(res.Body)
+	if err != nil {
+		return "a body labelled x-gzip that is not gzip"
+	}
+	res.Body = readCloser{zr, res.Body}
+	res.Header.Del("Content-Encoding")
+	res.Header.Del("Content-Length")
+	res.ContentLength = -1
+	return ""
 }
 
 // minRedactedKey is the shortest key redactKey looks for: a shorter one
