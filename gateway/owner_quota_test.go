@@ -1,14 +1,10 @@
 package gateway
 
 import (
-	"bytes"
-	"mime/multipart"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/cache/storetest"
 	"github.com/llmgate/llmgate/config"
 )
@@ -26,19 +22,10 @@ func TestOwnershipEntriesCountAgainstQuota(t *testing.T) {
 	h, up := ownersHarness(t, func(c *config.Config) {
 		c.ClientLimits = config.ClientLimits{MaxStoredBytes: 600}
 	})
-	post := func(who map[string]string) result {
-		var buf bytes.Buffer
-		mw := multipart.NewWriter(&buf)
-		mw.WriteField("purpose", "batch")
-		fw, _ := mw.CreateFormFile("file", "in.jsonl")
-		fw.Write([]byte("{}\n"))
-		mw.Close()
-		return h.do(http.MethodPost, "/v1/files", buf.String(), map[string]string{"Authorization": who["Authorization"], "Content-Type": mw.FormDataContentType()})
-	}
 	refused := func(who map[string]string) {
 		t.Helper()
 		up.requests()
-		r := post(who)
+		r := uploadAs(h, who)
 		e := wantOpenAIError(t, r, http.StatusTooManyRequests)
 		if e["code"] != "client_storage_quota_exceeded" || r.header.Get("Retry-After") == "" {
 			t.Fatalf("%v, Retry-After %q", e, r.header.Get("Retry-After"))
@@ -49,7 +36,7 @@ func TestOwnershipEntriesCountAgainstQuota(t *testing.T) {
 	}
 	n := 0
 	for ; n < 100; n++ {
-		r := post(asAlice)
+		r := uploadAs(h, asAlice)
 		if r.status == http.StatusTooManyRequests {
 			break
 		}
@@ -61,14 +48,14 @@ func TestOwnershipEntriesCountAgainstQuota(t *testing.T) {
 		t.Fatalf("alice's uploads were refused after %d", n)
 	}
 	refused(asAlice)
-	if r := post(asBob); r.status != http.StatusOK {
+	if r := uploadAs(h, asBob); r.status != http.StatusOK {
 		t.Fatalf("bob's upload while alice is over her quota: %d %s", r.status, r.body)
 	}
 	// Counted again from the store at start (exact sizes, where this
 	// process estimated): at most a create or two more.
 	restartWith(t, h, storetest.NewClock(), nil)
 	for range 2 {
-		if r := post(asAlice); r.status != http.StatusOK {
+		if r := uploadAs(h, asAlice); r.status != http.StatusOK {
 			break
 		}
 	}
@@ -81,16 +68,7 @@ func TestOwnershipEntriesCountAgainstQuota(t *testing.T) {
 // and creates resume once there is room. Before, creates went on writing
 // entries past store.max_bytes.
 func TestCreatesRefusedWhileStoreFull(t *testing.T) {
-	clock := storetest.NewClock()
-	var free atomic.Int64
-	free.Store(1 << 30)
-	bs, err := badgerstore.Open(badgerstore.Options{Dir: t.TempDir(), Now: clock.Now, After: clock.After,
-		MinFreeBytes: 100 << 20, SpaceInterval: time.Hour,
-		Statfs: func(string) (uint64, error) { return uint64(free.Load()), nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bs.Close() })
+	bs, clock, free := fullableStore(t)
 	h, up := ownersHarnessStore(t, nil, func(Store) Store { return bs })
 	resp, _ := create(t, h, up, responseBody, asAlice)
 

@@ -16,18 +16,24 @@ import (
 // upload stores a one-line batch file as who and returns its id.
 func upload(t *testing.T, h *harness, up *objectUpstream, who map[string]string) string {
 	t.Helper()
+	r := uploadAs(h, who)
+	if r.status != http.StatusOK {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	up.requests()
+	return decodeID(t, r.body)
+}
+
+// uploadAs posts a one-line batch file to /v1/files as who.
+func uploadAs(h *harness, who map[string]string) result {
+	h.t.Helper()
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
 	mw.WriteField("purpose", "batch")
 	fw, _ := mw.CreateFormFile("file", "in.jsonl")
 	fw.Write([]byte("{}\n"))
 	mw.Close()
-	r := h.do(http.MethodPost, "/v1/files", buf.String(), map[string]string{"Authorization": who["Authorization"], "Content-Type": mw.FormDataContentType()})
-	if r.status != http.StatusOK {
-		t.Fatalf("upload: %d %s", r.status, r.body)
-	}
-	up.requests()
-	return decodeID(t, r.body)
+	return h.do(http.MethodPost, "/v1/files", buf.String(), map[string]string{"Authorization": who["Authorization"], "Content-Type": mw.FormDataContentType()})
 }
 
 // TestFoldedKeysOfOthersRefused: bob cannot name alice's response or file

@@ -1,13 +1,11 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -429,13 +427,7 @@ func TestForceStoreFalse(t *testing.T) {
 // batch on her file nor read the batch or its output.
 func TestFilesAndBatchesOwned(t *testing.T) {
 	h, up := ownersHarness(t, nil)
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	mw.WriteField("purpose", "batch")
-	fw, _ := mw.CreateFormFile("file", "in.jsonl")
-	fw.Write([]byte("{}\n"))
-	mw.Close()
-	r := h.do(http.MethodPost, "/v1/files", buf.String(), map[string]string{"Authorization": asAlice["Authorization"], "Content-Type": mw.FormDataContentType()})
+	r := uploadAs(h, asAlice)
 	if r.status != http.StatusOK {
 		t.Fatalf("upload: %d %s", r.status, r.body)
 	}

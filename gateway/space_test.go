@@ -18,14 +18,14 @@ import (
 	"github.com/llmgate/llmgate/gateway/apierror"
 )
 
-// TestStoreFullState walks a gateway on a real Badger store, whose statfs
-// and clock the test controls, through a full disk and back: new keyed
-// requests get 503 idempotency_store_full before any claim or upstream
-// call, committed keys replay, unkeyed requests pass, /readyz stays 200 and
-// says why, the metric says it, and keyed work resumes once there is room.
-func TestStoreFullState(t *testing.T) {
+// fullableStore is a real Badger store whose statfs and clock the test
+// controls: with free set under 100 MiB and the clock advanced past the
+// space interval (1h here, so only the test moves it: a second is enough
+// after a write), the store is full.
+func fullableStore(t *testing.T) (*badgerstore.Store, *storetest.Clock, *atomic.Int64) {
+	t.Helper()
 	clock := storetest.NewClock()
-	var free atomic.Int64
+	free := new(atomic.Int64)
 	free.Store(1 << 30)
 	bs, err := badgerstore.Open(badgerstore.Options{Dir: t.TempDir(), Now: clock.Now, After: clock.After,
 		MinFreeBytes: 100 << 20, SpaceInterval: time.Hour,
@@ -34,6 +34,16 @@ func TestStoreFullState(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bs.Close() })
+	return bs, clock, free
+}
+
+// TestStoreFullState walks a gateway on a real Badger store, whose statfs
+// and clock the test controls, through a full disk and back: new keyed
+// requests get 503 idempotency_store_full before any claim or upstream
+// call, committed keys replay, unkeyed requests pass, /readyz stays 200 and
+// says why, the metric says it, and keyed work resumes once there is room.
+func TestStoreFullState(t *testing.T) {
+	bs, clock, free := fullableStore(t)
 	h := newHarnessStore(t, nil, func(Store) Store { return bs }, fakeprovider.Options{})
 	key := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
 

@@ -107,15 +107,7 @@ func (r *Store) purgeOwners(ctx context.Context, scope string) (int, error) {
 
 // ownerPattern is the SCAN pattern of scope's ownership entries:
 // P o:{<escaped scope>:*.
-func (r *Store) ownerPattern(scope string) string {
-	var b strings.Builder
-	b.WriteString(globEscape(r.prefix))
-	b.WriteString(redisOwnerNS)
-	b.WriteByte('{')
-	escapePart(&b, scope)
-	b.WriteString(":*")
-	return b.String()
-}
+func (r *Store) ownerPattern(scope string) string { return r.nsPattern(redisOwnerNS, scope) }
 
 // ScanOwners calls fn for each ownership entry of scope that has not
 // expired by the store's clock, with its size (key and value) and expiry:

@@ -20,10 +20,14 @@ import (
 // P r:{<scope>:*. The scope is escaped (escapePart), so the pattern
 // matches its keys only: another scope cannot contain the ':' that ends
 // this one, nor a glob metacharacter.
-func (r *Store) scopePattern(scope string) string {
+func (r *Store) scopePattern(scope string) string { return r.nsPattern(redisRecordNS, scope) }
+
+// nsPattern is the SCAN pattern of scope's keys in namespace ns:
+// P ns{<escaped scope>:*.
+func (r *Store) nsPattern(ns, scope string) string {
 	var b strings.Builder
 	b.WriteString(globEscape(r.prefix))
-	b.WriteString(redisRecordNS)
+	b.WriteString(ns)
 	b.WriteByte('{')
 	escapePart(&b, scope)
 	b.WriteString(":*")
