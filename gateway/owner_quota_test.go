@@ -34,6 +34,14 @@ func TestOwnershipEntriesCountAgainstQuota(t *testing.T) {
 			t.Fatalf("a refused create reached the upstream: %+v", seen)
 		}
 	}
+	keyed := func() result {
+		t.Helper()
+		return h.do(http.MethodPost, "/v1/responses", responseBody, with(asAlice, "Idempotency-Key", "made-before"))
+	}
+	first := keyed()
+	if first.status != http.StatusOK {
+		t.Fatalf("keyed create: %d %s", first.status, first.body)
+	}
 	n := 0
 	for ; n < 100; n++ {
 		r := uploadAs(h, asAlice)
@@ -48,6 +56,14 @@ func TestOwnershipEntriesCountAgainstQuota(t *testing.T) {
 		t.Fatalf("alice's uploads were refused after %d", n)
 	}
 	refused(asAlice)
+	// Over the quota, her keyed create's answer is still replayed, and
+	// what creates nothing kept is not refused.
+	if r := keyed(); r.status != http.StatusOK || r.header.Get("Idempotent-Replayed") != "true" || string(r.body) != string(first.body) {
+		t.Fatalf("replay over the quota: %d %v %s", r.status, r.header, r.body)
+	}
+	if r := h.do(http.MethodPost, "/v1/responses", `{"model":"gpt-4o","input":"hi","store":false}`, asAlice); r.status != http.StatusOK {
+		t.Fatalf("a response with store false over the quota: %d %s", r.status, r.body)
+	}
 	if r := uploadAs(h, asBob); r.status != http.StatusOK {
 		t.Fatalf("bob's upload while alice is over her quota: %d %s", r.status, r.body)
 	}

@@ -349,6 +349,18 @@ func TestUpstreamKeyJSONEscapedRedacted(t *testing.T) {
 // relayed compressed without their Content-Encoding: undecodable, and the
 // key inside past redaction (found by the hostile-tenant run).
 func TestUpstreamContentEncodings(t *testing.T) {
+	// An error status in an encoding not asked for keeps its status (its
+	// body dropped): not retried, not a 502.
+	url := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "br")
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte{0x1b, 0x2f, 0x00, 0xf8})
+	}))
+	h := newHarness(t, func(c *config.Config) { c.Upstreams[0].BaseURL = url + "/v1" })
+	if r := h.do(http.MethodPost, "/v1/chat/completions", chatBody, nil); r.status != http.StatusNotFound || bytes.Contains(r.body, []byte{0x1b, 0x2f}) {
+		t.Fatalf("a br 404: %d %q", r.status, r.body)
+	}
 	for _, enc := range []string{"x-gzip", "br"} {
 		url := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			cred := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")

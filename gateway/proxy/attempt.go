@@ -89,26 +89,33 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 
 // decodeBody undoes a Content-Encoding the transport left on res: the
 // transport asks for gzip and decodes "gzip", but an upstream may label it
-// "x-gzip" (RFC 9110 takes the two for one), which is decoded here; any
-// other encoding was not asked for, and relayed as it came it would reach
+// "x-gzip" (RFC 9110 takes the two for one), which is decoded here. Any
+// other encoding was not asked for: relayed as it came, it would reach
 // the client undecodable (its Content-Encoding is not relayed) and past
-// the key's redaction: it is the reason the attempt fails, or "".
+// the key's redaction. A 2xx in one is no answer (the reason is returned:
+// the attempt fails); an error status keeps its status, without its body.
 func decodeBody(res *http.Response) (failed string) {
 	ce := strings.TrimSpace(res.Header.Get("Content-Encoding"))
-	switch {
-	case ce == "" || strings.EqualFold(ce, "identity"):
+	if ce == "" || strings.EqualFold(ce, "identity") {
 		return ""
-	case !strings.EqualFold(ce, "x-gzip"):
-		return fmt.Sprintf("a body in content encoding %.40q, not asked for", ce)
 	}
-	zr, err := gzip.NewReader(res.Body)
-	if err != nil {
-		return "a body labelled x-gzip that is not gzip"
-	}
-	res.Body = readCloser{zr, res.Body}
 	res.Header.Del("Content-Encoding")
 	res.Header.Del("Content-Length")
 	res.ContentLength = -1
+	var zr *gzip.Reader
+	var err error
+	if strings.EqualFold(ce, "x-gzip") {
+		zr, err = gzip.NewReader(res.Body)
+	}
+	switch {
+	case zr != nil:
+		res.Body = readCloser{zr, res.Body}
+		return ""
+	case errors.Is(err, io.EOF): // no body at all
+	case res.StatusCode >= 200 && res.StatusCode <= 299:
+		return fmt.Sprintf("a body in content encoding %.40q it could not decode", ce)
+	}
+	res.Body = readCloser{strings.NewReader(""), res.Body}
 	return ""
 }
 
@@ -137,7 +144,7 @@ func redactKey(body []byte, k secret) []byte {
 	if strings.Contains(view(body), key) {
 		body = bytes.ReplaceAll(body, []byte(key), redacted)
 	}
-	if k.esc != nil && bytes.IndexByte(body, '\\') >= 0 {
+	if k.esc != nil && bytes.IndexByte(body, '\\') >= 0 && k.esc.Match(body) {
 		body = k.esc.ReplaceAllLiteral(body, redacted)
 	}
 	return body
@@ -262,8 +269,12 @@ func (k *keyRedactor) Read(p []byte) (int, error) {
 func keyStart(b []byte, k secret) int {
 	key := k.key
 	if k.esc != nil {
-		// Any end shorter than an escaped form may begin one.
-		return min(len(b), k.reach-1)
+		for n := min(len(b), k.reach-1); n > 0; n-- {
+			if startsForm(b[len(b)-n:], key) {
+				return n
+			}
+		}
+		return 0
 	}
 	for n := min(len(b), len(key)-1); n > 0; n-- {
 		if string(b[len(b)-n:]) == key[:n] {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -10,16 +11,23 @@ import (
 // PHP's json_encode writes "/" as `\/`, Go's encoding/json "<", ">" and
 // "&" as `\u003c`…, .NET's System.Text.Json those and "+", "'" as
 // `\u002B`…, and an encoder may escape any byte outside letters and
-// digits so. A key made only of letters, digits, "-", "_" and "." (most
-// providers' keys) has no escaped form, and the plain search in redactKey
-// finds every copy; for any other key, secret.esc matches each of its
-// other bytes written as itself or as an escape, whatever the encoder
-// chose for each (secret.esc).
+// digits so; an error wrapped in another JSON string is escaped twice
+// (`\\\/`, `\\u002f`). A key made only of letters, digits, "-", "_" and
+// "." (most providers' keys) has no escaped form, and the plain search in
+// redactKey finds every copy; for any other ASCII key, secret.esc matches
+// each of its other bytes written as itself or as an escape, up to
+// maxEscapeDepth times escaped, whatever the encoder chose for each byte.
+// A key with a byte outside ASCII is looked for as it is only.
+
+// maxEscapeDepth bounds how many times over an escaped copy may be
+// escaped: the backslashes before an escape (1 to 4; a backslash itself
+// is 1 to 8 of them).
+const maxEscapeDepth = 4
 
 // plainKeyByte reports a byte no JSON encoder escapes.
 func plainKeyByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '-' || c == '_' || c == '.' || c >= 0x80
+		c == '-' || c == '_' || c == '.'
 }
 
 // secret is the credential an attempt sent, as redaction looks for it.
@@ -29,7 +37,7 @@ type secret struct {
 	// too); nil when key has none.
 	esc *regexp.Regexp
 	// reach is the length of key's longest written form: each byte an
-	// encoder may escape as six (`\u00XX`).
+	// encoder may escape as up to nine (`\\\\u00XX`).
 	reach int
 }
 
@@ -43,26 +51,87 @@ func newSecret(key string) secret {
 		return s.(secret)
 	}
 	s := secret{key: key, reach: len(key)}
-	var b strings.Builder
+	ascii, escapable := true, false
 	for i := range len(key) {
-		c := key[i]
-		lit := regexp.QuoteMeta(string(c))
-		if plainKeyByte(c) {
-			b.WriteString(lit)
-			continue
-		}
-		s.reach += 5
-		b.WriteString(`(?:` + lit + `|\\u00` + hexEitherCase(c>>4) + hexEitherCase(c&0xf))
-		if c == '/' || c == '"' || c == '\\' {
-			b.WriteString(`|\\` + lit)
-		}
-		b.WriteString(`)`)
+		ascii = ascii && key[i] < 0x80
+		escapable = escapable || !plainKeyByte(key[i])
 	}
-	if s.reach > len(key) {
+	if ascii && escapable {
+		var b strings.Builder
+		for i := range len(key) {
+			c := key[i]
+			lit := regexp.QuoteMeta(key[i : i+1])
+			if plainKeyByte(c) {
+				b.WriteString(lit)
+				continue
+			}
+			s.reach += maxEscapeDepth + len("u00XX") - 1
+			esc := `\\{1,` + strconv.Itoa(maxEscapeDepth) + `}`
+			uhex := esc + `u00` + hexEitherCase(c>>4) + hexEitherCase(c&0xf)
+			switch c {
+			case '\\':
+				b.WriteString(`(?:\\{1,` + strconv.Itoa(2*maxEscapeDepth) + `}|` + uhex + `)`)
+			case '/', '"':
+				b.WriteString(`(?:` + lit + `|` + uhex + `|` + esc + lit + `)`)
+			default:
+				b.WriteString(`(?:` + lit + `|` + uhex + `)`)
+			}
+		}
 		s.esc = regexp.MustCompile(b.String())
 	}
 	secrets.Store(key, s)
 	return s
+}
+
+// startsForm reports whether b could be the start of a written form of
+// key (one secret.esc matches) that goes on past b's end.
+func startsForm(b []byte, key string) bool {
+	i := 0
+	for k := 0; k < len(key) && i < len(b); k++ {
+		c := key[k]
+		if b[i] == c && c != '\\' {
+			i++
+			continue
+		}
+		if plainKeyByte(c) || b[i] != '\\' {
+			return false
+		}
+		run := 0
+		for i < len(b) && b[i] == '\\' && run < 2*maxEscapeDepth {
+			i++
+			run++
+		}
+		if i == len(b) {
+			return true
+		}
+		switch {
+		case b[i] == 'u' && run <= maxEscapeDepth:
+			i++
+			want := "00" + strings.ToLower(hexByte(c))
+			for j := range len(want) {
+				if i == len(b) {
+					return true
+				}
+				if b[i]|0x20 != want[j] && b[i] != want[j] {
+					return false
+				}
+				i++
+			}
+		case c == '\\':
+			// The run of backslashes is the form.
+		case (c == '/' || c == '"') && b[i] == c && run <= maxEscapeDepth:
+			i++
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// hexByte is c in two hex digits.
+func hexByte(c byte) string {
+	const digits = "0123456789abcdef"
+	return string([]byte{digits[c>>4], digits[c&0xf]})
 }
 
 // hexEitherCase is a pattern for the hex digit d in either case.

@@ -16,6 +16,8 @@ var escapedForms = []string{
 	`sk/abc+de\u003cf\u003e\u0026'x`,
 	`sk/abc\u002Bde\u003Cf\u003E\u0026\u0027x`,
 	`sk\u002fabc\u002bde\u003cf\u003e\u0026\u0027x`,
+	// Escaped twice: an error quoted inside another JSON string.
+	`sk\\\/abc+de\\u003cf\\u003e\\u0026'x`,
 }
 
 const escapableKey = "sk/abc+de<f>&'x"
@@ -61,5 +63,41 @@ func TestRedactKeyEscaped(t *testing.T) {
 	}
 	if got := string(redactKey([]byte(body), newSecret(escapableKey))); got != body {
 		t.Errorf("near miss: %s", got)
+	}
+}
+
+// TestKeyRedactorHoldsBackOnlyAnEscapedStart: for a key with escaped
+// forms, what cannot begin one goes out at once too; an end that may
+// (the key's plain start, a backslash, a partial \u00) is held.
+func TestKeyRedactorHoldsBackOnlyAnEscapedStart(t *testing.T) {
+	for _, tc := range []struct{ first, out string }{
+		{"data: {\"text\":\"hi\"}\n\n", "data: {\"text\":\"hi\"}\n\n"},
+		{"text then sk\\", "text then "},
+		{"text then sk\\u00", "text then "},
+		{"text then sk\\u01", "text then sk\\u01"},
+		{"text then sk\\/ab", "text then "},
+		{"line\\n", "line\\n"},
+	} {
+		pr, pw := io.Pipe()
+		go pw.Write([]byte(tc.first))
+		kr := &keyRedactor{r: pr, key: newSecret(escapableKey)}
+		buf := make([]byte, 64)
+		n, err := kr.Read(buf)
+		if err != nil || string(buf[:n]) != tc.out {
+			t.Errorf("after %q: first read %q, %v; want %q", tc.first, buf[:n], err, tc.out)
+		}
+		pw.Close()
+	}
+}
+
+// TestNonASCIIKeyPlainOnly: a key with a byte outside ASCII is looked for
+// as it is (no encoder's escape of it is guessed at), and still found.
+func TestNonASCIIKeyPlainOnly(t *testing.T) {
+	const key = "sk/é-secret-123"
+	if s := newSecret(key); s.esc != nil || s.reach != len(key) {
+		t.Fatalf("esc %v, reach %d", s.esc, s.reach)
+	}
+	if got := string(redactKey([]byte("key "+key), newSecret(key))); got != "key [redacted]" {
+		t.Fatalf("%q", got)
 	}
 }

@@ -66,6 +66,9 @@ func (g *Handler) handlePost(ep endpoint) echo.HandlerFunc {
 		if kr != nil {
 			return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}, out: ep.output(rt)}, kr)
 		}
+		if err := g.createCheck(r, cl, body, s); err != nil {
+			return err
+		}
 		return g.serveUnkeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, out: ep.output(rt)})
 	})
 }

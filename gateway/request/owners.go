@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/gateway/apierror"
@@ -68,28 +69,7 @@ type sharedView struct {
 // sent. When the routed upstream is the client's own but the objects the
 // request names were created through a fallback under a shared key (and
 // recorded there), the plan is likewise the one hop to that fallback.
-//
-// A POST that may create objects under a shared key is refused while the
-// store is full, or the client's stored bytes are over its quota: their
-// ownership entries are kept in the store and count against both.
 func (g *Handler) plan(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view sharedView) error {
-	if err := g.planHops(r, cl, u, view); err != nil {
-		return err
-	}
-	if r.Method != http.MethodPost || !ownership.Creates(r.URL.Path) || !slices.ContainsFunc(cl.Hops, proxy.Hop.Shared) {
-		return nil
-	}
-	if sp, ok := g.space(); ok && sp.Full {
-		return &apierror.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "ownership_store_full",
-			Message: "The gateway's store is full, so this request was not sent: the objects it creates could not be recorded as yours. " +
-				"Retry after the Retry-After interval.",
-			RetryAfter: StoreFullRetryAfter, Err: fmt.Errorf("store full (%s): %d bytes live (cap %d)", sp.Reason, sp.LiveBytes, sp.MaxBytes)}
-	}
-	return g.limits.CheckStorage(cl.Client)
-}
-
-// planHops is plan's hops.
-func (g *Handler) planHops(r *http.Request, cl *proxy.Call, u *proxy.Upstream, view sharedView) error {
 	client := ClientOf(r)
 	cl.Client = client
 	chain := u.Chain()
@@ -136,6 +116,41 @@ func (g *Handler) planHops(r *http.Request, cl *proxy.Call, u *proxy.Upstream, v
 			continue
 		}
 		cl.Hops = append(cl.Hops, withStoreFalse(hop, view))
+	}
+	return nil
+}
+
+// createCheck refuses an unkeyed request that creates provider objects
+// under a shared key — a POST to a collection (/v1/files, /v1/batches,
+// /v1/vector_stores, /v1/conversations, /v1/uploads, /v1/messages/batches)
+// or a stored response, on its first hop — while the store is full (503
+// ownership_store_full) or the client's stored bytes are over its quota
+// (429): each object's ownership entry is kept in the store and counts
+// against both. A keyed request is checked on the keyed path, after its
+// lookup, so that a committed answer is still replayed. Calls on an
+// object the client has (a cancel, a search, an upload's parts), a
+// response with store false and a Messages call are not refused (a
+// container a message hands out is recorded and counted all the same).
+func (g *Handler) createCheck(r *http.Request, cl *proxy.Call, body []byte, s *summary) error {
+	if r.Method != http.MethodPost || !ownership.Creates(r.URL.Path) || !cl.Hops[0].Shared() {
+		return nil
+	}
+	if _, named := ownership.FromPath(r.URL.Path); named {
+		return nil
+	}
+	if cl.Suffix == "/responses" && (cl.Hops[0].Upstream.Cfg.ForceStoreFalse || !ownership.Stored(body)) {
+		return nil
+	}
+	if sp, ok := g.space(); ok && sp.Full {
+		s.class = "gateway_error"
+		return &apierror.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "ownership_store_full",
+			Message: "The gateway's store is full, so this request was not sent: the objects it creates could not be recorded as yours. " +
+				"Retry after the Retry-After interval.",
+			RetryAfter: StoreFullRetryAfter, Err: fmt.Errorf("store full (%s): %d bytes live (cap %d)", sp.Reason, sp.LiveBytes, sp.MaxBytes)}
+	}
+	if err := g.limits.CheckStorage(cl.Client); err != nil {
+		s.class = "client_limited"
+		return err
 	}
 	return nil
 }
@@ -293,7 +308,14 @@ func (g *Handler) recordObjects(ctx context.Context, client string, cl *proxy.Ca
 	// Detached: a keyed call records even after its client left.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Store.OpTimeout.D())
 	defer cancel()
-	return g.owners.Record(ctx, client, resp.Upstream.Cfg.Name, refs, g.limits.Committed)
+	// An entry is counted against the quota where it is made, by a POST;
+	// a GET that hands out an object again (a batch's output file, at
+	// each poll) rewrites the one entry.
+	var stored func(string, int64, time.Duration)
+	if cl.In.Method == http.MethodPost {
+		stored = g.limits.Committed
+	}
+	return g.owners.Record(ctx, client, resp.Upstream.Cfg.Name, refs, stored)
 }
 
 // handOut readies a call's answer to be handed out: recordObjects, then

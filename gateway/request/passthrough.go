@@ -208,6 +208,9 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 		s.upstream = cl.Hops[0].Upstream.Cfg.Name
 		cl.Unbuffered = cl.Unbuffered && !buffersObjects(r, cl.Hops)
 		if key == "" {
+			if err := g.createCheck(r, cl, nil, s); err != nil {
+				return err
+			}
 			return g.serveUnkeyed(&exchange{w: flushWriter{w}, req: r, call: cl, dl: dl, sum: s})
 		}
 		cl.Body = body.json // a dead letter keeps a JSON body (and replays it)
