@@ -121,6 +121,7 @@ func (r *Store) ScanOwners(ctx context.Context, scope string, fn func(cache.Comm
 	}
 	now := r.now()
 	var mu sync.Mutex
+	var stopped error // fn's error, once it has failed
 	err := r.scan(ctx, r.ownerPattern(scope), func(ctx context.Context, c redis.Cmdable, keys []string) error {
 		cmds, err := pipelined(ctx, c, keys, func(p redis.Pipeliner, key string) *redis.StringCmd {
 			return p.Get(ctx, key)
@@ -130,6 +131,11 @@ func (r *Store) ScanOwners(ctx context.Context, scope string, fn func(cache.Comm
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		if stopped != nil {
+			// In a cluster the masters are scanned at once: after fn's
+			// first error no scan calls it again.
+			return stopped
+		}
 		for i, cmd := range cmds {
 			v, err := cmd.Bytes()
 			if errors.Is(err, redis.Nil) {
@@ -142,8 +148,8 @@ func (r *Store) ScanOwners(ctx context.Context, scope string, fn func(cache.Comm
 			if err != nil || !now.Before(o.ExpiresAt) {
 				continue
 			}
-			if err := fn(cache.CommittedRecord{Size: int64(len(keys[i]) + len(v)), ExpiresAt: o.ExpiresAt}); err != nil {
-				return err
+			if stopped = fn(cache.CommittedRecord{Size: int64(len(keys[i]) + len(v)), ExpiresAt: o.ExpiresAt}); stopped != nil {
+				return stopped
 			}
 		}
 		return nil

@@ -17,16 +17,30 @@ import (
 	"github.com/llmgate/llmgate/gateway/metrics"
 )
 
-// fakeStore serves ScanCommitted from a fixed list per scope, or fails.
+// fakeStore serves ScanCommitted and ScanOwners from fixed lists per
+// scope, or fails.
 type fakeStore struct {
-	mu      sync.Mutex
-	records map[string][]cache.CommittedRecord
-	fail    bool
-	during  func() // called in the middle of a scan
-	scans   atomic.Int64
+	mu         sync.Mutex
+	records    map[string][]cache.CommittedRecord
+	owners     map[string][]cache.CommittedRecord
+	fail       bool
+	ownersFail bool
+	during     func() // called in the middle of a scan
+	scans      atomic.Int64
 }
 
-func (f *fakeStore) ScanOwners(context.Context, string, func(cache.CommittedRecord) error) error {
+func (f *fakeStore) ScanOwners(_ context.Context, scope string, fn func(cache.CommittedRecord) error) error {
+	f.mu.Lock()
+	entries, fail := f.owners[scope], f.ownersFail
+	f.mu.Unlock()
+	if fail {
+		return errors.New("store down")
+	}
+	for _, e := range entries {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -271,6 +285,29 @@ func TestStorageFailsOpen(t *testing.T) {
 	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
 	if v := value(t, reg, "llmgate_client_limit_fail_open_total", ""); v != before {
 		t.Fatal("a check with a count counted as failing open")
+	}
+}
+
+// Ownership entries count with the records; a count whose records are
+// read but whose entries are not keeps what the last count found.
+func TestStorageCountsOwners(t *testing.T) {
+	clock := storetest.NewClock()
+	exp := clock.Now().Add(time.Hour)
+	store := &fakeStore{records: map[string][]cache.CommittedRecord{"alice": {{Size: 300, ExpiresAt: exp}}},
+		owners: map[string][]cache.CommittedRecord{"alice": {{Size: 80, ExpiresAt: exp}, {Size: 90, ExpiresAt: exp}}}}
+	l, _ := newLimiter(t, oneClient(config.ClientLimits{MaxStoredBytes: 1000}), store, clock)
+	if got := l.StoredBytes("alice"); got != 470 {
+		t.Fatalf("counted %d, want 470 (a record and two entries)", got)
+	}
+	store.mu.Lock()
+	store.ownersFail = true
+	store.records["alice"] = nil
+	store.mu.Unlock()
+	if err := l.count(context.Background()); err == nil {
+		t.Fatal("a count whose entries could not be read succeeded")
+	}
+	if got := l.StoredBytes("alice"); got != 470 {
+		t.Fatalf("after a half-failed count: %d, want 470 kept", got)
 	}
 }
 
