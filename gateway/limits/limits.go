@@ -259,8 +259,8 @@ func (l *Limiter) refuse(c *client, limit apierror.Limit, retryAfter time.Durati
 
 // CheckStorage refuses a request that would store (a keyed one, one that
 // creates provider objects under a shared key) of a client whose stored
-// bytes have reached its quota: an *apierror.ClientLimited whose RetryAfter is when
-// enough of them expire. A request under the quota is admitted whatever
+// bytes have reached its quota: an *apierror.ClientLimited whose
+// RetryAfter is when enough of them expire. A request under the quota is admitted whatever
 // it will store, so a client may pass it by what its requests in flight
 // store. Until a count from the store succeeds it checks what this
 // process committed alone (fail open, counted).

@@ -125,14 +125,13 @@ func (o *Owners) Record(ctx context.Context, client, upstream string, created []
 			return fmt.Errorf("record owner of %s: unknown kind %q", r.ID, r.Kind)
 		}
 		entry := cache.Owner{Upstream: upstream, Kind: string(r.Kind)}
-		err := o.store.PutOwner(ctx, client, r.ID, entry, ttl)
-		if err == nil && stored != nil {
-			stored(client, EntrySize(client, r.ID, entry), ttl)
-		}
-		if err != nil {
+		if err := o.store.PutOwner(ctx, client, r.ID, entry, ttl); err != nil {
 			return &apierror.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "ownership_store_unavailable",
 				Message:    "The object was created upstream, but the gateway could not record that it is yours, so its id is not handed out. Retry later.",
 				RetryAfter: time.Second, Err: fmt.Errorf("record owner of %s %s: %w", r.Kind, r.ID, err)}
+		}
+		if stored != nil {
+			stored(client, EntrySize(client, r.ID, entry), ttl)
 		}
 	}
 	return nil
