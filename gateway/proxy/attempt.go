@@ -69,8 +69,8 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 	resp.Header = headers.Response(res.Header)
 	redactHeaderKey(resp.Header, a.key)
 	if res.StatusCode < 200 || res.StatusCode > 299 {
-		// Read past the limit by a key's length less one, so that a key
-		// the upstream quotes across it is seen whole (cutRedacted).
+		// Read past the limit by a key's longest form less one, so that a
+		// key the upstream quotes across it is seen whole (cutRedacted).
 		body, err := io.ReadAll(io.LimitReader(res.Body, maxErrorBody+int64(max(a.key.reach-1, 0))))
 		res.Body.Close()
 		if err != nil && len(body) == 0 {
@@ -131,7 +131,7 @@ const minRedactedKey = 8
 // sk-…"), also in an error event of a 200 stream; the gateway's key must
 // reach no client, log, record or dead letter. The rest is left as it
 // came. A body relayed as it comes (unbuffered, or past its buffered
-// prefix) goes through keyRedactor. A copy JSON-escaped (escapedKey) is
+// prefix) goes through keyRedactor. A copy JSON-escaped (secret.esc) is
 // replaced too.
 func redactKey(body []byte, k secret) []byte {
 	key := k.key
@@ -182,7 +182,8 @@ func redactHeaderKey(h http.Header, k secret) {
 // cutRedacted is b cut to limit bytes with every copy of key in them
 // replaced (redactKey). The cut never splits a copy of the key: one that
 // starts before it is kept whole, to be replaced, so b must hold up to
-// limit+len(key)-1 bytes where there are that many. Cut first and
+// limit+reach-1 bytes where there are that many (reach: the key's longest
+// written form, secret.reach). Cut first and
 // redacted after, the first bytes of a key straddling the cut would pass.
 func cutRedacted(b []byte, limit int, k secret) []byte {
 	return redactKey(b[:cutEnd(b, limit, k)], k)
@@ -264,8 +265,9 @@ func (k *keyRedactor) Read(p []byte) (int, error) {
 }
 
 // keyStart is the length of the longest end of b, shorter than key,
-// that key starts with: the bytes that may be the first of a copy split
-// across reads.
+// that key starts with (for a key with escaped forms, that one of them
+// may start with: startsForm): the bytes that may be the first of a copy
+// split across reads.
 func keyStart(b []byte, k secret) int {
 	key := k.key
 	if k.esc != nil {
