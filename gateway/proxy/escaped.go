@@ -107,7 +107,7 @@ func startsForm(b []byte, key string) bool {
 		switch {
 		case b[i] == 'u' && run <= maxEscapeDepth:
 			i++
-			want := "00" + strings.ToLower(hexByte(c))
+			want := "00" + hexByte(c)
 			for j := range len(want) {
 				if i == len(b) {
 					return true
@@ -128,17 +128,15 @@ func startsForm(b []byte, key string) bool {
 	return true
 }
 
-// hexByte is c in two hex digits.
-func hexByte(c byte) string {
-	const digits = "0123456789abcdef"
-	return string([]byte{digits[c>>4], digits[c&0xf]})
-}
+const hexDigits = "0123456789abcdef"
+
+// hexByte is c in two lower-case hex digits.
+func hexByte(c byte) string { return string([]byte{hexDigits[c>>4], hexDigits[c&0xf]}) }
 
 // hexEitherCase is a pattern for the hex digit d in either case.
 func hexEitherCase(d byte) string {
-	const digits = "0123456789abcdef"
 	if d < 10 {
-		return digits[d : d+1]
+		return hexDigits[d : d+1]
 	}
-	return "[" + digits[d:d+1] + strings.ToUpper(digits[d:d+1]) + "]"
+	return "[" + hexDigits[d:d+1] + strings.ToUpper(hexDigits[d:d+1]) + "]"
 }

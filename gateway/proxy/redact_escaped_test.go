@@ -78,15 +78,7 @@ func TestKeyRedactorHoldsBackOnlyAnEscapedStart(t *testing.T) {
 		{"text then sk\\/ab", "text then "},
 		{"line\\n", "line\\n"},
 	} {
-		pr, pw := io.Pipe()
-		go pw.Write([]byte(tc.first))
-		kr := &keyRedactor{r: pr, key: newSecret(escapableKey)}
-		buf := make([]byte, 64)
-		n, err := kr.Read(buf)
-		if err != nil || string(buf[:n]) != tc.out {
-			t.Errorf("after %q: first read %q, %v; want %q", tc.first, buf[:n], err, tc.out)
-		}
-		pw.Close()
+		wantFirstRead(t, escapableKey, tc.first, tc.out)
 	}
 }
 

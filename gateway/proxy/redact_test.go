@@ -93,15 +93,22 @@ func TestKeyRedactorHoldsBackOnlyAKeyStart(t *testing.T) {
 		{"text then sk-abcdefgh1", "text then "},
 		{"ends in k", "ends in k"},
 	} {
-		pr, pw := io.Pipe()
-		go pw.Write([]byte(tc.first))
-		kr := &keyRedactor{r: pr, key: newSecret(key)}
-		buf := make([]byte, 64)
-		n, err := kr.Read(buf)
-		if err != nil || string(buf[:n]) != tc.out {
-			t.Errorf("after %q: first read %q, %v; want %q", tc.first, buf[:n], err, tc.out)
-		}
-		pw.Close()
+		wantFirstRead(t, key, tc.first, tc.out)
+	}
+}
+
+// wantFirstRead checks that a keyRedactor for key whose upstream has sent
+// first (and nothing more yet) gives out exactly out on its first read.
+func wantFirstRead(t *testing.T, key, first, out string) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write([]byte(first))
+	kr := &keyRedactor{r: pr, key: newSecret(key)}
+	buf := make([]byte, 64)
+	n, err := kr.Read(buf)
+	if err != nil || string(buf[:n]) != out {
+		t.Errorf("after %q: first read %q, %v; want %q", first, buf[:n], err, out)
 	}
 }
 
