@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/llmgate/llmgate/config"
+	"github.com/llmgate/llmgate/gateway/request"
 )
 
 // pacedUpstream is an OpenAI chat stream whose events go out one at a
@@ -72,9 +74,18 @@ type sseClient struct {
 // openStream sends a keyed stream request; its answer is read by event.
 func openStream(t *testing.T, h *harness, key string) *sseClient {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/v1/chat/completions", strings.NewReader(streamBody))
+	return openStreamAt(t, h.srv.URL, key, nil)
+}
+
+// openStreamAt is openStream to the gateway at url, with headers hdr.
+func openStreamAt(t *testing.T, url, key string, hdr map[string]string) *sseClient {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(streamBody))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
 	c := &sseClient{t: t, opened: make(chan *http.Response, 1)}
 	go func() {
 		res, err := testClient.Do(req)
@@ -264,5 +275,66 @@ func TestJoinedUnrecordableStreamIsCut(t *testing.T) {
 	rest, err := io.ReadAll(joiner.rd)
 	if err == nil {
 		t.Fatalf("the joiner's stream of an unrecordable answer ended cleanly:\n%s%s", joiner.read.String(), rest)
+	}
+}
+
+// TestJoinerDeadlineAfterStreamEnd: a joiner whose client deadline passes
+// once the stream it follows has written its end, committed, gets that
+// stream as the first client does, with nothing after its end (before,
+// the joiner appended a client_deadline_exceeded event after [DONE] while
+// the call still settled, and an SDK reading to the end raised on it).
+func TestJoinerDeadlineAfterStreamEnd(t *testing.T) {
+	up := newPacedUpstream(2, 0)
+	url := newTestServer(t, up)
+	h := newHarness(t, func(c *config.Config) { c.Upstreams[0].BaseURL = url + "/v1" })
+	sent, release := make(chan struct{}), make(chan struct{})
+	deadline, cutting := make(chan time.Time, 1), make(chan struct{})
+	first := &request.CallHooks{At: func(p request.SettlePoint) {
+		if p == request.PointSent {
+			close(sent)
+			<-release // the call settles on only once the joiner has met its deadline
+		}
+	}}
+	joinerHooks := &request.CallHooks{Deadline: deadline, Cutting: func() { close(cutting) }}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hk := first
+		if r.Header.Get("X-Test-Joiner") != "" {
+			hk = joinerHooks
+		}
+		h.gw.Handler().ServeHTTP(w, r.WithContext(request.WithCallHooks(r.Context(), hk)))
+	}))
+	defer srv.Close()
+	a := openStreamAt(t, srv.URL, "join-deadline", nil)
+	up.step <- struct{}{}
+	a.event()
+	joiner := openStreamAt(t, srv.URL, "join-deadline", map[string]string{"X-Test-Joiner": "1"})
+	joiner.event()
+	go func() {
+		for range up.events[1:] {
+			up.step <- struct{}{}
+		}
+	}()
+	wait := func(c <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(requestLimit): // a bound, not a synchronisation
+			close(release)
+			t.Fatalf("%s never happened", what)
+		}
+	}
+	wait(sent, "the first call's end going out")
+	for !strings.HasSuffix(joiner.read.String(), "data: [DONE]\n\n") {
+		joiner.event()
+	}
+	deadline <- time.Time{}
+	wait(cutting, "the joiner acting on its deadline")
+	close(release)
+	whole := []byte(strings.Join(up.events, ""))
+	if got := joiner.rest(); !bytes.Equal(got, whole) {
+		t.Fatalf("the joiner got, after the stream's end:\n%s", got[len(whole)-len("data: [DONE]\n\n"):])
+	}
+	if got := a.rest(); !bytes.Equal(got, whole) {
+		t.Fatalf("the first client got:\n%s", got)
 	}
 }

@@ -89,6 +89,11 @@ func TestClientDeadlineAtEachPointOfSettlement(t *testing.T) {
 					h.fake.Enqueue(step, step)
 					k := "cut-at-" + strings.ReplaceAll(p, " ", "-")
 					whole := h.cutAt(st, p, sc.body, k, ref.body)
+					if p == string(request.PointSent) && !whole {
+						// The whole answer, its end included, was out
+						// before the deadline passed: nothing may follow it.
+						t.Errorf("a deadline passing once the whole answer was sent spoiled it")
+					}
 					again := h.chat(sc.body, key(k))
 					switch {
 					case again.status == http.StatusGone && !whole:

@@ -372,7 +372,8 @@ type CallHooks struct {
 	// At is called by the call at each SettlePoint.
 	At func(SettlePoint)
 	// Cutting is called by the handler when the deadline has passed,
-	// before it ends the handoff; Cut once it has ended it.
+	// before it ends the handoff (a joiner's, before it acts on it); Cut
+	// once it has ended it.
 	Cutting, Cut func()
 }
 
@@ -621,6 +622,7 @@ func (k *keyedCall) deliverJSON(resp *proxy.Response, res outcome.Result, v outc
 	// delivery below says otherwise.
 	k.s.committed = "marker: response over the record limit"
 	k.s.idemEvent = "not_stored"
+	k.h.finish()
 	err := proxy.WriteJSON(k.h, resp, v, func(size int64) error {
 		k.hooks.point(PointSent)
 		act, err := k.settleDelivered(res, resp.Upstream.Cfg.Name, size)
@@ -723,6 +725,7 @@ func (k *keyedCall) stream(resp *proxy.Response) {
 		return
 	}
 	k.hooks.point(PointCommitted)
+	k.h.finish()
 	tail.Release()
 	k.hooks.point(PointSent)
 }
@@ -741,6 +744,7 @@ var errNotDelivered = errors.New("the client did not receive the answer whole")
 // client still has the answer; the key is released (Lease.Commit).
 func (k *keyedCall) notStored(res outcome.Result, rec *sse.Recorder, tail *proxy.Tail) {
 	k.lease.Uncommitted()
+	k.h.finish()
 	tail.Release()
 	k.hooks.point(PointSent)
 	act, err := k.settleDelivered(res, res.Upstream, rec.Seen())

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmgate/llmgate/cache"
@@ -56,6 +57,10 @@ type liveStream struct {
 	// from now on depends on its settlement; a duplicate arriving now
 	// waits for that in the store instead (joinable).
 	sealed bool
+	// finishing: the call writes its answer's end (handoff.finish): a
+	// joiner's deadline no longer ends its response, which follows the
+	// call to the end rather than append a 504 after [DONE].
+	finishing atomic.Bool
 }
 
 func newLiveStream(fp string, max int64) *liveStream {
@@ -372,6 +377,12 @@ func (g *Handler) follow(x *exchange, kr *idempotency.Request, l *liveStream, de
 		case <-r.Context().Done():
 			return apierror.ClientGone
 		case <-deadline:
+			hk := hooksOf(r.Context())
+			hk.call(hk.Cutting)
+			if l.finishing.Load() {
+				deadline = nil // the end is out or going out: follow it
+				continue
+			}
 			if endAtClientDeadline(w, true, true, x.call) {
 				panic(http.ErrAbortHandler)
 			}

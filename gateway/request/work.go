@@ -239,6 +239,13 @@ type handoff struct {
 	// writing: a write or flush to the client is under way (beginWrite);
 	// end cuts it short with a write deadline of now.
 	writing atomic.Bool
+	// finishing is set by the work before it writes its answer's end
+	// (finish): a committed stream's held-back tail, or an answer too
+	// large to record, whose delivery decides its marker. From then on
+	// end cuts nothing and ends nothing, as for an answer delivered: the
+	// end of an answer must never be followed by the handler's 504, nor
+	// cut once it is going out.
+	finishing atomic.Bool
 	// guardedAt is when guard last set the write deadline (zero: none is
 	// set). Under mu.
 	guardedAt time.Time
@@ -307,7 +314,21 @@ func (h *handoff) endWrite() { h.writing.Store(false) }
 // cutting reports that end has begun and a write must be cut: unless the
 // answer was delivered, after which the work only writes its end (a
 // trailer, a last flush), which end leaves be.
-func (h *handoff) cutting() bool { return h.ending.Load() && !h.delivered() }
+func (h *handoff) cutting() bool {
+	return h.ending.Load() && !h.delivered() && !h.finishing.Load()
+}
+
+// finish marks the writes from now on as the answer's end (finishing).
+// Each of end and a write after finish sees the other's mark, as with
+// beginWrite: end sets ending, then reads finishing; finish sets
+// finishing before the write reads ending. An end that took mu first has
+// ended the handoff, and the end's writes go nowhere.
+func (h *handoff) finish() {
+	h.finishing.Store(true)
+	if h.live != nil {
+		h.live.finishing.Store(true)
+	}
+}
 
 // cut fails the write to the client under way, and any until the deadline
 // is lifted, at once — unless the answer was delivered: settling it as cut
@@ -547,14 +568,14 @@ func (h *handoff) trailer(k, v string) {
 // nothing left to write but its end (a trailer, a last flush).
 func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool)) (abort, delivered bool) {
 	h.ending.Store(true)
-	if h.writing.Load() {
+	if h.writing.Load() && !h.finishing.Load() {
 		h.cut()
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_ = http.NewResponseController(h.w).SetWriteDeadline(time.Time{})
 	h.guardedAt = time.Time{}
-	if h.delivered() {
+	if h.delivered() || (h.finishing.Load() && !h.ended) {
 		h.ending.Store(false) // the work's end must not be cut
 		return false, true
 	}
