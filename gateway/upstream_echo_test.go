@@ -389,3 +389,48 @@ func TestUpstreamContentEncodings(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamKeyEscapedLettersRedactedInErrors: an error body may write
+// any character of the key as \u00XX, letters too, which no search of its
+// bytes finds; decoded, it is the key. An error the client gets (relayed,
+// or the gateway's own upstream_retries_exhausted made of its message)
+// and the log line carry it redacted (before, the gateway decoded it into
+// its own message and log line in plain text: found by the hostile-tenant
+// run).
+func TestUpstreamKeyEscapedLettersRedactedInErrors(t *testing.T) {
+	const key = "sk-shared-UPSTREAM-secret-0123456789"
+	var esc strings.Builder
+	for _, c := range key {
+		fmt.Fprintf(&esc, `\u%04x`, c)
+	}
+	for _, status := range []int{http.StatusBadRequest, http.StatusServiceUnavailable} {
+		url := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			io.WriteString(w, `{"error":{"message":"oops key `+esc.String()+`","type":"server_error","code":"`+esc.String()+`"}}`)
+		}))
+		h := newHarness(t, func(c *config.Config) {
+			c.Upstreams[0].BaseURL = url + "/v1"
+			c.Upstreams[0].APIKey = key
+			c.Retry.MaxAttempts = 2
+		})
+		r := h.do(http.MethodPost, "/v1/chat/completions", chatBody, nil)
+		if r.status != status {
+			t.Fatalf("status %d, want %d: %s", r.status, status, r.body)
+		}
+		var decoded struct {
+			Error struct{ Message, Code string } `json:"error"`
+		}
+		if err := json.Unmarshal(r.body, &decoded); err != nil {
+			t.Fatalf("%s: %v", r.body, err)
+		}
+		for what, s := range map[string]string{"message": decoded.Error.Message, "code": decoded.Error.Code, "log": h.logs.String()} {
+			if strings.Contains(s, key) || strings.Contains(s, esc.String()) {
+				t.Errorf("%d: the key in the %s: %s", status, what, s)
+			}
+		}
+		if !strings.Contains(decoded.Error.Message, "oops key [redacted]") {
+			t.Errorf("%d: message %q", status, decoded.Error.Message)
+		}
+	}
+}

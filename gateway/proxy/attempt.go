@@ -77,7 +77,7 @@ func (p *Proxy) attempt(ctx context.Context, c *Call, hop Hop) *Response {
 			return a.fail(err)
 		}
 		a.end()
-		resp.Body = cutRedacted(body, maxErrorBody, a.key)
+		resp.Body = redactDecoded(cutRedacted(body, maxErrorBody, a.key), a.key)
 		resp.Outcome = classify.FromResponse(res.StatusCode, res.Header, resp.Body, p.now())
 		return resp
 	}

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
@@ -139,4 +141,66 @@ func hexEitherCase(d byte) string {
 		return hexDigits[d : d+1]
 	}
 	return "[" + hexDigits[d:d+1] + strings.ToUpper(hexDigits[d:d+1]) + "]"
+}
+
+// redactDecoded is an error body with the key redacted from what its JSON
+// strings decode to. An encoder may write any character as \u00XX,
+// letters too: no honest one does so, and the searches of redactKey look
+// for what encoders write. But an error body is decoded — by the client's
+// SDK, and by the gateway itself into its own message
+// (upstream_retries_exhausted) and log line — so a string that decodes to
+// the key is written again, encoded with the key redacted. Only error
+// bodies (small, and rare): an answer's body, and a stream, are left as
+// the upstream wrote them (as a base64 copy of the key is). A body that is
+// not JSON, holds no escape, or decodes to no copy of the key is returned
+// as it is.
+func redactDecoded(body []byte, k secret) []byte {
+	if len(k.key) < minRedactedKey || bytes.IndexByte(body, '\\') < 0 {
+		return body
+	}
+	var v any
+	if json.Unmarshal(body, &v) != nil {
+		return body
+	}
+	v, found := redactStrings(v, k.key)
+	if !found {
+		return body
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+// redactStrings replaces key in every string within v (a decoded JSON
+// value), object keys too, and reports whether it found any.
+func redactStrings(v any, key string) (any, bool) {
+	switch t := v.(type) {
+	case string:
+		if strings.Contains(t, key) {
+			return strings.ReplaceAll(t, key, string(redacted)), true
+		}
+	case []any:
+		found := false
+		for i, e := range t {
+			var f bool
+			t[i], f = redactStrings(e, key)
+			found = found || f
+		}
+		return t, found
+	case map[string]any:
+		found := false
+		for name, e := range t {
+			e, f := redactStrings(e, key)
+			if strings.Contains(name, key) {
+				delete(t, name)
+				name, f = strings.ReplaceAll(name, key, string(redacted)), true
+			}
+			t[name] = e
+			found = found || f
+		}
+		return t, found
+	}
+	return v, false
 }
