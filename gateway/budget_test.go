@@ -657,10 +657,13 @@ func TestBudgetCountTokensFree(t *testing.T) {
 }
 
 // A request asking for n choices (or best_of) is reserved for n times its
-// max_tokens, as the provider may bill every choice: under a budget of 500
-// tokens, n=5 with max_tokens 100 does not fit and never reaches the
-// provider; an embedding, which has no output, is reserved for its input
-// only.
+// max_tokens, as the provider may bill every choice, and a completion of
+// several prompts (an array of strings or of token arrays) for each
+// prompt's: under a budget of 500 tokens, n=5 or 5 prompts with
+// max_tokens 100 does not fit and never reaches the provider (before,
+// prompts counted as one: the hostile-tenant run overshot a day's budget
+// 9× with ten 1,000-prompt calls); an embedding, which has no output, is
+// reserved for its input only.
 func TestBudgetReservesEveryChoiceAndNoOutputForEmbeddings(t *testing.T) {
 	up := &metered{In: 10, Out: 10}
 	srv := httptest.NewServer(up)
@@ -670,6 +673,8 @@ func TestBudgetReservesEveryChoiceAndNoOutputForEmbeddings(t *testing.T) {
 	for _, body := range []string{
 		`{"model":"gpt-4o-mini","n":5,"max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`,
 		`{"model":"gpt-4o-mini","best_of":5,"max_tokens":100,"prompt":"hi"}`,
+		`{"model":"gpt-4o-mini","max_tokens":100,"prompt":["a","b","c","d","e"]}`,
+		`{"model":"gpt-4o-mini","max_tokens":100,"prompt":[[1],[2],[3],[4],[5]]}`,
 	} {
 		path := "/v1/chat/completions"
 		if strings.Contains(body, "prompt") {
@@ -685,6 +690,10 @@ func TestBudgetReservesEveryChoiceAndNoOutputForEmbeddings(t *testing.T) {
 	}
 	if r := h.chat(`{"model":"gpt-4o-mini","n":3,"max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`, alice); r.status != 200 {
 		t.Fatalf("n=3, max_tokens 100 under 500: %d %s", r.status, r.body)
+	}
+	// One prompt of tokens is one prompt.
+	if r := h.do(http.MethodPost, "/v1/completions", `{"model":"gpt-4o-mini","max_tokens":100,"prompt":[1,2,3,4,5]}`, alice); r.status != 200 {
+		t.Fatalf("a prompt of 5 tokens, max_tokens 100 under 500: %d %s", r.status, r.body)
 	}
 	// An embedding reserves its input only (default_max_tokens is 4096,
 	// which would not fit what is left).

@@ -28,6 +28,10 @@ type routing struct {
 	// and best_of when set (a count), else 1. Its reservation covers
 	// MaxTokens for each.
 	Choices int64
+	// Prompts is how many prompts a legacy completion's prompt holds: the
+	// length of an array of strings or of token arrays (each is answered
+	// Choices times); 0 for one prompt or none.
+	Prompts int64
 	// IncludeUsage is stream_options.include_usage == true.
 	IncludeUsage bool
 	// PreviousResponseID is previous_response_id when it is a string.
@@ -56,7 +60,7 @@ const (
 // once, in any case: the gateway and the upstream must not read different
 // values.
 var routingKeys = jsonscan.NewKeys("model", "stream", "stream_options", "previous_response_id", "background", "store", "conversation",
-	"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of")
+	"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of", "prompt")
 
 var (
 	streamOptionsKeys = jsonscan.NewKeys("include_usage")
@@ -139,6 +143,8 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 		if n, ok := count(v); ok && n > r.Choices {
 			r.Choices = n
 		}
+	case "prompt":
+		r.Prompts = prompts(v)
 	case "previous_response_id":
 		r.Raw.PreviousResponseID = v
 		if v[0] == '"' {
@@ -211,6 +217,24 @@ type syntaxError = jsonscan.SyntaxError
 // count reads a JSON number as a count, as a provider's decoder would:
 // 8, 8.0 and 8e0 are 8 (a budget reservation must not read "8.0" as "not
 // set"); a fraction, a negative or a number past 2⁶² is not a count.
+// prompts is how many prompts the prompt value v holds: an array's
+// elements when they are strings or token arrays, else 0 (one prompt: a
+// string, or an array of tokens).
+func prompts(v []byte) int64 {
+	if v[0] != '[' {
+		return 0
+	}
+	var n int64
+	arr := jsonscan.New(v, 0)
+	for range arr.Elements() {
+		if e := arr.Value(); len(e) == 0 || e[0] != '"' && e[0] != '[' {
+			return 0
+		}
+		n++
+	}
+	return n
+}
+
 func count(v []byte) (int64, bool) {
 	if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
 		return n, n >= 0

@@ -12,6 +12,7 @@ package request
 import (
 	"context"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -156,9 +157,14 @@ type endpoint struct {
 	noOutput bool
 }
 
-// output is what a request to ep may produce, for its reservation.
+// output is what a request to ep may produce, for its reservation: each
+// of its prompts' choices may be billed its max tokens.
 func (ep endpoint) output(rt routing) budget.Output {
-	return budget.Output{MaxTokens: rt.MaxTokens, Choices: rt.Choices, None: ep.noOutput}
+	choices := max(rt.Choices, 1)
+	if p := rt.Prompts; p > 1 {
+		choices = min(choices, math.MaxInt64/p) * p // no overflow: a huge count saturates
+	}
+	return budget.Output{MaxTokens: rt.MaxTokens, Choices: choices, None: ep.noOutput}
 }
 
 var postEndpoints = []endpoint{
