@@ -165,3 +165,40 @@ func TestBudgetUnmeteredAllowed(t *testing.T) {
 		})
 	}
 }
+
+// A budgeted client's background response (POST /v1/responses with
+// background: true) is refused as unmetered, keyed or not: its answer is
+// queued, with no usage, and what it spends is known only later, so the
+// budget would charge its estimate alone (the hostile-tenant run charged
+// ten background calls 134 tokens each while the provider reported
+// 500,000). A client allowed unmetered calls, a budget for other models,
+// and a response that is not background, pass.
+func TestBudgetBackgroundResponseRefused(t *testing.T) {
+	const bg = `{"model":"gpt-4o-mini","input":"hi","background":true,"max_output_tokens":10}`
+	h, up := unmeteredHarness(t, nil)
+	for _, hdr := range []map[string]string{alice, with(alice, "Idempotency-Key", "bg-1"), with(alice, "Idempotency-Key", "bg-1")} {
+		r := h.do(http.MethodPost, "/v1/responses", bg, hdr)
+		e := wantOpenAIError(t, r, http.StatusForbidden)
+		if msg, _ := e["message"].(string); e["code"] != "budget_unmetered_endpoint" || !strings.Contains(msg, "background: true") {
+			t.Fatalf("background response: %v, want budget_unmetered_endpoint naming background", e)
+		}
+	}
+	if got := up.made(); len(got) != 0 {
+		t.Fatalf("upstream calls = %v, want none", got)
+	}
+	if r := h.do(http.MethodPost, "/v1/responses", strings.Replace(bg, "true", "false", 1), alice); r.status == http.StatusForbidden {
+		t.Fatalf("a response not in the background: %d %s", r.status, r.body)
+	}
+	if r := h.do(http.MethodPost, "/v1/responses", bg, bob); r.status == http.StatusForbidden {
+		t.Fatalf("bob, without a budget: %d %s", r.status, r.body)
+	}
+	for name, mutate := range map[string]func(c *config.Config){
+		"allowed":              func(c *config.Config) { c.Budgets.AllowUnmetered = true },
+		"other models' budget": func(c *config.Config) { c.Clients[0].Budgets[0].Model = "claude-*" },
+	} {
+		h, _ := unmeteredHarness(t, mutate)
+		if r := h.do(http.MethodPost, "/v1/responses", bg, alice); r.status == http.StatusForbidden {
+			t.Fatalf("%s: %d %s", name, r.status, r.body)
+		}
+	}
+}

@@ -108,6 +108,23 @@ func (l *Ledger) Unmetered(client, method, path string) error {
 	return &apierror.UnmeteredRefused{Client: client, Method: method, Path: path}
 }
 
+// UnmeteredLater is Unmetered for a billed call whose usage comes only
+// later (a background response: its answer is queued, without usage):
+// refused when one of client's budgets applies to model, unless the
+// client may spend unmetered. what names the call in the refusal.
+func (l *Ledger) UnmeteredLater(client, model, method, what string) error {
+	if !l.Budgeted(client) || l.o.AllowUnmetered[client] {
+		return nil
+	}
+	for _, b := range l.o.Budgets[client] {
+		if b.Matches(model) {
+			l.o.Metrics.BudgetRefused(client, UnmeteredBudget)
+			return &apierror.UnmeteredRefused{Client: client, Method: method, Path: what}
+		}
+	}
+	return nil
+}
+
 // UnmeteredBudget is the budget label of Unmetered's refusals in
 // llmgate_budget_refused_total.
 const UnmeteredBudget = "unmetered"
@@ -408,6 +425,9 @@ type Output struct {
 	Choices int64
 	// None: the endpoint produces no output tokens (embeddings).
 	None bool
+	// Later: what the call spends is reported only later (a background
+	// response), not by its answer.
+	Later bool
 }
 
 // Estimate is what one run of a request is reserved for: its body's

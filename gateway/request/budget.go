@@ -2,6 +2,7 @@ package request
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/llmgate/llmgate/gateway/budget"
 	"github.com/llmgate/llmgate/gateway/outcome"
@@ -40,6 +41,11 @@ func (g *Handler) reserve(ctx context.Context, cl *proxy.Call, out budget.Output
 	client := ClientOf(cl.In)
 	if cl.Passthrough || !cl.API.Billed() || !g.budgets.Budgeted(client) {
 		return nil, nil
+	}
+	if out.Later {
+		if err := g.budgets.UnmeteredLater(client, cl.Model, http.MethodPost, cl.In.URL.Path+" with background: true"); err != nil {
+			return nil, err
+		}
 	}
 	ups := make([]string, len(cl.Hops))
 	for i, h := range cl.Hops {

@@ -164,7 +164,7 @@ func (ep endpoint) output(rt routing) budget.Output {
 	if p := rt.Prompts; p > 1 {
 		choices = min(choices, math.MaxInt64/p) * p // no overflow: a huge count saturates
 	}
-	return budget.Output{MaxTokens: rt.MaxTokens, Choices: choices, None: ep.noOutput}
+	return budget.Output{MaxTokens: rt.MaxTokens, Choices: choices, None: ep.noOutput, Later: rt.Background && ep.suffix == "/responses"}
 }
 
 var postEndpoints = []endpoint{
