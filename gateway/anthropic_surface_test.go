@@ -442,7 +442,11 @@ func uploadAnthropic(h *messagesHarness, who map[string]string, content string) 
 // /v1/messages: bob's batch naming alice's container (the params'
 // "container", which the body-wide scan does not read; also under a
 // member named in another case) is a 404 that never reaches the provider,
-// while alice's batch naming hers is sent.
+// while alice's batch naming hers is sent. So is a body the check could
+// not decode before, whose container went upstream unchecked (found by
+// the hostile-tenant run): a request list with a member that is not an
+// object, a second "requests" member, a single request in place of the
+// list, params as an array, a key spelled with an escape.
 func TestMessageBatchNamesContainer(t *testing.T) {
 	h := anthropicTenants(t)
 	h.ant.Enqueue(fakeprovider.AnthropicStep{Body: messageWith(`"container":{"id":"container_alice9","expires_at":"2026-12-02T05:00:00Z"},`,
@@ -455,9 +459,17 @@ func TestMessageBatchNamesContainer(t *testing.T) {
 		return `{"` + requests + `":[{"custom_id":"x","` + params + `":{"model":"claude-sonnet-4-5","max_tokens":64,"container":` + container +
 			`,` + tools + `,"messages":[{"role":"user","content":"cat /tmp/*"}]}}]}`
 	}
+	// ending replaces the batch's last "}]}" (its one request's end, the
+	// list's, the body's) with end.
+	ending := func(b, end string) string { return strings.TrimSuffix(b, "}]}") + end }
 	calls := upstreamCalls(h)
 	for _, b := range []string{batch("requests", "params", `"container_alice9"`), batch("requests", "params", `{"id":"container_alice9"}`),
-		batch("requests", "Params", `"container_alice9"`)} {
+		batch("requests", "Params", `"container_alice9"`), batch(`r\u0065quests`, "params", `"container_alice9"`),
+		ending(batch("requests", "params", `"container_alice9"`), "},5]}"),
+		ending(batch("requests", "params", `"container_alice9"`), `}],"requests":[]}`),
+		ending(strings.Replace(batch("requests", "params", `"container_alice9"`), ":[{", ":{", 1), "}}"),
+		`{"requests":[{"custom_id":"a","params":[{"model":"claude-x","max_tokens":5,"container":"container_alice9"}]}]}`,
+	} {
 		wantAnthropicNotFound(t, h, h.do(http.MethodPost, "/v1/messages/batches", b, antBob), calls)
 	}
 	if r := h.do(http.MethodPost, "/v1/messages/batches", batch("requests", "params", `"container_alice9"`), antAlice); r.status != http.StatusOK {

@@ -1,7 +1,6 @@
 package ownership
 
 import (
-	"encoding/json"
 	"strings"
 
 	"github.com/llmgate/llmgate/classify/jsonscan"
@@ -279,29 +278,42 @@ var AnthropicBatchScheme = Scheme{
 // FromBody finds at any depth, and, for each of its requests, what
 // FromMessagesBody finds in its params — a request's params are a whole
 // Messages body, whose "container" FromBody alone does not read. Every
-// member named like "requests" and "params" in any case is read, so a
-// body cannot show the check one member and the provider another.
+// member named like "requests" and "params" is read (in any case, escapes
+// decoded, a duplicate too), and whatever its shape (a request in place of
+// the list, params as a list, elements that are no request), so a body
+// cannot show the check one member or shape and the provider another.
 func FromBatchBody(body []byte) []Ref {
 	refs := FromBody(body)
-	var top map[string]json.RawMessage
-	if json.Unmarshal(body, &top) != nil {
-		return refs
-	}
-	for k, v := range top {
-		if !strings.EqualFold(k, "requests") {
-			continue
-		}
-		var reqs []map[string]json.RawMessage
-		if json.Unmarshal(v, &reqs) != nil {
-			continue
-		}
-		for _, rq := range reqs {
-			for pk, params := range rq {
-				if strings.EqualFold(pk, "params") {
-					refs = append(refs, FromMessagesBody(params)...)
-				}
+	s := jsonscan.New(body, 0)
+	for range s.Fields(batchKeys) { // duplicates too
+		refs = eachValue(s.Value(), refs, func(rq []byte, refs []Ref) []Ref {
+			r := jsonscan.New(rq, 0)
+			for range r.Fields(batchRequestKeys) {
+				refs = eachValue(r.Value(), refs, func(params []byte, refs []Ref) []Ref {
+					return append(refs, FromMessagesBody(params)...)
+				})
 			}
-		}
+			return refs
+		})
+	}
+	return refs
+}
+
+var (
+	batchKeys        = jsonscan.NewKeys("requests")
+	batchRequestKeys = jsonscan.NewKeys("params")
+)
+
+// eachValue applies each to v's elements when v is an array, else to v:
+// a body the provider would refuse (a request in place of the list, params
+// as a list) is still read, never passed unchecked.
+func eachValue(v []byte, refs []Ref, each func(elem []byte, refs []Ref) []Ref) []Ref {
+	arr := jsonscan.New(v, 0)
+	if arr.Peek() != '[' {
+		return each(v, refs)
+	}
+	for range arr.Elements() {
+		refs = each(arr.Value(), refs)
 	}
 	return refs
 }
