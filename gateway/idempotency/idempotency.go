@@ -428,6 +428,10 @@ type Lease struct {
 	// released: the key was given up; a second Release (a failed commit
 	// released it, then the caller's cleanup does) does nothing.
 	released atomic.Bool
+	// settling: the call commits or releases the key. A renewal that
+	// finds the key no longer its owner's from then on sees the call's
+	// own doing, not a takeover (renewOnce).
+	settling atomic.Bool
 
 	// Renewal (renew.go): renewCtx is the call's, set by Renew; renewMu
 	// is held across a renewal and guards the two flags: renewStopped
@@ -506,6 +510,7 @@ func (k *Keeper) opCtx(ctx context.Context) (context.Context, context.CancelFunc
 // answer a retry could contradict.
 func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
 	rec.Fingerprint = l.req.Fingerprint
+	l.settling.Store(true)
 	octx, cancel := l.k.opCtx(ctx)
 	defer cancel()
 	err := l.k.store.Commit(octx, l.req.Key, l.owner, rec, l.req.TTL)
@@ -543,6 +548,7 @@ func (l *Lease) Release(ctx context.Context) {
 	if l.released.Swap(true) {
 		return
 	}
+	l.settling.Store(true)
 	octx, cancel := l.k.opCtx(ctx)
 	defer cancel()
 	if err := l.k.store.Release(octx, l.req.Key, l.owner); err != nil && !errors.Is(err, cache.ErrNotOwner) {

@@ -154,9 +154,14 @@ func (l *Lease) renewOnce() {
 	at := l.k.renewals.now()
 	err := l.k.store.Renew(octx, l.req.Key, l.owner, l.k.lease)
 	cancel()
-	if err == nil {
+	switch {
+	case err == nil:
 		l.heldAt = at
-	} else {
+	case errors.Is(err, cache.ErrNotOwner) && l.settling.Load():
+		// The call committed or released the key as this renewal ran:
+		// there is nothing left to renew, and no one took it over.
+		l.renewLost = true
+	default:
 		l.k.log.Warn("renewing idempotency lease failed", "idempotency_key", HashKey(l.req.Key), "err", err)
 		l.renewLost = errors.Is(err, cache.ErrNotOwner)
 		if l.renewLost && l.markTaken() {

@@ -2,11 +2,14 @@ package idempotency
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/llmgate/llmgate/cache"
+	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -235,5 +238,54 @@ func TestTakenConfirmsAStaleLease(t *testing.T) {
 	h.store.err = cache.ErrNotOwner
 	if !closed(l.Taken()) || h.store.count() != 2 {
 		t.Fatalf("half a lease after the last renewal, another owner holding it: taken %v, %d renewals; want taken, 2", closed(l.Taken()), h.store.count())
+	}
+}
+
+// A renewal that reaches the store after the call's own commit or release
+// (a tick started it just before; StopRenewing comes after the settling)
+// finds the key not its owner's: that is the call's own doing, not a
+// takeover. Before, it was counted as taken_over and logged as a failed
+// renewal, a false alarm for anyone alerting on it (found by review).
+func TestRenewalAfterOwnSettlingIsNoTakeover(t *testing.T) {
+	for _, settle := range []string{"commit", "release"} {
+		t.Run(settle, func(t *testing.T) {
+			st, err := badgerstore.Open(badgerstore.Options{InMemory: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			now := time.Unix(1_700_000_000, 0)
+			var logs strings.Builder
+			reg := prometheus.NewRegistry()
+			k := New(Options{Store: st, Metrics: metrics.New(reg, nil), Lease: time.Hour,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			var pending []func()
+			k.renewals.now = func() time.Time { return now }
+			k.renewals.start = func(_ time.Duration, f func()) { pending = append(pending, f) }
+			kr := &Request{Key: cache.Key{Scope: "c", Endpoint: "/v1/chat/completions", ID: "k1"}, Fingerprint: "fp", TTL: time.Hour}
+			cl, err := st.Claim(context.Background(), kr.Key, kr.Fingerprint, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := &Lease{k: k, req: kr, owner: cl.Owner, heldAt: now}
+			l.Renew(context.Background())
+			now = now.Add(20 * time.Minute)
+			k.renewals.tick() // a renewal is due, and started
+			if len(pending) != 1 {
+				t.Fatalf("%d renewals started, want 1", len(pending))
+			}
+			if settle == "commit" {
+				if err := l.Commit(context.Background(), &cache.Record{Status: 200, Body: []byte("{}")}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				l.Release(context.Background())
+			}
+			pending[0]() // it reaches the store now
+			l.StopRenewing()
+			if l.TakenOver() || strings.Contains(logs.String(), "renewing idempotency lease failed") {
+				t.Fatalf("the call's own %s reported as a takeover; log:\n%s", settle, logs.String())
+			}
+		})
 	}
 }
