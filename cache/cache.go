@@ -46,6 +46,11 @@ var (
 	ErrClosed = errors.New("cache: store closed")
 	// ErrInvalidKey: a Key that cannot be stored (see Key.Validate).
 	ErrInvalidKey = errors.New("cache: invalid key")
+	// ErrNotReplicated: a store that waits for replicas (Redis with
+	// WaitReplicas) could not confirm that enough of them have a record:
+	// a commit of it fails, and a replay of it is held back, since a
+	// failover could still lose it.
+	ErrNotReplicated = errors.New("redis store: commit not acknowledged by enough replicas")
 )
 
 // MaxIDLen is the longest Idempotency-Key accepted.

@@ -106,7 +106,7 @@ const clusterReload = time.Second
 // ErrNotReplicated: Options.WaitReplicas replicas did not acknowledge a
 // commit within Options.WaitTimeout. The record is committed on the
 // primary; a failover to a replica that lacks it loses it.
-var ErrNotReplicated = errors.New("redis store: commit not acknowledged by enough replicas")
+var ErrNotReplicated = cache.ErrNotReplicated
 
 // Store is the idempotency store shared by several gateway replicas: one
 // Idempotency-Key means one upstream call across all of them. It has the
@@ -689,18 +689,47 @@ func (r *Store) Get(ctx context.Context, k cache.Key) (*cache.Record, error) {
 	if err := k.Validate(); err != nil {
 		return nil, fmt.Errorf("get %s: %w", k, err)
 	}
-	rec, err := r.get(ctx, r.recordKey(recordIdent(k)))
+	rec, err := r.get(ctx, r.client, r.recordKey(recordIdent(k)))
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", k, err)
 	}
 	return rec, nil
 }
 
-func (r *Store) get(ctx context.Context, key string) (*cache.Record, error) {
+// GetReplay is Get for a record about to be replayed (the lookup of a
+// keyed request that claims nothing: one over its client's quota, one
+// while the store is full, a no-store one). With WaitReplicas a
+// committed record is read on its primary and held back until replicated
+// (ErrNotReplicated otherwise), as Claim's replay is.
+func (r *Store) GetReplay(ctx context.Context, k cache.Key) (*cache.Record, error) {
+	if r.waitReplicas <= 0 {
+		return r.Get(ctx, k)
+	}
+	if err := k.Validate(); err != nil {
+		return nil, fmt.Errorf("get %s: %w", k, err)
+	}
+	key := r.recordKey(recordIdent(k))
+	node, err := r.primaryFor(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", k, r.mapErr(err))
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	rec, err := r.get(ctx, conn, key)
+	if err == nil && rec.State == cache.Committed {
+		err = r.replicated(ctx, conn, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", k, err)
+	}
+	return rec, nil
+}
+
+func (r *Store) get(ctx context.Context, c redis.Cmdable, key string) (*cache.Record, error) {
 	if err := r.begin(ctx); err != nil {
 		return nil, err
 	}
-	data, err := r.client.HGet(ctx, key, "data").Bytes()
+	data, err := c.HGet(ctx, key, "data").Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, cache.ErrNotFound
 	}
@@ -765,7 +794,7 @@ func (r *Store) Wait(ctx context.Context, k cache.Key) error {
 	}
 	defer r.waiters.Unsubscribe(ident, e)
 
-	rec, err := r.get(ctx, key)
+	rec, err := r.get(ctx, r.client, key)
 	if errors.Is(err, cache.ErrNotFound) {
 		return nil
 	}
@@ -794,7 +823,7 @@ func (r *Store) Wait(ctx context.Context, k cache.Key) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-poll.C:
-			cur, err := r.get(ctx, key)
+			cur, err := r.get(ctx, r.client, key)
 			if errors.Is(err, cache.ErrNotFound) {
 				return nil
 			}

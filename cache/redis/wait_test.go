@@ -60,8 +60,15 @@ func TestRedisWaitReplicas(t *testing.T) {
 	// after would get another. Its claim fails as the commit did.
 	other := openTestRedis(t, Options{URL: url, Prefix: r.prefix, WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
 	c, claimErr := other.Claim(ctx, k, "fp", lease)
+	// Nor may a request that claims nothing (over its quota, no-store)
+	// be shown it: GetReplay holds it back as Claim does (before, such a
+	// lookup read it with a plain Get and replayed it).
+	_, replayErr := other.GetReplay(ctx, k)
 	if err := replica.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
+	}
+	if !errors.Is(replayErr, ErrNotReplicated) {
+		t.Errorf("GetReplay of the unreplicated record with the replica paused: %v; want ErrNotReplicated", replayErr)
 	}
 	if !errors.Is(claimErr, ErrNotReplicated) {
 		t.Errorf("Claim of the unreplicated record with the replica paused: %v, %v; want ErrNotReplicated, no replay", c.Status, claimErr)
@@ -79,6 +86,9 @@ func TestRedisWaitReplicas(t *testing.T) {
 	}
 	if c, err := r.Claim(ctx, k, "fp", lease); err != nil || c.Status != cache.Done {
 		t.Fatalf("Claim after the unreplicated commit: %+v, %v, want Done", c, err)
+	}
+	if rec, err := r.GetReplay(ctx, k); err != nil || rec.State != cache.Committed {
+		t.Fatalf("GetReplay once replicated: %+v, %v", rec, err)
 	}
 
 	two := openTestRedis(t, Options{URL: url, WaitReplicas: 2, WaitTimeout: 100 * time.Millisecond})

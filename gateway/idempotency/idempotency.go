@@ -228,15 +228,34 @@ type Event struct {
 	Waited bool
 }
 
-// Lookup answers a Cache-Control: no-store request from a committed record
-// with the same fingerprint, if there is one.
-func (k *Keeper) Lookup(w http.ResponseWriter, r *http.Request, kr *Request) (Event, bool) {
-	rec, err := k.store.Get(r.Context(), kr.Key)
+// Lookup answers a request that claims nothing (a Cache-Control: no-store
+// one, one over its client's quota or while the store is full) from a
+// committed record with the same fingerprint, if there is one: it reports
+// true once it has replayed it. A record the store holds back (not yet
+// on enough replicas: cache.ErrNotReplicated) is the store's error, for
+// the caller to answer, as Claim's replay of it is: not a miss, which
+// would run the call again beside an answer a retry may still get.
+func (k *Keeper) Lookup(w http.ResponseWriter, r *http.Request, kr *Request) (Event, bool, error) {
+	get := k.store.Get
+	if rr, ok := k.store.(replayReader); ok {
+		get = rr.GetReplay
+	}
+	rec, err := get(r.Context(), kr.Key)
 	if err == nil && rec.State == cache.Committed && rec.Fingerprint == kr.Fingerprint {
-		return k.replay(w, kr, rec), true
+		return k.replay(w, kr, rec), true, nil
+	}
+	if errors.Is(err, cache.ErrNotReplicated) {
+		return Event{}, false, k.storeErr(r.Context(), err)
 	}
 	k.metrics.IdemEvent("cache_miss")
-	return Event{}, false
+	return Event{}, false, nil
+}
+
+// replayReader is a store whose replay of a record waits for more than
+// its read (Redis with WaitReplicas: the replicas); Lookup reads through
+// it.
+type replayReader interface {
+	GetReplay(ctx context.Context, k cache.Key) (*cache.Record, error)
 }
 
 // Claim loops until this request owns the key — it returns a Lease — or it

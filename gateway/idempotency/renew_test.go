@@ -2,7 +2,10 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/llmgate/llmgate/cache"
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
+	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -287,5 +291,34 @@ func TestRenewalAfterOwnSettlingIsNoTakeover(t *testing.T) {
 				t.Fatalf("the call's own %s reported as a takeover; log:\n%s", settle, logs.String())
 			}
 		})
+	}
+}
+
+// replayHeldStore holds every replay back as a Redis store with
+// WaitReplicas does a record not yet on its replicas.
+type replayHeldStore struct{ Store }
+
+func (replayHeldStore) GetReplay(context.Context, cache.Key) (*cache.Record, error) {
+	return nil, cache.ErrNotReplicated
+}
+
+// Lookup (a keyed request that claims nothing: over its quota, no-store)
+// reads through the store's GetReplay when it has one, and a record held
+// back is the store's error, not a miss that would run the call again
+// (found by review: Lookup replayed with a plain Get, past the barrier).
+func TestLookupHeldBackIsAnError(t *testing.T) {
+	st, err := badgerstore.Open(badgerstore.Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	k := New(Options{Store: replayHeldStore{st}, Metrics: metrics.New(prometheus.NewRegistry(), nil), Lease: time.Hour})
+	kr := &Request{Key: cache.Key{Scope: "c", Endpoint: "/v1/chat/completions", ID: "k1"}, Fingerprint: "fp", TTL: time.Hour}
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	w := httptest.NewRecorder()
+	_, ok, err := k.Lookup(w, r, kr)
+	var su *apierror.StoreUnavailable
+	if ok || !errors.As(err, &su) || w.Body.Len() != 0 {
+		t.Fatalf("Lookup of a held-back record: replayed %v, err %v, wrote %q; want a StoreUnavailable", ok, err, w.Body)
 	}
 }

@@ -142,24 +142,21 @@ func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 	// is looked up and otherwise served without being stored.
 	// The same holds while the store is full (space.go).
 	if err := g.spaceCheck(kr); err != nil {
-		if ev, ok := g.keeper.Lookup(w, r, kr); ok {
-			s.replay(ev, kr)
-			return nil
+		if ok, lerr := g.lookup(x, kr); ok || lerr != nil {
+			return lerr
 		}
 		return err
 	}
 	if err := g.storageCheck(kr); err != nil {
-		if ev, ok := g.keeper.Lookup(w, r, kr); ok {
-			s.replay(ev, kr)
-			return nil
+		if ok, lerr := g.lookup(x, kr); ok || lerr != nil {
+			return lerr
 		}
 		s.class = "client_limited"
 		return err
 	}
 	if kr.NoStore {
-		if ev, ok := g.keeper.Lookup(w, r, kr); ok {
-			s.replay(ev, kr)
-			return nil
+		if ok, lerr := g.lookup(x, kr); ok || lerr != nil {
+			return lerr
 		}
 		return g.serveUnkeyed(x)
 	}
@@ -183,6 +180,17 @@ func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 		return err
 	}
 	return g.runClaimed(x, kr, lease)
+}
+
+// lookup replays the committed answer of a keyed request that claims
+// nothing (Keeper.Lookup): true once replayed; an error, the store's, for
+// the caller to return.
+func (g *Handler) lookup(x *exchange, kr *idempotency.Request) (bool, error) {
+	ev, ok, err := g.keeper.Lookup(x.w, x.req, kr)
+	if ok {
+		x.sum.replay(ev, kr)
+	}
+	return ok, err
 }
 
 // serveUncached serves a content-cached request whose claim found the
