@@ -339,6 +339,10 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 				lastErr = &apierror.BreakerOpen{Upstream: u.Cfg.Name, Model: oe.Model, RetryAfter: oe.RetryAfter, Err: err}
 				continue
 			}
+			// No answer: the run before it, if any, is charged and its
+			// body closed, as a run a later hop replaces is.
+			c.noteRun(last)
+			last.Discard()
 			return nil, err
 		}
 		resp, stop := p.runUpstream(ctx, c, hop)
