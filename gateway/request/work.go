@@ -231,6 +231,10 @@ type handoff struct {
 	// not hold back the joiners, who follow the work, not the client.
 	stall time.Duration
 	rc    *http.ResponseController
+	// endStall bounds the writes of an answer's end that end leaves be
+	// (finishing) to a client that stopped reading
+	// (server.write_stall_timeout; 0: unbounded).
+	endStall time.Duration
 	// ending is set by end as it begins, before it takes mu: a write
 	// that starts from then on is cut at once (beginWrite, after guard's
 	// deadline). Cleared when end finds the answer delivered: the work
@@ -262,7 +266,7 @@ const (
 )
 
 func newHandoff(w http.ResponseWriter, r *http.Request, live *liveStream, stall time.Duration) *handoff {
-	h := &handoff{w: w, client: r.Context(), header: http.Header{}, live: live, perWrite: r.ProtoMajor >= 2}
+	h := &handoff{w: w, client: r.Context(), header: http.Header{}, live: live, perWrite: r.ProtoMajor >= 2, endStall: stall}
 	if live != nil && stall > 0 {
 		h.stall, h.rc = stall, http.NewResponseController(w)
 	}
@@ -357,9 +361,14 @@ func (h *handoff) unguard() {
 	}
 }
 
-// lift clears guard's deadline. The caller holds mu.
+// lift clears guard's deadline, or the one end set for the answer's end.
+// The caller holds mu.
 func (h *handoff) lift() {
-	_ = h.rc.SetWriteDeadline(time.Time{})
+	rc := h.rc
+	if rc == nil {
+		rc = http.NewResponseController(h.w)
+	}
+	_ = rc.SetWriteDeadline(time.Time{})
 	h.guardedAt = time.Time{}
 }
 
@@ -565,7 +574,9 @@ func (h *handoff) trailer(k, v string) {
 // write under way is (beginWrite). It reports what last reported — or,
 // when the work's answer was delivered whole (deliver), it ends nothing
 // and reports delivered: the handler waits for the work, which has
-// nothing left to write but its end (a trailer, a last flush).
+// nothing left to write but its end (a trailer, a last flush). So too
+// once the work writes its answer's end (finishing), which is left to go
+// out within server.write_stall_timeout.
 func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool)) (abort, delivered bool) {
 	h.ending.Store(true)
 	if h.writing.Load() && !h.finishing.Load() {
@@ -576,6 +587,13 @@ func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool))
 	_ = http.NewResponseController(h.w).SetWriteDeadline(time.Time{})
 	h.guardedAt = time.Time{}
 	if h.delivered() || (h.finishing.Load() && !h.ended) {
+		if !h.delivered() && h.endStall > 0 {
+			// The end is going out: it gets write_stall_timeout to reach
+			// a client that stopped reading, not forever (over lifts it).
+			now := time.Now()
+			_ = http.NewResponseController(h.w).SetWriteDeadline(now.Add(h.endStall))
+			h.guardedAt = now
+		}
 		h.ending.Store(false) // the work's end must not be cut
 		return false, true
 	}
