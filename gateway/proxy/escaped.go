@@ -15,11 +15,13 @@ import (
 // `\u002B`…, and an encoder may escape any byte outside letters and
 // digits so; an error wrapped in another JSON string is escaped twice
 // (`\\\/`, `\\u002f`). A key made only of letters, digits, "-", "_" and
-// "." (most providers' keys) has no escaped form, and the plain search in
-// redactKey finds every copy; for any other ASCII key, secret.esc matches
-// each of its other bytes written as itself or as an escape, up to
-// maxEscapeDepth times escaped, whatever the encoder chose for each byte.
-// A key with a byte outside ASCII is looked for as it is only.
+// "." (most providers' keys) has no escaped form any encoder writes, and
+// the plain search in redactKey finds every copy (an error body, which
+// the gateway itself decodes, is also checked decoded: redactDecoded);
+// for any other ASCII key, secret.esc matches each of its other bytes
+// written as itself or as an escape, up to maxEscapeDepth times escaped,
+// whatever the encoder chose for each byte. A key with a byte outside
+// ASCII is looked for as it is only.
 
 // maxEscapeDepth bounds how many times over an escaped copy may be
 // escaped: the backslashes before an escape (1 to 4; a backslash itself
