@@ -126,9 +126,15 @@ func containerRef(v []byte, refs []Ref) []Ref {
 // eachElement appends what each element of the array v names, read by
 // each; a v that is no array is scanned whole (nested).
 func eachElement(v []byte, refs []Ref, each func(elem []byte, refs []Ref) []Ref) []Ref {
+	return eachOr(v, refs, each, func(v []byte, refs []Ref) []Ref { return nested(jsonscan.New(v, 0), refs) })
+}
+
+// eachOr applies each to the elements of the array v, or other to a v
+// that is no array.
+func eachOr(v []byte, refs []Ref, each, other func(v []byte, refs []Ref) []Ref) []Ref {
 	arr := jsonscan.New(v, 0)
 	if arr.Peek() != '[' {
-		return nested(arr, refs)
+		return other(v, refs)
 	}
 	for range arr.Elements() {
 		refs = each(arr.Value(), refs)
@@ -308,12 +314,5 @@ var (
 // a body the provider would refuse (a request in place of the list, params
 // as a list) is still read, never passed unchecked.
 func eachValue(v []byte, refs []Ref, each func(elem []byte, refs []Ref) []Ref) []Ref {
-	arr := jsonscan.New(v, 0)
-	if arr.Peek() != '[' {
-		return each(v, refs)
-	}
-	for range arr.Elements() {
-		refs = each(arr.Value(), refs)
-	}
-	return refs
+	return eachOr(v, refs, each, each)
 }
