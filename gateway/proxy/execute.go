@@ -194,8 +194,10 @@ type Run struct {
 // answered 2xx, whatever came after.
 func (r *Response) Billed() bool { return r != nil && r.billed }
 
-// noteRun adds r to c.Runs if it was billed, before r is replaced.
-func (c *Call) noteRun(r *Response) {
+// replaced adds r (nil: none) to c.Runs if it was billed, and discards
+// it: a later answer, or none, takes its place.
+func (c *Call) replaced(r *Response) {
+	defer r.Discard()
 	if !r.Billed() {
 		return
 	}
@@ -341,8 +343,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 			}
 			// No answer: the run before it, if any, is charged and its
 			// body closed, as a run a later hop replaces is.
-			c.noteRun(last)
-			last.Discard()
+			c.replaced(last)
 			return nil, err
 		}
 		resp, stop := p.runUpstream(ctx, c, hop)
@@ -350,8 +351,7 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 		if resp.Stream != nil {
 			// A billed run of an upstream before it (a stream cut before
 			// its first event) is charged too.
-			c.noteRun(last)
-			last.Discard()
+			c.replaced(last)
 			return resp, nil
 		}
 		resp.end = p.endOf(ctx, c, stop, resp.Outcome)
@@ -361,14 +361,12 @@ func (p *Proxy) Execute(ctx context.Context, c *Call) (*Response, error) {
 			// upstream's breaker learns now, by the same rule Settle uses.
 			resp.done(resp.breakerResult(outcome.Breaker(resp.Outcome, outcome.EndNone, false)), string(resp.Outcome.Class))
 			resp.done = nil
-			c.noteRun(last)
-			last.Discard()
+			c.replaced(last)
 			last = resp
 			lastErr = nil
 			continue
 		}
-		c.noteRun(last)
-		last.Discard()
+		c.replaced(last)
 		return resp, nil
 	}
 	if last != nil {
@@ -437,10 +435,7 @@ func (p *Proxy) runUpstream(ctx context.Context, c *Call, hop Hop) (*Response, r
 	c.backoff = 0
 	loop := p.retryLoop(u.Cfg.Name, c)
 	_, stats := loop.Run(ctx, c.Deadline, func(actx context.Context, n int) classify.Outcome {
-		if resp != nil {
-			c.noteRun(resp)
-		}
-		resp.Discard()
+		c.replaced(resp)
 		actx, span := p.tracer.StartAttempt(actx, u.attemptSpan(c, n))
 		resp = p.attempt(actx, c, hop)
 		resp.traced(span)
