@@ -630,8 +630,8 @@ func (k *keyedCall) deliverJSON(resp *proxy.Response, res outcome.Result, v outc
 	// delivery below says otherwise.
 	k.s.committed = "marker: response over the record limit"
 	k.s.idemEvent = "not_stored"
-	k.h.finish()
 	err := proxy.WriteJSON(k.h, resp, v, func(size int64) error {
+		k.h.finish() // all of it is written: only its delivery is left to settle
 		k.hooks.point(PointSent)
 		act, err := k.settleDelivered(res, resp.Upstream.Cfg.Name, size)
 		if act != outcome.Marker {

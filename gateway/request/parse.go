@@ -214,9 +214,6 @@ func (e *fieldError) Error() string { return e.Msg }
 // syntaxError is a malformed body, with the byte offset where it went wrong.
 type syntaxError = jsonscan.SyntaxError
 
-// count reads a JSON number as a count, as a provider's decoder would:
-// 8, 8.0 and 8e0 are 8 (a budget reservation must not read "8.0" as "not
-// set"); a fraction, a negative or a number past 2⁶² is not a count.
 // prompts is how many prompts the prompt value v holds: an array's
 // elements when they are strings or token arrays, else 0 (one prompt: a
 // string, or an array of tokens).
@@ -235,6 +232,9 @@ func prompts(v []byte) int64 {
 	return n
 }
 
+// count reads a JSON number as a count, as a provider's decoder would:
+// 8, 8.0 and 8e0 are 8 (a budget reservation must not read "8.0" as "not
+// set"); a fraction, a negative or a number past 2⁶² is not a count.
 func count(v []byte) (int64, bool) {
 	if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
 		return n, n >= 0

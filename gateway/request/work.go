@@ -361,6 +361,17 @@ func (h *handoff) unguard() {
 	}
 }
 
+// boundEnd gives the writes of the answer's end, which end leaves be
+// (finishing), server.write_stall_timeout from now to reach the client,
+// and reports whether it set that deadline.
+func (h *handoff) boundEnd() bool {
+	if h.endStall <= 0 {
+		return false
+	}
+	_ = http.NewResponseController(h.w).SetWriteDeadline(time.Now().Add(h.endStall))
+	return true
+}
+
 // lift clears guard's deadline, or the one end set for the answer's end.
 // The caller holds mu.
 func (h *handoff) lift() {
@@ -579,20 +590,22 @@ func (h *handoff) trailer(k, v string) {
 // out within server.write_stall_timeout.
 func (h *handoff) end(last func(w http.ResponseWriter, wrote bool) (abort bool)) (abort, delivered bool) {
 	h.ending.Store(true)
-	if h.writing.Load() && !h.finishing.Load() {
-		h.cut()
+	if h.writing.Load() {
+		if h.finishing.Load() {
+			// A write of the answer's end may be stuck on a client that
+			// stopped reading, holding mu: it gets write_stall_timeout.
+			h.boundEnd()
+		} else {
+			h.cut()
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_ = http.NewResponseController(h.w).SetWriteDeadline(time.Time{})
 	h.guardedAt = time.Time{}
-	if h.delivered() || (h.finishing.Load() && !h.ended) {
-		if !h.delivered() && h.endStall > 0 {
-			// The end is going out: it gets write_stall_timeout to reach
-			// a client that stopped reading, not forever (over lifts it).
-			now := time.Now()
-			_ = http.NewResponseController(h.w).SetWriteDeadline(now.Add(h.endStall))
-			h.guardedAt = now
+	if h.delivered() || (h.finishing.Load() && !h.ended && h.settled.Load() != answerCut) {
+		if !h.delivered() && h.boundEnd() {
+			h.guardedAt = time.Now() // over lifts it
 		}
 		h.ending.Store(false) // the work's end must not be cut
 		return false, true
