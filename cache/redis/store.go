@@ -696,12 +696,13 @@ func (r *Store) Get(ctx context.Context, k cache.Key) (*cache.Record, error) {
 	return rec, nil
 }
 
-// GetReplay is Get for a record about to be replayed (the lookup of a
-// keyed request that claims nothing: one over its client's quota, one
-// while the store is full, a no-store one). With WaitReplicas a
-// committed record is read on its primary and held back until replicated
-// (ErrNotReplicated otherwise), as Claim's replay is.
-func (r *Store) GetReplay(ctx context.Context, k cache.Key) (*cache.Record, error) {
+// GetReplay is Get for a record about to be replayed to a request of
+// fingerprint (the lookup of a keyed request that claims nothing: one
+// over its client's quota, one while the store is full, a no-store one).
+// With WaitReplicas a record committed with that fingerprint is read on
+// its primary and held back until replicated (ErrNotReplicated
+// otherwise), as Claim's replay is; another is returned as it is read.
+func (r *Store) GetReplay(ctx context.Context, k cache.Key, fingerprint string) (*cache.Record, error) {
 	if r.waitReplicas <= 0 {
 		return r.Get(ctx, k)
 	}
@@ -716,7 +717,7 @@ func (r *Store) GetReplay(ctx context.Context, k cache.Key) (*cache.Record, erro
 	conn := node.Conn()
 	defer conn.Close()
 	rec, err := r.get(ctx, conn, key)
-	if err == nil && rec.State == cache.Committed {
+	if err == nil && rec.State == cache.Committed && rec.Fingerprint == fingerprint {
 		err = r.replicated(ctx, conn, key)
 	}
 	if err != nil {

@@ -63,7 +63,7 @@ func TestRedisWaitReplicas(t *testing.T) {
 	// Nor may a request that claims nothing (over its quota, no-store)
 	// be shown it: GetReplay holds it back as Claim does (before, such a
 	// lookup read it with a plain Get and replayed it).
-	_, replayErr := other.GetReplay(ctx, k)
+	_, replayErr := other.GetReplay(ctx, k, "fp")
 	if err := replica.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestRedisWaitReplicas(t *testing.T) {
 	if c, err := r.Claim(ctx, k, "fp", lease); err != nil || c.Status != cache.Done {
 		t.Fatalf("Claim after the unreplicated commit: %+v, %v, want Done", c, err)
 	}
-	if rec, err := r.GetReplay(ctx, k); err != nil || rec.State != cache.Committed {
+	if rec, err := r.GetReplay(ctx, k, "fp"); err != nil || rec.State != cache.Committed {
 		t.Fatalf("GetReplay once replicated: %+v, %v", rec, err)
 	}
 

@@ -231,16 +231,20 @@ type Event struct {
 // Lookup answers a request that claims nothing (a Cache-Control: no-store
 // one, one over its client's quota or while the store is full) from a
 // committed record with the same fingerprint, if there is one: it reports
-// true once it has replayed it. A record the store holds back (not yet
-// on enough replicas: cache.ErrNotReplicated) is the store's error, for
-// the caller to answer, as Claim's replay of it is: not a miss, which
-// would run the call again beside an answer a retry may still get.
+// true once it has replayed it. For a client's key, a record the store
+// holds back (not yet on enough replicas: cache.ErrNotReplicated) is the
+// store's error, for the caller to answer, as Claim's replay of it is:
+// not a miss, which would run the call again beside an answer a retry
+// may still get. A content-cache entry is no such promise: read plainly,
+// and a miss when held back.
 func (k *Keeper) Lookup(w http.ResponseWriter, r *http.Request, kr *Request) (Event, bool, error) {
-	get := k.store.Get
-	if rr, ok := k.store.(replayReader); ok {
-		get = rr.GetReplay
+	var rec *cache.Record
+	var err error
+	if rr, ok := k.store.(replayReader); ok && !kr.Cache {
+		rec, err = rr.GetReplay(r.Context(), kr.Key, kr.Fingerprint)
+	} else {
+		rec, err = k.store.Get(r.Context(), kr.Key)
 	}
-	rec, err := get(r.Context(), kr.Key)
 	if err == nil && rec.State == cache.Committed && rec.Fingerprint == kr.Fingerprint {
 		return k.replay(w, kr, rec), true, nil
 	}
@@ -255,7 +259,7 @@ func (k *Keeper) Lookup(w http.ResponseWriter, r *http.Request, kr *Request) (Ev
 // its read (Redis with WaitReplicas: the replicas); Lookup reads through
 // it.
 type replayReader interface {
-	GetReplay(ctx context.Context, k cache.Key) (*cache.Record, error)
+	GetReplay(ctx context.Context, k cache.Key, fingerprint string) (*cache.Record, error)
 }
 
 // Claim loops until this request owns the key — it returns a Lease — or it

@@ -298,7 +298,7 @@ func TestRenewalAfterOwnSettlingIsNoTakeover(t *testing.T) {
 // WaitReplicas does a record not yet on its replicas.
 type replayHeldStore struct{ Store }
 
-func (replayHeldStore) GetReplay(context.Context, cache.Key) (*cache.Record, error) {
+func (replayHeldStore) GetReplay(context.Context, cache.Key, string) (*cache.Record, error) {
 	return nil, cache.ErrNotReplicated
 }
 
@@ -320,5 +320,10 @@ func TestLookupHeldBackIsAnError(t *testing.T) {
 	var su *apierror.StoreUnavailable
 	if ok || !errors.As(err, &su) || w.Body.Len() != 0 {
 		t.Fatalf("Lookup of a held-back record: replayed %v, err %v, wrote %q; want a StoreUnavailable", ok, err, w.Body)
+	}
+	// A content-cache entry promises nothing: read plainly, a miss.
+	kr.Cache = true
+	if _, ok, err := k.Lookup(w, r, kr); ok || err != nil {
+		t.Fatalf("Lookup of a content-cache entry: replayed %v, err %v; want a miss", ok, err)
 	}
 }
