@@ -186,6 +186,9 @@ func TestBudgetBackgroundResponseRefused(t *testing.T) {
 	if got := up.made(); len(got) != 0 {
 		t.Fatalf("upstream calls = %v, want none", got)
 	}
+	if n := strings.Count(h.logs.String(), `"class":"budget_unmetered_endpoint"`); n != 3 {
+		t.Fatalf("%d request lines of class budget_unmetered_endpoint, want 3:\n%s", n, h.logs.String())
+	}
 	if r := h.do(http.MethodPost, "/v1/responses", strings.Replace(bg, "true", "false", 1), alice); r.status == http.StatusForbidden {
 		t.Fatalf("a response not in the background: %d %s", r.status, r.body)
 	}

@@ -2,8 +2,11 @@ package request
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
+	"github.com/llmgate/llmgate/classify"
+	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/budget"
 	"github.com/llmgate/llmgate/gateway/outcome"
 	"github.com/llmgate/llmgate/gateway/proxy"
@@ -31,8 +34,17 @@ import (
 const budgetClass = outcome.BudgetExceeded
 
 // unmeteredClass is the log line's class of a budgeted client's
-// passthrough call refused as unmetered (budget.Ledger.Unmetered).
+// passthrough call refused as unmetered (budget.Ledger.Unmetered), or
+// background response (UnmeteredLater).
 const unmeteredClass = outcome.BudgetUnmetered
+
+// refusedClass is the log line's class of a call reserve refused.
+func refusedClass(err error) classify.Class {
+	if errors.As(err, new(*apierror.UnmeteredRefused)) {
+		return unmeteredClass
+	}
+	return budgetClass
+}
 
 // reserve reserves a call's budget before it runs: nil when its client
 // has no budget that applies. The refusal (apierror.BudgetExceeded, or

@@ -125,7 +125,7 @@ func (g *Handler) serveUnkeyed(x *exchange) error {
 	}
 	hold, err := g.reserve(ctx, cl, x.out)
 	if err != nil {
-		s.class = budgetClass
+		s.class = refusedClass(err)
 		return err
 	}
 	var resp *proxy.Response

@@ -535,7 +535,7 @@ func (k *keyedCall) run() (e workEnd) {
 	if err != nil {
 		// Refused before any upstream call: the key is released, with no
 		// dead letter (a replay would be refused the same way).
-		k.s.class, k.s.idemEvent = budgetClass, "release"
+		k.s.class, k.s.idemEvent = refusedClass(err), "release"
 		k.lease.Release(k.work)
 		return workEnd{err: err}
 	}
