@@ -154,14 +154,16 @@ func hexEitherCase(d byte) string {
 // the key is written again, encoded with the key redacted. Only error
 // bodies (small, and rare): an answer's body, and a stream, are left as
 // the upstream wrote them (as a base64 copy of the key is). A body that is
-// not JSON, holds no escape, or decodes to no copy of the key is returned
-// as it is.
+// not JSON, holds no escape of an ASCII character, or decodes to no copy
+// of the key is returned as it is.
 func redactDecoded(body []byte, k secret) []byte {
-	if len(k.key) < minRedactedKey || bytes.IndexByte(body, '\\') < 0 {
+	if len(k.key) < minRedactedKey || !bytes.Contains(body, escapedASCII) {
 		return body
 	}
 	var v any
-	if json.Unmarshal(body, &v) != nil {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // numbers written again as they came
+	if dec.Decode(&v) != nil {
 		return body
 	}
 	v, found := redactStrings(v, k.key)
@@ -174,6 +176,10 @@ func redactDecoded(body []byte, k secret) []byte {
 	}
 	return out
 }
+
+// escapedASCII starts the escape of an ASCII character (\u00XX): a body
+// without one has no copy of the key that its bytes do not show.
+var escapedASCII = []byte(`\u00`)
 
 // redactStrings replaces key in every string within v (a decoded JSON
 // value), object keys too, and reports whether it found any.

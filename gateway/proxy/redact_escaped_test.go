@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -91,5 +92,32 @@ func TestNonASCIIKeyPlainOnly(t *testing.T) {
 	}
 	if got := string(redactKey([]byte("key "+key), newSecret(key))); got != "key [redacted]" {
 		t.Fatalf("%q", got)
+	}
+}
+
+// TestRedactDecoded: an error body whose strings decode to the key is
+// written again with it redacted, its numbers as they came; one with no
+// escape of an ASCII character, or that decodes to no copy, is returned
+// as it is, not decoded (an error body's \n and \" do not make it one).
+func TestRedactDecoded(t *testing.T) {
+	k := newSecret("sk-live-0123456789")
+	var esc strings.Builder
+	for _, c := range k.key {
+		fmt.Fprintf(&esc, `\u%04X`, c)
+	}
+	body := []byte(`{"error":{"message":"key ` + esc.String() + `","n":12345678901234567891}}`)
+	got := string(redactDecoded(body, k))
+	if strings.Contains(got, "0123456789\"") || !strings.Contains(got, `"message":"key [redacted]"`) || !strings.Contains(got, `"n":12345678901234567891`) {
+		t.Fatalf("redactDecoded = %s", got)
+	}
+	for _, b := range []string{
+		`{"error":{"message":"line\nbreak, \"quoted\""}}`,
+		`{"error":{"message":"caf\u00e9"}}`,
+		`not json \u0073`,
+	} {
+		in := []byte(b)
+		if out := redactDecoded(in, k); &out[0] != &in[0] || len(out) != len(in) {
+			t.Errorf("%s came back changed: %s", b, out)
+		}
 	}
 }
