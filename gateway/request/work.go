@@ -243,12 +243,13 @@ type handoff struct {
 	// writing: a write or flush to the client is under way (beginWrite);
 	// end cuts it short with a write deadline of now.
 	writing atomic.Bool
-	// finishing is set by the work before it writes its answer's end
-	// (finish): a committed stream's held-back tail, or an answer too
-	// large to record, whose delivery decides its marker. From then on
-	// end cuts nothing and ends nothing, as for an answer delivered: the
-	// end of an answer must never be followed by the handler's 504, nor
-	// cut once it is going out.
+	// finishing is set by the work as its answer's end goes out
+	// (finish): before a committed stream's held-back tail, or once an
+	// answer too large to record is written whole, before its delivery
+	// decides its marker. From then on end cuts nothing and ends
+	// nothing, as for an answer delivered (a write stuck on the client
+	// gets server.write_stall_timeout): the end of an answer must never be
+	// followed by the handler's 504, nor cut once it is going out.
 	finishing atomic.Bool
 	// guardedAt is when guard last set the write deadline (zero: none is
 	// set). Under mu.
