@@ -47,8 +47,9 @@ func refusedClass(err error) classify.Class {
 }
 
 // reserve reserves a call's budget before it runs: nil when its client
-// has no budget that applies. The refusal (apierror.BudgetExceeded, or
-// BudgetUnavailable) is the client's answer, and nothing was sent.
+// has no budget that applies. The refusal (apierror.BudgetExceeded,
+// BudgetUnavailable, or UnmeteredRefused for a background response) is
+// the client's answer, and nothing was sent.
 func (g *Handler) reserve(ctx context.Context, cl *proxy.Call, out budget.Output) (*budget.Hold, error) {
 	client := ClientOf(cl.In)
 	if cl.Passthrough || !cl.API.Billed() || !g.budgets.Budgeted(client) {
