@@ -160,8 +160,11 @@ func redactDecoded(body []byte, k secret) []byte {
 	if len(k.key) < minRedactedKey || !bytes.Contains(body, escapedASCII) {
 		return body
 	}
+	// A byte-order mark first is no JSON, but Python's json.loads (and
+	// with it requests' and httpx's .json()) skips it: so does this.
+	bom := len(body) - len(bytes.TrimPrefix(body, utf8BOM))
 	var v any
-	dec := json.NewDecoder(bytes.NewReader(body))
+	dec := json.NewDecoder(bytes.NewReader(body[bom:]))
 	dec.UseNumber() // numbers written again as they came
 	if dec.Decode(&v) != nil {
 		return body
@@ -174,8 +177,11 @@ func redactDecoded(body []byte, k secret) []byte {
 	if err != nil {
 		return body
 	}
-	return out
+	return append(body[:bom:bom], out...)
 }
+
+// utf8BOM is the byte-order mark some encoders write first.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // escapedASCII starts the escape of an ASCII character (\u00XX): a body
 // without one has no copy of the key that its bytes do not show.
