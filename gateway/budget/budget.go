@@ -382,6 +382,14 @@ func addCapped(a, b int64) int64 {
 	return math.MaxInt64
 }
 
+// mulCapped is a × b for a, b ≥ 0, capped at math.MaxInt64.
+func mulCapped(a, b int64) int64 {
+	if hi, lo := bits.Mul64(uint64(a), uint64(b)); hi == 0 && lo <= math.MaxInt64 {
+		return int64(lo)
+	}
+	return math.MaxInt64
+}
+
 // Window is the UTC window of kind (minute, day, month) now is in: its
 // start, and its end, when the budget resets.
 func Window(kind string, now time.Time) (start, reset time.Time) {
@@ -423,6 +431,9 @@ type Output struct {
 	MaxTokens int64
 	// Choices is n or best_of: each may be billed MaxTokens. If <= 0, 1.
 	Choices int64
+	// Prompts is how many prompts a legacy completion holds, each answered
+	// Choices times. If <= 0, 1.
+	Prompts int64
 	// None: the endpoint produces no output tokens (embeddings).
 	None bool
 	// Later: what the call spends is reported only later (a background
@@ -432,7 +443,7 @@ type Output struct {
 
 // Estimate is what one run of a request is reserved for: its body's
 // bytes over bytes_per_token (rounded up) as input, and out's MaxTokens
-// (or default_max_tokens) for each of its choices as output.
+// (or default_max_tokens) for each choice of each prompt as output.
 func Estimate(s config.Budgets, bodyBytes int, out Output) classify.Tokens {
 	per := max(s.BytesPerToken, 1)
 	t := classify.Tokens{In: (int64(bodyBytes) + per - 1) / per, Reported: true}
@@ -443,13 +454,7 @@ func Estimate(s config.Budgets, bodyBytes int, out Output) classify.Tokens {
 	if t.Out <= 0 {
 		t.Out = s.DefaultMaxTokens
 	}
-	if n := out.Choices; n > 1 {
-		if hi, lo := bits.Mul64(uint64(t.Out), uint64(n)); hi != 0 || lo > math.MaxInt64 {
-			t.Out = math.MaxInt64
-		} else {
-			t.Out = int64(lo)
-		}
-	}
+	t.Out = mulCapped(t.Out, mulCapped(max(out.Choices, 1), max(out.Prompts, 1)))
 	return t
 }
 

@@ -12,7 +12,6 @@ package request
 import (
 	"context"
 	"log/slog"
-	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -157,14 +156,10 @@ type endpoint struct {
 	noOutput bool
 }
 
-// output is what a request to ep may produce, for its reservation: each
-// of its prompts' choices may be billed its max tokens.
+// output is what a request to ep may produce, for its reservation.
 func (ep endpoint) output(rt routing) budget.Output {
-	choices := max(rt.Choices, 1)
-	if p := rt.Prompts; p > 1 {
-		choices = min(choices, math.MaxInt64/p) * p // no overflow: a huge count saturates
-	}
-	return budget.Output{MaxTokens: rt.MaxTokens, Choices: choices, None: ep.noOutput, Later: rt.Background && ep.suffix == "/responses"}
+	return budget.Output{MaxTokens: rt.MaxTokens, Choices: rt.Choices, Prompts: rt.Prompts, None: ep.noOutput,
+		Later: rt.Background && ep.suffix == "/responses"}
 }
 
 var postEndpoints = []endpoint{
