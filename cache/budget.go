@@ -50,9 +50,14 @@ func ValidateBudget(scope, id string, lines []BudgetLine) error {
 	if len(lines) == 0 {
 		return errors.New("no budget counters")
 	}
-	for _, l := range lines {
+	for i, l := range lines {
 		if err := (Key{Scope: scope, Endpoint: "", ID: l.Counter}).Validate(); err != nil {
 			return fmt.Errorf("budget counter %q: %w", l.Counter, err)
+		}
+		for _, e := range lines[:i] {
+			if e.Counter == l.Counter {
+				return fmt.Errorf("budget counter %q named twice", l.Counter)
+			}
 		}
 		if l.Amount < 0 || l.Limit < 0 {
 			return fmt.Errorf("budget counter %q: negative amount or limit", l.Counter)

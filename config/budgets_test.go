@@ -63,6 +63,18 @@ func TestAllBudgets(t *testing.T) {
 	if got := c.AllBudgets(ClientLimits{TokensPerMinute: 500}); len(got) != 1 {
 		t.Errorf("tokens_per_minute -1 did not lift the default: %+v", got)
 	}
+	// A budget of its own with tokens_per_minute's id: one budget, the
+	// stricter limit, whichever it is.
+	for _, tc := range []struct{ own, tpm, want int64 }{{5000, 500, 500}, {300, 500, 300}} {
+		c := Client{Budgets: []Budget{{Window: WindowDay, Tokens: 10}, {Window: WindowMinute, Tokens: tc.own}}}
+		got := c.AllBudgets(ClientLimits{TokensPerMinute: tc.tpm})
+		if len(got) != 2 || got[1] != (Budget{Window: WindowMinute, Tokens: tc.want}) {
+			t.Errorf("own %d, tokens_per_minute %d: AllBudgets = %+v, want one minute budget of %d", tc.own, tc.tpm, got, tc.want)
+		}
+		if c.Budgets[1].Tokens != tc.own {
+			t.Error("AllBudgets changed the client's own list")
+		}
+	}
 	if id := (Budget{Window: WindowMonth, Cost: 1, Count: CountInput, Model: "gpt-4o*"}).ID(); id != "month.cost.input.gpt-4o*" {
 		t.Errorf("ID = %q", id)
 	}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -283,13 +284,23 @@ type Client struct {
 
 // AllBudgets are the budgets that apply to c when def is the default
 // block (Config.ClientLimits): its own, and its tokens per minute as a
-// budget of total tokens over a minute window.
+// budget of total tokens over a minute window. A budget of its own with
+// that one's id (window minute, tokens, total, every model) is the same
+// counter: it stays one budget, with the stricter of the two limits.
 func (c Client) AllBudgets(def ClientLimits) []Budget {
-	out := c.Budgets
-	if tpm := c.EffectiveLimits(def).TokensPerMinute; tpm > 0 {
-		out = append(out[:len(out):len(out)], Budget{Window: WindowMinute, Tokens: tpm, Count: CountTotal, Model: ""})
+	tpm := c.EffectiveLimits(def).TokensPerMinute
+	if tpm <= 0 {
+		return c.Budgets
 	}
-	return out
+	perMinute := Budget{Window: WindowMinute, Tokens: tpm, Count: CountTotal, Model: ""}
+	out := slices.Clone(c.Budgets)
+	for i, b := range out {
+		if b.ID() == perMinute.ID() {
+			out[i].Tokens = min(b.Tokens, tpm)
+			return out
+		}
+	}
+	return append(out, perMinute)
 }
 
 // DeriveKey derives an idempotency key for requests that send none, for

@@ -587,6 +587,37 @@ func TestTokensPerMinute(t *testing.T) {
 	}
 }
 
+// A client's own budget of total tokens per minute and its
+// tokens_per_minute are one counter: one line, the stricter limit, and
+// nothing left held once each run settles (on Redis a hold naming the
+// counter twice was held twice and released once).
+func TestTokensPerMinuteBesideOwnMinuteBudget(t *testing.T) {
+	up := &metered{In: 100, Out: 150}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	own := config.Budget{Window: config.WindowMinute, Tokens: 5000}
+	st := budgetRedis(t, "llmgate-test:"+rand.Text()[:10]+":")
+	h := newHarnessStore(t, func(c *config.Config) {
+		budgeted(srv.URL, own)(c)
+		c.ClientLimits.TokensPerMinute = 500
+	}, func(Store) Store { return st }, fakeprovider.Options{})
+	var statuses []int
+	before := time.Now().UTC().Truncate(time.Minute)
+	for range 3 {
+		statuses = append(statuses, h.chat(budgetChat, alice).status)
+	}
+	after := time.Now().UTC().Truncate(time.Minute)
+	if !after.Equal(before) {
+		t.Skip("the minute turned during the test; its counts span two windows")
+	}
+	if fmt.Sprint(statuses) != "[200 200 429]" {
+		t.Fatalf("statuses = %v, want the third refused by the stricter limit (500 spent + 40 > 500)", statuses)
+	}
+	if got := spent(t, st, own); got != (cache.BudgetCount{Spent: 500}) {
+		t.Fatalf("counter = %+v, want 500 spent and nothing held", got)
+	}
+}
+
 // A keyed request its budget refuses is refused before its call, its key
 // released and no dead letter recorded: its retry gets the same refusal,
 // not a 409 for a key left in flight.

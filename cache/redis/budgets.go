@@ -39,10 +39,19 @@ func (r *Store) budgetKey(scope, counter string) string {
 	return b.String()
 }
 
+// luaBudgetRelease takes amt (a string of digits) off h: HINCRBY
+// refuses "-0", and a script that errors keeps what it wrote before it,
+// so a reservation of 0 is skipped rather than sent.
+const luaBudgetRelease = `
+local function release(k, amt)
+  if tonumber(amt) ~= 0 then redis.call('HINCRBY', k, 'h', '-' .. amt) end
+end
+`
+
 // Integers travel as strings and are added with HINCRBY (64-bit, exact);
 // only the comparison with the limit is done in Lua numbers (doubles),
 // exact up to 2^53 — 9·10^9 currency units in micro-units.
-const luaBudgetPurge = `
+const luaBudgetPurge = luaBudgetRelease + `
 local function purge(k, now, keep)
   local all = redis.call('HGETALL', k)
   for j = 1, #all, 2 do
@@ -50,7 +59,7 @@ local function purge(k, now, keep)
     if string.sub(f, 1, 2) == 'r:' then
       local amt, exp = string.match(v, '^(%d+):(%d+)$')
       if amt and tonumber(exp) <= now then
-        redis.call('HINCRBY', k, 'h', '-' .. amt)
+        release(k, amt)
         redis.call('HSET', k, f, 'x:' .. keep)
       else
         local tomb = string.match(v, '^x:(%d+)$')
@@ -91,14 +100,14 @@ return 0
 // charged, PX ms. A live reservation leaves h; a tombstone (it
 // expired) is dropped; either way the amount is charged. A counter with
 // neither was settled already (a resent script): nothing changes.
-var settleBudgetScript = redis.NewScript(`
+var settleBudgetScript = redis.NewScript(luaBudgetRelease + `
 local id = 'r:' .. ARGV[1]
 for i = 1, #KEYS do
   local v = redis.call('HGET', KEYS[i], id)
   local amt, at = ARGV[2 + 2 * (i - 1)], ARGV[3 + 2 * (i - 1)]
   if v then
     local held = string.match(v, '^(%d+):')
-    if held then redis.call('HINCRBY', KEYS[i], 'h', '-' .. held) end
+    if held then release(KEYS[i], held) end
     redis.call('HDEL', KEYS[i], id)
     redis.call('HINCRBY', KEYS[i], 's', amt)
     redis.call('PEXPIRE', KEYS[i], at)

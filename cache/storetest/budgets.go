@@ -27,6 +27,8 @@ func RunBudgets(t *testing.T, open func(t *testing.T, now func() time.Time) Budg
 	t.Run("resent reserve and settle count once", func(t *testing.T) { budgetResent(t, open) })
 	t.Run("scopes are apart", func(t *testing.T) { budgetScopes(t, open) })
 	t.Run("concurrent reservations never pass the limit", func(t *testing.T) { budgetConcurrent(t, open) })
+	t.Run("amounts of zero", func(t *testing.T) { budgetZero(t, open) })
+	t.Run("a counter named twice in one hold is refused", func(t *testing.T) { budgetCounterTwice(t, open) })
 }
 
 type budgetOpener = func(t *testing.T, now func() time.Time) BudgetStore
@@ -175,5 +177,49 @@ func budgetConcurrent(t *testing.T, open budgetOpener) {
 	wg.Wait()
 	if taken != 14 { // 14 × 7 = 98 ≤ 100 < 105
 		t.Fatalf("%d of 50 concurrent reservations of 7 taken under 100, want 14", taken)
+	}
+}
+
+// budgetZero: a line of amount 0 (a model with no price under a cost
+// budget, an output budget on embeddings) is held, settled and, once
+// expired, purged like any other, beside lines that are not 0.
+func budgetZero(t *testing.T, open budgetOpener) {
+	clock := NewClock()
+	s := open(t, clock.Now)
+	h := budgetHold("z", 0, 100, clock, "out", "tot")
+	h.Lines[1].Amount = 40
+	if n := reserve(t, s, "acme", h); n != 0 {
+		t.Fatalf("refused (%d)", n)
+	}
+	lines := []cache.BudgetLine{{Counter: "out", Amount: 0, Until: clock.Now().Add(time.Hour)}, {Counter: "tot", Amount: 20, Until: clock.Now().Add(time.Hour)}}
+	if err := s.SettleBudget(ctx, "acme", "z", lines); err != nil {
+		t.Fatalf("settling a line of 0: %v", err)
+	}
+	if got := readBudget(t, s, "acme", "out", "tot"); got[0] != (cache.BudgetCount{}) || got[1] != (cache.BudgetCount{Spent: 20}) {
+		t.Fatalf("after settle = %+v, want out 0/0 and tot spent 20 held 0", got)
+	}
+	// A reservation of 0 that is never settled expires; the purge that a
+	// reservation near the limit needs passes over it.
+	reserve(t, s, "acme", budgetHold("leaked0", 0, 100, clock, "out"))
+	reserve(t, s, "acme", budgetHold("leaked90", 90, 100, clock, "out"))
+	clock.Advance(time.Minute)
+	if n := reserve(t, s, "acme", budgetHold("after", 50, 100, clock, "out")); n != 0 {
+		t.Fatalf("after both reservations' ttl: refused (%d)", n)
+	}
+	if got := readBudget(t, s, "acme", "out"); got[0] != (cache.BudgetCount{Held: 50}) {
+		t.Fatalf("counter = %+v, want held 50 (the expired ones purged)", got[0])
+	}
+}
+
+// budgetCounterTwice: one hold with two lines on one counter would be
+// held twice and released once; the store refuses it before writing.
+func budgetCounterTwice(t *testing.T, open budgetOpener) {
+	clock := NewClock()
+	s := open(t, clock.Now)
+	if _, err := s.ReserveBudget(ctx, "acme", budgetHold("a", 10, 100, clock, "minute", "minute")); err == nil {
+		t.Fatal("a hold naming one counter twice was taken")
+	}
+	if got := readBudget(t, s, "acme", "minute"); got[0] != (cache.BudgetCount{}) {
+		t.Fatalf("counter = %+v after a refused hold, want untouched", got[0])
 	}
 }
