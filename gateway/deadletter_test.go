@@ -357,3 +357,15 @@ func TestDeadLetterOfKeyRetriedAtOnceIsResolved(t *testing.T) {
 		t.Fatalf("a dead letter is listed for a key that has its answer: %+v", l.DeadLetters)
 	}
 }
+
+// An offset past any list, up to the largest integer, is an empty page,
+// not a 500 from an offset+limit that overflowed.
+func TestDeadLetterListHugeOffset(t *testing.T) {
+	h := newHarness(t, nil)
+	for _, q := range []string{"offset=9223372036854775807", "offset=9223372036854775000&limit=1000", "offset=5"} {
+		r := h.admin(http.MethodGet, "/admin/deadletters?"+q)
+		if r.status != 200 || !strings.Contains(string(r.body), `"dead_letters":[]`) || strings.Contains(string(r.body), "next_offset") {
+			t.Fatalf("%s: %d %s", q, r.status, r.body)
+		}
+	}
+}

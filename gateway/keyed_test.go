@@ -352,6 +352,39 @@ func TestAdminIdempotencyRecord(t *testing.T) {
 	}
 }
 
+// A key with a '%' in it is named by its path escaped once, whether or
+// not the escaped path holds other escapes: "a%40b" is /a%2540b (net/http
+// keeps no raw path for it, and echo routes on the decoded one), and
+// "c%d/e" is /c%25d%2Fe (raw path kept). Neither is decoded twice into
+// another key ("a@b") nor refused for a bare '%'.
+func TestAdminKeyWithPercent(t *testing.T) {
+	h := newHarness(t, nil)
+	for _, tc := range []struct{ key, path, other string }{
+		{"a%40b", "/admin/idempotency/a%2540b", "a@b"},
+		{"c%d/e", "/admin/idempotency/c%25d%2Fe", ""},
+		{"100%", "/admin/idempotency/100%25", ""},
+	} {
+		if tc.other != "" {
+			h.chat(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"other"}]}`, key(tc.other))
+		}
+		h.chat(chatBody, key(tc.key))
+		if r := h.admin(http.MethodGet, tc.path); r.status != 200 || !strings.Contains(string(r.body), `"committed"`) {
+			t.Fatalf("%s: get %d %s", tc.path, r.status, r.body)
+		}
+		if r := h.admin(http.MethodDelete, tc.path); r.status != 200 {
+			t.Fatalf("%s: delete %d %s", tc.path, r.status, r.body)
+		}
+		if r := h.chat(chatBody, key(tc.key)); r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("%s: the key %q still replays after its delete", tc.path, tc.key)
+		}
+		if tc.other != "" {
+			if r := h.chat(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"other"}]}`, key(tc.other)); r.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("%s: deleting %q deleted %q", tc.path, tc.key, tc.other)
+			}
+		}
+	}
+}
+
 // TestLeaseRenewedDuringLongCall: a call longer than the lease keeps its
 // claim (renewed at most a third of the lease after the last time), so a
 // duplicate waits instead of taking the key over and calling the upstream

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -273,6 +274,19 @@ func Bearer(h string) (string, bool) {
 	return strings.TrimSpace(h[len(p):]), true
 }
 
+// pathParam is the path parameter name as the client wrote it, decoded
+// once. Echo routes on the request's raw path only when net/http kept
+// one (the path holds an escape that its decoded form would not give
+// back, such as %2F); otherwise its parameters are decoded already, and
+// decoding them again would read /a%2540b as the key "a@b".
+func pathParam(c echo.Context, name string) (string, error) {
+	v := c.Param(name)
+	if c.Request().URL.RawPath == "" {
+		return v, nil
+	}
+	return url.PathUnescape(v)
+}
+
 func storeErr(err error) error { return &apierror.StoreUnavailable{Err: err} }
 
 // deadLetterView is a dead letter in the admin API, its body as text.
@@ -297,7 +311,11 @@ func (a *Admin) adminListDeadLetters(c echo.Context) error {
 	if v, err := strconv.Atoi(c.QueryParam("offset")); err == nil && v >= 0 {
 		offset = v
 	}
-	page := all[min(offset, len(all)):min(offset+limit, len(all))]
+	// offset is at most len(all) from here, so offset+limit cannot
+	// overflow however large the query's offset was.
+	offset = min(offset, len(all))
+	end := min(offset+limit, len(all))
+	page := all[offset:end]
 	if page == nil {
 		page = []cache.DeadLetter{} // an empty list, not null
 	}
@@ -306,8 +324,8 @@ func (a *Admin) adminListDeadLetters(c echo.Context) error {
 		"total":        len(all),
 		"summary":      deadletter.Group(all),
 	}
-	if offset+limit < len(all) {
-		resp["next_offset"] = offset + limit
+	if end < len(all) {
+		resp["next_offset"] = end
 	}
 	return c.JSON(http.StatusOK, resp)
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -124,8 +123,7 @@ func tp(t time.Time) *time.Time {
 // /admin/idempotency/<key>?client=NAME[&endpoint=/v1/chat/completions].
 // The key is the rest of the path, unescaped, so keys with '/' work.
 func (a *Admin) adminKeys(c echo.Context) ([]cache.Key, error) {
-	raw := c.Param("*")
-	id, err := url.PathUnescape(raw)
+	id, err := pathParam(c, "*")
 	if err != nil || id == "" {
 		return nil, apierror.Invalid("key", "Name the key: /admin/idempotency/<key>?client=<name>.")
 	}

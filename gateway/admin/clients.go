@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -36,7 +35,7 @@ const purgeTimeout = 10 * time.Minute
 // not stored. Register it behind Auth.
 func (a *Admin) PurgeClientData(d ClientData) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		name, err := url.PathUnescape(c.Param("name"))
+		name, err := pathParam(c, "name")
 		if err != nil || name == "" {
 			return apierror.Invalid("name", "Name the client: /admin/clients/<name>/data (URL-escaped).")
 		}
@@ -113,7 +112,7 @@ func (a *Admin) Clients(c echo.Context) error {
 // /admin/clients lists it, or 404 client_not_found when it is neither
 // configured nor has dead letters. Register it behind Auth.
 func (a *Admin) Client(c echo.Context) error {
-	name, err := url.PathUnescape(c.Param("name"))
+	name, err := pathParam(c, "name")
 	if err != nil || name == "" {
 		return apierror.Invalid("name", "Name the client: /admin/clients/<name> (URL-escaped).")
 	}

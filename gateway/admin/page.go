@@ -471,7 +471,7 @@ func humanBytes(n int64) string {
 
 func (a *Admin) pageForce(open bool) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		name, err := url.PathUnescape(c.Param("name"))
+		name, err := pathParam(c, "name")
 		k := breaker.Key{Upstream: name, Model: c.QueryParam("model")}
 		if err == nil {
 			err = a.setBreakerForced(c.Request().Context(), k, open)
