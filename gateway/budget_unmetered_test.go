@@ -205,3 +205,50 @@ func TestBudgetBackgroundResponseRefused(t *testing.T) {
 		}
 	}
 }
+
+// A field a budget reservation reads, written as another type than the
+// API's, is a 400 before any upstream call: the gateway would not count
+// it, and a lenient upstream (pydantic's lax mode: "200" is 200, "true"
+// is true) would run it, past the budget. Numbers and null pass as
+// before; background is read, and checked, on /v1/responses only, and a
+// passthrough body (an image's "background": "transparent") is not
+// checked at all.
+func TestBudgetFieldsOfAnotherTypeRefused(t *testing.T) {
+	h, up := unmeteredHarness(t, nil)
+	for _, c := range []struct{ path, body, param string }{
+		{"/v1/chat/completions", `{"model":"gpt-4o-mini","n":"200","messages":[{"role":"user","content":"hi"}]}`, "n"},
+		{"/v1/chat/completions", `{"model":"gpt-4o-mini","max_tokens":"120000","messages":[]}`, "max_tokens"},
+		{"/v1/chat/completions", `{"model":"gpt-4o-mini","MAX_COMPLETION_TOKENS":[5],"messages":[]}`, "max_completion_tokens"},
+		{"/v1/completions", `{"model":"gpt-4o-mini","prompt":"x","best_of":true}`, "best_of"},
+		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","max_output_tokens":{"n":1}}`, "max_output_tokens"},
+		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":"true"}`, "background"},
+		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":1}`, "background"},
+	} {
+		for _, hdr := range []map[string]string{alice, bob} {
+			r := h.do(http.MethodPost, c.path, c.body, hdr)
+			if e := wantOpenAIError(t, r, http.StatusBadRequest); e["param"] != c.param {
+				t.Fatalf("%s %s: %v, want a 400 naming %s", c.path, c.body, e, c.param)
+			}
+		}
+	}
+	r := h.do(http.MethodPost, "/v1/messages", `{"model":"claude-x","max_tokens":"64000","messages":[]}`, alice)
+	if msg := wantAnthropicError(t, r, http.StatusBadRequest, "invalid_request_error"); !strings.Contains(msg, "max_tokens") {
+		t.Fatalf("messages: %s, want max_tokens named", msg)
+	}
+	if got := up.made(); len(got) != 0 {
+		t.Fatalf("upstream calls = %v, want none", got)
+	}
+	for _, c := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"gpt-4o-mini","n":null,"max_tokens":10,"background":"yes","messages":[]}`},
+		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":false,"max_output_tokens":null}`},
+		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":null}`},
+		{"/v1/embeddings", `{"model":"gpt-4o-mini","input":"hi","n":"2"}`},
+	} {
+		if r := h.do(http.MethodPost, c.path, c.body, bob); r.status != 200 {
+			t.Fatalf("%s %s: %d %s, want it through", c.path, c.body, r.status, r.body)
+		}
+	}
+	if r := h.do(http.MethodPost, "/v1/images/generations", `{"model":"gpt-image-1","prompt":"a cat","background":"transparent","n":1}`, bob); r.status != 200 {
+		t.Fatalf("image with a background: %d %s", r.status, r.body)
+	}
+}

@@ -36,7 +36,7 @@ func (g *Handler) handlePost(ep endpoint) echo.HandlerFunc {
 		var held admission.Reservation
 		defer held.Release()
 		start := g.now()
-		body, rt, u, err := g.parseRequest(r, ep.api, &held)
+		body, rt, u, err := g.parseRequest(r, ep, &held)
 		s.model = rt.Model
 		if err != nil {
 			return err
@@ -160,22 +160,25 @@ func (s *summary) note(resp *proxy.Response) {
 }
 
 // parseRequest reads, validates and routes a POST body to an upstream
-// speaking api.
-func (g *Handler) parseRequest(r *http.Request, api *proxy.API, held *admission.Reservation) ([]byte, routing, *proxy.Upstream, error) {
+// speaking ep's API.
+func (g *Handler) parseRequest(r *http.Request, ep endpoint, held *admission.Reservation) ([]byte, routing, *proxy.Upstream, error) {
 	body, err := g.readBody(r, held)
 	if err != nil {
 		return nil, routing{}, nil, err
 	}
 	rt, err := parseRouting(body, g.cfg.Limits.MaxJSONDepth)
+	if err == nil {
+		err = ep.typed(rt)
+	}
 	if err != nil {
 		return nil, rt, nil, g.routingError(err)
 	}
 	if rt.Model == "" {
 		return nil, rt, nil, apierror.Invalid("model", "You must provide a model parameter.")
 	}
-	u := g.router.Route(api, rt.Model)
+	u := g.router.Route(ep.api, rt.Model)
 	if u == nil {
-		return nil, rt, nil, notServed(r, api, rt.Model, g.router.Elsewhere(api, rt.Model))
+		return nil, rt, nil, notServed(r, ep.api, rt.Model, g.router.Elsewhere(ep.api, rt.Model))
 	}
 	return body, rt, u, nil
 }

@@ -45,6 +45,13 @@ type routing struct {
 	ConversationID string
 	// Raw holds these fields as written, nil when absent.
 	Raw struct{ StreamOptions, PreviousResponseID, Background, Store, Conversation []byte }
+	// uncounted names the first count (max_tokens, n…) written as neither
+	// a number nor null, and untypedBackground is background written as
+	// neither a boolean nor null: a budget's reservation cannot read
+	// them, and a lenient upstream may ("200" as 200). endpoint.typed
+	// refuses them where the gateway reads them.
+	uncounted         string
+	untypedBackground bool
 }
 
 // optBool is a boolean a body may leave out.
@@ -139,10 +146,12 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 		if n, ok := count(v); ok && n > r.MaxTokens {
 			r.MaxTokens = n
 		}
+		r.noteUncounted(key, v)
 	case "n", "best_of":
 		if n, ok := count(v); ok && n > r.Choices {
 			r.Choices = n
 		}
+		r.noteUncounted(key, v)
 	case "prompt":
 		r.Prompts = prompts(v)
 	case "previous_response_id":
@@ -153,6 +162,7 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 	case "background":
 		r.Raw.Background = v
 		r.Background = string(v) == "true"
+		r.untypedBackground = string(v) != "true" && string(v) != "false" && string(v) != "null"
 	case "store":
 		r.Raw.Store = v
 		switch string(v) {
@@ -230,6 +240,14 @@ func prompts(v []byte) int64 {
 		n++
 	}
 	return n
+}
+
+// noteUncounted records key when its value v is neither a JSON number
+// nor null (a number starts with '-' or a digit).
+func (r *routing) noteUncounted(key string, v []byte) {
+	if r.uncounted == "" && v[0] != '-' && (v[0] < '0' || v[0] > '9') && string(v) != "null" {
+		r.uncounted = key
+	}
 }
 
 // count reads a JSON number as a count, as a provider's decoder would:

@@ -49,7 +49,8 @@ func TestParseRoutingErrors(t *testing.T) {
 }
 
 // TestParseRoutingFields: what each field read yields, and that a field
-// of another type than expected is tolerated unless it is model or stream.
+// of another type than expected is tolerated unless it is model or stream
+// (a count or background of another type is noted, for endpoint.typed).
 func TestParseRoutingFields(t *testing.T) {
 	cases := []struct {
 		body string
@@ -62,7 +63,7 @@ func TestParseRoutingFields(t *testing.T) {
 		{`{"model":"m","stream_options":{"include_usage":true,"include_usage":false}}`, `model=m`}, // nested: the last, as a decoder keeps
 		{`{"model":"m","previous_response_id":"resp_1","background":true,"store":false}`, `model=m prev=resp_1 background store=false`},
 		{`{"model":"m","store":true}`, `model=m store=true`},
-		{`{"model":"m","store":null,"background":"yes","previous_response_id":7}`, `model=m`},
+		{`{"model":"m","store":null,"background":"yes","previous_response_id":7}`, `model=m background-untyped`},
 		{`{"model":"m","conversation":"conv_1"}`, `model=m conv=conv_1`},
 		{`{"model":"m","conversation":{"id":"conv_\u0032","x":[]}}`, `model=m conv=conv_2`},
 		{`{"model":"m","conversation":{"id":5}}`, `model=m`},
@@ -78,7 +79,8 @@ func TestParseRoutingFields(t *testing.T) {
 		{`{"model":"m","max_tokens":256}`, `model=m max=256`},
 		{`{"model":"m","max_completion_tokens":100,"max_tokens":50}`, `model=m max=100`},
 		{`{"model":"m","max_output_tokens":64}`, `model=m max=64`},
-		{`{"model":"m","max_tokens":null,"max_completion_tokens":"9","max_output_tokens":-3}`, `model=m`},
+		{`{"model":"m","max_tokens":null,"max_completion_tokens":"9","max_output_tokens":-3}`, `model=m uncounted=max_completion_tokens`},
+		{`{"model":"m","n":[2],"best_of":true,"background":null}`, `model=m uncounted=n`},
 		// A count written as a float is that count, as a decoder reads it
 		// (a reservation must not take "8.0" for "not set"); a fraction
 		// is no count.
@@ -107,6 +109,8 @@ func TestParseRoutingFields(t *testing.T) {
 		add(r.ConversationID != "", "conv="+r.ConversationID)
 		add(r.MaxTokens != 0, fmt.Sprintf("max=%d", r.MaxTokens))
 		add(r.Choices != 0, fmt.Sprintf("n=%d", r.Choices))
+		add(r.uncounted != "", "uncounted="+r.uncounted)
+		add(r.untypedBackground, "background-untyped")
 		if g := strings.Join(got, " "); g != c.want {
 			t.Errorf("%s: %s, want %s", c.body, g, c.want)
 		}

@@ -162,6 +162,23 @@ func (ep endpoint) output(rt routing) budget.Output {
 		Later: rt.Background && ep.suffix == "/responses"}
 }
 
+// typed refuses, as a 400, a field ep's budget reservation reads that rt
+// found written as another type than the API's: a count of output
+// (max_tokens, n…) as a string, a boolean, an array or an object, and on
+// /v1/responses background as anything but a boolean. The gateway would
+// not count it, and an upstream that coerces types would run it: a
+// string "200" choices past the budget. OpenAI and Anthropic refuse such
+// bodies themselves.
+func (ep endpoint) typed(rt routing) error {
+	if rt.uncounted != "" && !ep.noOutput {
+		return &fieldError{Param: rt.uncounted, Msg: rt.uncounted + " must be an integer"}
+	}
+	if rt.untypedBackground && ep.suffix == "/responses" {
+		return &fieldError{Param: "background", Msg: "background must be a boolean"}
+	}
+	return nil
+}
+
 var postEndpoints = []endpoint{
 	{path: "/v1/chat/completions", suffix: "/chat/completions", label: "chat_completions", api: proxy.ChatCompletions},
 	{path: "/v1/completions", suffix: "/completions", label: "completions", api: proxy.Completions},
