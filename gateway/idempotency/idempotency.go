@@ -541,11 +541,18 @@ func (l *Lease) Commit(ctx context.Context, rec *cache.Record) error {
 		l.k.metrics.IdemEvent("commit")
 		return nil
 	}
-	l.k.metrics.IdemEvent("store_error")
 	l.k.log.Error("commit failed", "idempotency_key", HashKey(l.req.Key), "err", err)
-	if !errors.Is(err, cache.ErrNotOwner) {
-		l.Release(ctx)
+	if errors.Is(err, cache.ErrNotOwner) {
+		// The key is not ours any more (another owner claimed it, or it
+		// was purged or lost), found by the commit before a renewal did:
+		// a takeover, as a renewal's finding is, and nothing to release.
+		if l.markTaken() {
+			l.k.metrics.IdemEvent("taken_over")
+		}
+		return &apierror.CommitFailed{Err: err}
 	}
+	l.k.metrics.IdemEvent("store_error")
+	l.Release(ctx)
 	return &apierror.CommitFailed{Err: err}
 }
 

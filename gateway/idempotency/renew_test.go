@@ -327,3 +327,37 @@ func TestLookupHeldBackIsAnError(t *testing.T) {
 		t.Fatalf("Lookup of a content-cache entry: replayed %v, err %v; want a miss", ok, err)
 	}
 }
+
+// A key another owner took while the call ran, found by the call's
+// commit rather than by a renewal, is a takeover as a renewal's finding
+// is: counted taken_over (not store_error) and reported by TakenOver.
+func TestCommitFindingTheKeyTakenIsATakeover(t *testing.T) {
+	st, err := badgerstore.Open(badgerstore.Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m := metrics.New(prometheus.NewRegistry(), nil)
+	k := New(Options{Store: st, Metrics: m, Lease: time.Hour})
+	kr := &Request{Key: cache.Key{Scope: "c", Endpoint: "/v1/chat/completions", ID: "k1"}, Fingerprint: "fp", TTL: time.Hour}
+	ctx := context.Background()
+	cl, err := st.Claim(ctx, kr.Key, kr.Fingerprint, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Lease{k: k, req: kr, owner: cl.Owner}
+	// An operator deletes the key and a retry claims it: another owner.
+	if err := st.Delete(ctx, kr.Key); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := st.Claim(ctx, kr.Key, kr.Fingerprint, time.Hour); err != nil || c.Status != cache.Claimed {
+		t.Fatalf("the retry's claim: %+v %v", c, err)
+	}
+	if err := l.Commit(ctx, &cache.Record{Status: 200, Body: []byte("{}")}); err == nil {
+		t.Fatal("a commit under a key another owner holds succeeded")
+	}
+	got := m.IdemCounts()
+	if !l.TakenOver() || got["taken_over"] != 1 || got["store_error"] != 0 {
+		t.Fatalf("TakenOver %v, events %v; want a takeover counted once, no store error", l.TakenOver(), got)
+	}
+}
