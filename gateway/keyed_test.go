@@ -385,6 +385,34 @@ func TestAdminKeyWithPercent(t *testing.T) {
 	}
 }
 
+// Every admin route naming something by its path decodes it once: a
+// client name with a '%' (GET /admin/clients/x%2541 is the client
+// "x%41", not "xA"), and an upstream's breaker by a name holding '/' or
+// ':' escaped as encodeURIComponent writes it.
+func TestAdminNamesWithEscapes(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		for _, name := range []string{"az/primary", "openai:eu"} {
+			u := c.Upstreams[0]
+			u.Name, u.Models = name, []string{"other-" + strings.NewReplacer("/", "-", ":", "-").Replace(name)}
+			c.Upstreams = append(c.Upstreams, u)
+		}
+		c.Clients = []config.Client{{Name: "x%41", Key: "key-x"}, {Name: "xA", Key: "key-xa"}}
+	})
+	if r := h.admin(http.MethodGet, "/admin/clients/x%2541"); r.status != 200 || !strings.Contains(string(r.body), `"client":"x%41"`) {
+		t.Fatalf("GET /admin/clients/x%%2541: %d %s", r.status, r.body)
+	}
+	if r := h.admin(http.MethodDelete, "/admin/clients/x%2541/data"); r.status != 200 || !strings.Contains(string(r.body), `"client":"x%41"`) {
+		t.Fatalf("DELETE /admin/clients/x%%2541/data: %d %s", r.status, r.body)
+	}
+	for _, path := range []string{"/admin/breakers/az%2Fprimary", "/admin/breakers/openai%3Aeu"} {
+		for _, op := range []string{"/open", "/close"} {
+			if r := h.admin(http.MethodPost, path+op); r.status != 200 {
+				t.Fatalf("POST %s%s: %d %s", path, op, r.status, r.body)
+			}
+		}
+	}
+}
+
 // TestLeaseRenewedDuringLongCall: a call longer than the lease keeps its
 // claim (renewed at most a third of the lease after the last time), so a
 // duplicate waits instead of taking the key over and calling the upstream

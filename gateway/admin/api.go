@@ -72,7 +72,11 @@ func (a *Admin) adminBreakers(c echo.Context) error {
 // ?model=<model> that model's.
 func (a *Admin) adminForce(open bool) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		k := breaker.Key{Upstream: c.Param("name"), Model: c.QueryParam("model")}
+		name, err := pathParam(c, "name")
+		if err != nil {
+			return apierror.Invalid("name", "Name the upstream: /admin/breakers/<upstream>/open (URL-escaped).")
+		}
+		k := breaker.Key{Upstream: name, Model: c.QueryParam("model")}
 		if err := a.setBreakerForced(c.Request().Context(), k, open); err != nil {
 			return err
 		}
