@@ -113,7 +113,7 @@ func (m *Metrics) requestSeries() []prometheus.Collector {
 	}, []string{"from", "to"})
 	m.idem = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgate_idempotency_events_total",
-		Help: "Idempotency events: claim, commit, release, replay, wait, conflict (409), mismatch (422), store_error, uncommitted, cache_hit, cache_miss.",
+		Help: "Idempotency events: claim, commit, release, replay, wait, conflict (409), mismatch (422), store_error, uncommitted, cache_hit, cache_miss, join, taken_over.",
 	}, []string{"event"})
 	m.authFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "llmgate_upstream_auth_failures_total", Help: "Upstream answers refusing the gateway's credentials (401) or the request (403), by upstream and status.",
