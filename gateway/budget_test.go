@@ -616,6 +616,9 @@ func TestTokensPerMinuteBesideOwnMinuteBudget(t *testing.T) {
 	if got := spent(t, st, own); got != (cache.BudgetCount{Spent: 500}) {
 		t.Fatalf("counter = %+v, want 500 spent and nothing held", got)
 	}
+	if r := h.admin(http.MethodGet, "/metrics"); r.status != 200 || strings.Count(string(r.body), `llmgate_budget_limit{budget="minute.tokens.total",client="alice"`) != 1 {
+		t.Fatalf("GET /metrics: %d, want 200 with one budget limit series:\n%s", r.status, r.body)
+	}
 }
 
 // A keyed request its budget refuses is refused before its call, its key

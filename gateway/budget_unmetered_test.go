@@ -243,6 +243,7 @@ func TestBudgetFieldsOfAnotherTypeRefused(t *testing.T) {
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":false,"max_output_tokens":null}`},
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":null}`},
 		{"/v1/embeddings", `{"model":"gpt-4o-mini","input":"hi","n":"2"}`},
+		{"/v1/messages/count_tokens", `{"model":"claude-x","max_tokens":"64000","messages":[]}`},
 	} {
 		if r := h.do(http.MethodPost, c.path, c.body, bob); r.status != 200 {
 			t.Fatalf("%s %s: %d %s, want it through", c.path, c.body, r.status, r.body)

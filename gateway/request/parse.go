@@ -15,10 +15,12 @@ type routing struct {
 	Model  string
 	Stream bool
 
-	// The fields below are read for what comes next (usage metering, the
-	// Responses API) but not policed yet: a value of an unexpected type is
-	// accepted, as it was before they were read, and leaves the typed
-	// field at its zero value; Raw shows what was there.
+	// The fields below are read for what comes next (budgets, the
+	// Responses API). A value of an unexpected type is accepted here, and
+	// leaves the typed field at its zero value (Raw shows what was
+	// there), except that a count or background of another type is noted
+	// (uncounted, untypedBackground) for endpoint.typed to refuse where a
+	// budget reads it.
 
 	// MaxTokens is the output the request allows: max_tokens,
 	// max_completion_tokens or max_output_tokens (the largest set, as a

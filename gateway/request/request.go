@@ -164,13 +164,14 @@ func (ep endpoint) output(rt routing) budget.Output {
 
 // typed refuses, as a 400, a field ep's budget reservation reads that rt
 // found written as another type than the API's: a count of output
-// (max_tokens, n…) as a string, a boolean, an array or an object, and on
+// (max_tokens, n…) as a string, a boolean, an array or an object, where
+// output is reserved (not on embeddings or count_tokens), and on
 // /v1/responses background as anything but a boolean. The gateway would
 // not count it, and an upstream that coerces types would run it: a
 // string "200" choices past the budget. OpenAI and Anthropic refuse such
 // bodies themselves.
 func (ep endpoint) typed(rt routing) error {
-	if rt.uncounted != "" && !ep.noOutput {
+	if rt.uncounted != "" && !ep.noOutput && ep.api.Billed() {
 		return &fieldError{Param: rt.uncounted, Msg: rt.uncounted + " must be an integer"}
 	}
 	if rt.untypedBackground && ep.suffix == "/responses" {
