@@ -40,3 +40,30 @@ func TestAddrFlag(t *testing.T) {
 		t.Errorf("-addr 0.0.0.0:8080 with no clients: %v, want the listen check naming -addr", err)
 	}
 }
+
+// -check-config prints the configuration's warnings on stderr, apart
+// from the configuration it prints on stdout: with clients and no
+// forward_key_secret, one naming the field; with the secret, none.
+func TestCheckConfigWarns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	cfg := "upstreams:\n  - {name: openai, base_url: https://api.openai.com/v1, api_key: sk-test, models: ['*']}\n" +
+		"clients:\n  - {name: team-a, key: k-team-a-0123456789abcdef}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  func(string) string
+		warn bool
+	}{{env(), true}, {env("GATEWAY_FORWARD_KEY_SECRET", "a-long-random-value"), false}} {
+		var out, errs bytes.Buffer
+		if err := run(t.Context(), []string{"-config", path, "-check-config"}, tc.env, &out, &errs); err != nil {
+			t.Fatalf("run: %v\n%s", err, errs.String())
+		}
+		if got := strings.Contains(errs.String(), "warning: idempotency.forward_key_secret is empty"); got != tc.warn {
+			t.Fatalf("warned %v, want %v; stderr:\n%s", got, tc.warn, errs.String())
+		}
+		if !strings.HasPrefix(out.String(), "configuration OK\n") || strings.Contains(out.String(), "warning") {
+			t.Fatalf("stdout:\n%s", out.String())
+		}
+	}
+}

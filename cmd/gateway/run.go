@@ -69,6 +69,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
+		for _, w := range cfg.Warnings() {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
 		fmt.Fprintf(stdout, "configuration OK\n%s", out)
 		return nil
 	}
@@ -95,6 +98,9 @@ func withAddr(getenv func(string) string, addr string) func(string) string {
 // demo is nil without -demo.
 func serve(ctx context.Context, cfg config.Config, demo *demoMode, stdout, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration: " + w)
+	}
 	// Closed last (deferred first): the spans of calls drained at shutdown
 	// are flushed too.
 	tracer, err := tracing.Setup(cfg.Tracing, log)
