@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,11 @@ func TestOwnershipEntriesCountAgainstQuota(t *testing.T) {
 		e := wantOpenAIError(t, r, http.StatusTooManyRequests)
 		if e["code"] != "client_storage_quota_exceeded" || r.header.Get("Retry-After") == "" {
 			t.Fatalf("%v, Retry-After %q", e, r.header.Get("Retry-After"))
+		}
+		// The message says what an unkeyed create is refused for, not
+		// that requests without a key still work.
+		if msg, _ := e["message"].(string); !strings.Contains(msg, "create objects at the provider") {
+			t.Fatalf("message %q does not say creates are refused", msg)
 		}
 		if seen := up.requests(); len(seen) != 0 {
 			t.Fatalf("a refused create reached the upstream: %+v", seen)

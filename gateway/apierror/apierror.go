@@ -551,8 +551,9 @@ func clientLimited(cl *ClientLimited) *Error {
 		e.Message = "This API key has as many requests in flight at the gateway as it may (keyed calls still finishing after their client stopped waiting count too). Retry when one has finished."
 	default:
 		e.Type, e.Code, e.ShouldRetry = "storage", "client_storage_quota_exceeded", false
-		e.Message = "This API key's stored answers have reached its storage quota at the gateway, so new requests with an Idempotency-Key are refused " +
-			"until older answers expire (Retry-After) or the operator raises the quota. Replays of committed keys, and requests without an Idempotency-Key, still work."
+		e.Message = "This API key's stored answers and objects have reached its storage quota at the gateway, so new requests with an Idempotency-Key, " +
+			"and requests that create objects at the provider under the gateway's shared key (uploads, stored responses, batches…), are refused until older ones expire (Retry-After) " +
+			"or the operator raises the quota. Replays of committed keys, and other requests without an Idempotency-Key, still work."
 	}
 	return e
 }
