@@ -206,14 +206,15 @@ func TestBudgetBackgroundResponseRefused(t *testing.T) {
 	}
 }
 
-// A field a budget reservation reads, written as another type than the
-// API's, is a 400 before any upstream call: the gateway would not count
+// A field a budget reservation (or on /v1/responses, an ownership
+// check) reads, written as another type than the API's, is a 400 before
+// any upstream call: the gateway would not count
 // it, and a lenient upstream (pydantic's lax mode: "200" is 200, "true"
 // is true) would run it, past the budget. Numbers and null pass as
 // before; background is read, and checked, on /v1/responses only, and a
 // passthrough body (an image's "background": "transparent") is not
 // checked at all.
-func TestBudgetFieldsOfAnotherTypeRefused(t *testing.T) {
+func TestReadFieldsOfAnotherTypeRefused(t *testing.T) {
 	h, up := unmeteredHarness(t, nil)
 	for _, c := range []struct{ path, body, param string }{
 		{"/v1/chat/completions", `{"model":"gpt-4o-mini","n":"200","messages":[{"role":"user","content":"hi"}]}`, "n"},
@@ -223,6 +224,9 @@ func TestBudgetFieldsOfAnotherTypeRefused(t *testing.T) {
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","max_output_tokens":{"n":1}}`, "max_output_tokens"},
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":"true"}`, "background"},
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":1}`, "background"},
+		// The ids an ownership check reads, likewise.
+		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","previous_response_id":["resp_A"]}`, "previous_response_id"},
+		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","conversation":["conv_A"]}`, "conversation"},
 	} {
 		for _, hdr := range []map[string]string{alice, bob} {
 			r := h.do(http.MethodPost, c.path, c.body, hdr)
@@ -241,7 +245,7 @@ func TestBudgetFieldsOfAnotherTypeRefused(t *testing.T) {
 	for _, c := range []struct{ path, body string }{
 		{"/v1/chat/completions", `{"model":"gpt-4o-mini","n":null,"max_tokens":10,"background":"yes","messages":[]}`},
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":false,"max_output_tokens":null}`},
-		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":null}`},
+		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":null,"previous_response_id":null,"conversation":null}`},
 		{"/v1/embeddings", `{"model":"gpt-4o-mini","input":"hi","n":"2"}`},
 		{"/v1/messages/count_tokens", `{"model":"claude-x","max_tokens":"64000","messages":[]}`},
 	} {

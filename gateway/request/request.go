@@ -166,7 +166,9 @@ func (ep endpoint) output(rt routing) budget.Output {
 // found written as another type than the API's: a count of output
 // (max_tokens, n…) as a string, a boolean, an array or an object, where
 // output is reserved (not on embeddings or count_tokens), and on
-// /v1/responses background as anything but a boolean. The gateway would
+// /v1/responses background as anything but a boolean, and the ids an
+// ownership check reads (previous_response_id, conversation) as what
+// holds no id. The gateway would
 // not count it, and an upstream that coerces types would run it: a
 // string "200" choices past the budget. OpenAI and Anthropic refuse such
 // bodies themselves.
@@ -174,8 +176,20 @@ func (ep endpoint) typed(rt routing) error {
 	if rt.uncounted != "" && !ep.noOutput && ep.api.Billed() {
 		return &fieldError{Param: rt.uncounted, Msg: rt.uncounted + " must be an integer"}
 	}
-	if rt.untypedBackground && ep.suffix == "/responses" {
+	if ep.suffix != "/responses" {
+		return nil
+	}
+	if rt.untypedBackground {
 		return &fieldError{Param: "background", Msg: "background must be a boolean"}
+	}
+	// The ids an ownership check reads: a value of another type is no id
+	// to it, and an upstream that coerced one (["resp_…"] as "resp_…")
+	// would continue another client's response unchecked.
+	if v := rt.Raw.PreviousResponseID; v != nil && v[0] != '"' && string(v) != "null" {
+		return &fieldError{Param: "previous_response_id", Msg: "previous_response_id must be a string"}
+	}
+	if v := rt.Raw.Conversation; v != nil && v[0] != '"' && v[0] != '{' && string(v) != "null" {
+		return &fieldError{Param: "conversation", Msg: "conversation must be a string or an object"}
 	}
 	return nil
 }
