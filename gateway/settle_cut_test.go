@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -209,5 +210,98 @@ func TestClientDeadlineAfterJSONWrittenDelivers(t *testing.T) {
 	h.fake.Enqueue(step)
 	if !h.cutAt(st, string(request.PointSent), chatBody, "cut-after-written", ref.body) {
 		t.Fatal("a JSON answer written whole before the client's deadline did not reach the client whole")
+	}
+}
+
+// A keyed call whose client's deadline passes once its whole answer is
+// out detaches nothing, not even for a moment. Before, the handler
+// counted it detached before finding the answer delivered: at the
+// detached cap that evicted another client's detached call (cancelled,
+// its answer never committed, so its retry paid for a second one) or
+// cancelled this one (with a "too many detached calls" warning); and so
+// did a client leaving once its whole answer was out, on a call with no
+// deadline of its own, the common case (found by review).
+func TestDeadlineAfterAnswerSentDetachesNothing(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(release) }) }
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if bytes.Contains(b, []byte("hang")) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
+	}))
+	t.Cleanup(up.Close)
+	defer releaseAll() // before the cleanups, which wait for the upstream's handler
+	var st *commitHookStore
+	h := newHarnessStore(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = up.URL + "/v1"
+		c.Upstreams[0].Timeout = config.Duration(time.Minute)
+		c.Idempotency.MaxDetached = 2
+		c.Clients = []config.Client{{Name: "alice", Key: "key-alice"}, {Name: "bob", Key: "key-bob"}, {Name: "carol", Key: "key-carol"}}
+	}, func(s Store) Store { st = &commitHookStore{Store: s}; return st }, fakeprovider.Options{})
+	const hang = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hang"}]}`
+	as := func(who string) map[string]string {
+		return map[string]string{"Authorization": "Bearer key-" + who, "Idempotency-Key": who + "-1"}
+	}
+	for _, who := range []string{"bob", "carol"} {
+		// Each runs on past its client's deadline: the cap of 2 is full.
+		if r := h.chat(hang, with(as(who), DeadlineHeader, "50ms")); r.status != http.StatusGatewayTimeout {
+			t.Fatalf("%s at the deadline: %d %s", who, r.status, r.body)
+		}
+	}
+	status, got, _, err := h.deadlineAt(st, string(request.PointSent), false, chatBody, as("alice"))
+	if err != nil || status != http.StatusOK || !bytes.Contains(got, []byte(`"content":"hi"`)) {
+		t.Fatalf("alice, her deadline passing once her answer was out: %d %v %s", status, err, got)
+	}
+	// Her second call's client leaves (its request's context ends) once
+	// its whole answer is out: no deadline, the same rule.
+	var sent atomic.Bool
+	left := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, leave := context.WithCancel(r.Context())
+		defer leave()
+		acted := make(chan struct{})
+		hk := &request.CallHooks{Left: func() { close(acted) }, At: func(at request.SettlePoint) {
+			if at == request.PointSent {
+				sent.Store(true)
+				leave()
+				select { // the call goes on once the handler has acted on it
+				case <-acted:
+				case <-time.After(requestLimit):
+					t.Error("the handler never acted on its client leaving")
+				}
+			}
+		}}
+		h.gw.Handler().ServeHTTP(w, r.WithContext(request.WithCallHooks(ctx, hk)))
+	}))
+	defer left.Close()
+	req, _ := http.NewRequest(http.MethodPost, left.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	for k, v := range with(as("alice"), "Idempotency-Key", "alice-2") {
+		req.Header.Set(k, v)
+	}
+	res, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if !sent.Load() {
+		t.Fatal("alice's second call never reached the point its whole answer was sent")
+	}
+	if strings.Contains(h.logs.String(), "too many detached calls") {
+		t.Fatalf("a delivered answer's end cancelled a detached call:\n%s", h.logs.String())
+	}
+	releaseAll()
+	h.gw.requests.WaitCalls()
+	for _, who := range []string{"bob", "carol"} {
+		if r := h.chat(hang, as(who)); r.status != http.StatusOK || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("%s's retry: %d replayed=%q %s", who, r.status, r.header.Get("Idempotent-Replayed"), r.body)
+		}
 	}
 }

@@ -271,8 +271,14 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 			default:
 			}
 			hk.call(hk.Cutting)
-			goesOn := g.detach(it, s)
-			abort, delivered := k.h.end(func(w http.ResponseWriter, wrote bool) bool { return endAtClientDeadline(w, wrote, goesOn, cl) })
+			// Detached only once end finds the answer not delivered: an
+			// answer out whole (its end being written) runs on to its
+			// settling, and must take no detached slot, nor evict another
+			// client's call at the cap. end calls this under the handoff's
+			// lock; detach takes only the work set's, and cancels.
+			abort, delivered := k.h.end(func(w http.ResponseWriter, wrote bool) bool {
+				return endAtClientDeadline(w, wrote, g.detach(it, s), cl)
+			})
 			hk.call(hk.Cut)
 			if delivered {
 				// The whole answer went out first; only its settling was
@@ -331,10 +337,16 @@ func (g *Handler) keyCall(cl *proxy.Call, kr *idempotency.Request, lease *idempo
 
 // clientLeft is what a keyed call's client leaving does: the call goes on,
 // counted as detached, and its writes go nowhere from now on, so nothing
-// it writes later can pass for an answer the client received.
+// it writes later can pass for an answer the client received. A client
+// that left once its whole answer was out leaves a call that is only
+// settling: it is not detached (it takes no slot, evicts no other
+// client's call at the cap).
 func (g *Handler) clientLeft(it *workItem, k *keyedCall, s *summary) {
-	g.detach(it, s)
-	k.h.end(nil)
+	k.h.end(func(http.ResponseWriter, bool) bool {
+		g.detach(it, s)
+		return false
+	})
+	k.hooks.call(k.hooks.Left)
 }
 
 // runHere runs a keyed call on the handler's goroutine, for a client
@@ -383,6 +395,8 @@ type CallHooks struct {
 	// before it ends the handoff (a joiner's, before it acts on it); Cut
 	// once it has ended it.
 	Cutting, Cut func()
+	// Left is called once the handler has acted on its client leaving.
+	Left func()
 }
 
 // SettlePoint names a moment of a keyed call's settlement.
