@@ -224,6 +224,12 @@ func TestReadFieldsOfAnotherTypeRefused(t *testing.T) {
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","max_output_tokens":{"n":1}}`, "max_output_tokens"},
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":"true"}`, "background"},
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":1}`, "background"},
+		// A count spelled otherwise than the API spells it: a Go upstream
+		// reads "MAX_TOKENS" as max_tokens, an exact-case one (Python's)
+		// not at all, so no reservation can be right for both.
+		{"/v1/chat/completions", `{"model":"gpt-4o-mini","MAX_TOKENS":1,"messages":[]}`, "max_tokens"},
+		{"/v1/chat/completions", `{"model":"gpt-4o-mini","N":200,"messages":[]}`, "n"},
+		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","max_output_tO\u212aens":5}`, "max_output_tokens"},
 		// The ids an ownership check reads, likewise.
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","previous_response_id":["resp_A"]}`, "previous_response_id"},
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","conversation":["conv_A"]}`, "conversation"},
@@ -244,6 +250,7 @@ func TestReadFieldsOfAnotherTypeRefused(t *testing.T) {
 	}
 	for _, c := range []struct{ path, body string }{
 		{"/v1/chat/completions", `{"model":"gpt-4o-mini","n":null,"max_tokens":10,"background":"yes","messages":[]}`},
+		{"/v1/chat/completions", `{"model":"gpt-4o-mini","max_\u0074okens":10,"messages":[]}`},
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":false,"max_output_tokens":null}`},
 		{"/v1/responses", `{"model":"gpt-4o-mini","input":"hi","background":null,"previous_response_id":null,"conversation":null}`},
 		{"/v1/embeddings", `{"model":"gpt-4o-mini","input":"hi","n":"2"}`},

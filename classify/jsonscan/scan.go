@@ -52,6 +52,7 @@ type Scanner struct {
 	depth    int
 	maxDepth int
 	err      error
+	key      []byte // the key of the member Fields last yielded, as written
 }
 
 // New returns a Scanner over buf that refuses objects and arrays nested
@@ -134,7 +135,8 @@ func (s *Scanner) Fields(keys *Keys) iter.Seq2[string, bool] {
 			return
 		}
 		var seen uint64
-		s.object(keys, func(_ []byte, i int) bool {
+		s.object(keys, func(key []byte, i int) bool {
+			s.key = key
 			bit := uint64(1) << i
 			dup := seen&bit != 0
 			seen |= bit
@@ -142,6 +144,10 @@ func (s *Scanner) Fields(keys *Keys) iter.Seq2[string, bool] {
 		})
 	}
 }
+
+// Key is the key of the member Fields last yielded as written, quoted
+// and with its escapes (Equal compares it with a name exactly).
+func (s *Scanner) Key() []byte { return s.key }
 
 // Elements iterates over the array that is the next value, yielding each
 // element's index with the Scanner at the element. The rules of Members

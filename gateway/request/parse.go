@@ -48,11 +48,12 @@ type routing struct {
 	// Raw holds these fields as written, nil when absent.
 	Raw struct{ StreamOptions, PreviousResponseID, Background, Store, Conversation []byte }
 	// uncounted names the first count (max_tokens, n…) written as neither
-	// a number nor null, and untypedBackground is background written as
+	// a number nor null, or under another spelling, and untypedBackground is background written as
 	// neither a boolean nor null: a budget's reservation cannot read
 	// them, and a lenient upstream may ("200" as 200). endpoint.typed
 	// refuses them where the gateway reads them.
 	uncounted         string
+	misspelled        bool // uncounted for its key's spelling, not its value
 	untypedBackground bool
 }
 
@@ -148,12 +149,12 @@ func (r *routing) read(s *jsonscan.Scanner, key string) error {
 		if n, ok := count(v); ok && n > r.MaxTokens {
 			r.MaxTokens = n
 		}
-		r.noteUncounted(key, v)
+		r.noteUncounted(key, v, s.Key())
 	case "n", "best_of":
 		if n, ok := count(v); ok && n > r.Choices {
 			r.Choices = n
 		}
-		r.noteUncounted(key, v)
+		r.noteUncounted(key, v, s.Key())
 	case "prompt":
 		r.Prompts = prompts(v)
 	case "previous_response_id":
@@ -245,9 +246,17 @@ func prompts(v []byte) int64 {
 }
 
 // noteUncounted records key when its value v is neither a JSON number
-// nor null (a number starts with '-' or a digit).
-func (r *routing) noteUncounted(key string, v []byte) {
-	if r.uncounted == "" && v[0] != '-' && (v[0] < '0' || v[0] > '9') && string(v) != "null" {
+// nor null (a number starts with '-' or a digit), or when the member's
+// key as written (raw) is another spelling of it ("MAX_TOKENS"): a Go
+// upstream reads that as the count, an exact-case one (Python's) not at
+// all, so no reservation suits both.
+func (r *routing) noteUncounted(key string, v, raw []byte) {
+	if r.uncounted != "" {
+		return
+	}
+	if !jsonscan.Equal(raw, key) {
+		r.uncounted, r.misspelled = key, true
+	} else if v[0] != '-' && (v[0] < '0' || v[0] > '9') && string(v) != "null" {
 		r.uncounted = key
 	}
 }

@@ -164,7 +164,8 @@ func (ep endpoint) output(rt routing) budget.Output {
 
 // typed refuses, as a 400, a field ep's budget reservation reads that rt
 // found written as another type than the API's: a count of output
-// (max_tokens, n…) as a string, a boolean, an array or an object, where
+// (max_tokens, n…) as a string, a boolean, an array or an object, or
+// spelled otherwise ("MAX_TOKENS", which upstreams read differently), where
 // output is reserved (not on embeddings or count_tokens), and on
 // /v1/responses background as anything but a boolean, and the ids an
 // ownership check reads (previous_response_id, conversation) as what
@@ -174,6 +175,9 @@ func (ep endpoint) output(rt routing) budget.Output {
 // bodies themselves.
 func (ep endpoint) typed(rt routing) error {
 	if rt.uncounted != "" && !ep.noOutput && ep.api.Billed() {
+		if rt.misspelled {
+			return &fieldError{Param: rt.uncounted, Msg: rt.uncounted + " must be spelled exactly so (lower case): an upstream that reads keys exactly would not see it"}
+		}
 		return &fieldError{Param: rt.uncounted, Msg: rt.uncounted + " must be an integer"}
 	}
 	if ep.suffix != "/responses" {
