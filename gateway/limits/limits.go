@@ -80,6 +80,10 @@ const (
 	defaultScanTimeout = time.Minute
 	// retryCount is how soon a count that failed is tried again.
 	retryCount = 30 * time.Second
+	// recountEvery is how soon a client refused for its stored bytes may
+	// be counted from the store again on its own (with several replicas;
+	// see CheckStorage).
+	recountEvery = 10 * time.Second
 )
 
 // Limiter holds every client's limits and what counts against them. It is
@@ -99,6 +103,10 @@ type Limiter struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
+	// recounts are the counts of one client that refusals started.
+	recounts sync.WaitGroup
+	// recounted, when set (tests), is sent to after each such count.
+	recounted chan struct{}
 }
 
 // client is one client's limits and usage.
@@ -117,6 +125,9 @@ type client struct {
 	known bool
 	// gen is bumped by Forget, so a count that began before it is dropped.
 	gen uint64
+	// recountAfter is when a refusal may start a count of this client
+	// again (CheckStorage).
+	recountAfter time.Time
 }
 
 // New builds the limiter and, when some client has a storage quota and
@@ -191,6 +202,7 @@ func (l *Limiter) share(n int64) int {
 func (l *Limiter) Close() {
 	l.cancel()
 	<-l.done
+	l.recounts.Wait()
 }
 
 // Slot is an admitted request's place among its client's requests in
@@ -264,6 +276,13 @@ func (l *Limiter) refuse(c *client, limit apierror.Limit, retryAfter time.Durati
 // it will store, so a client may pass it by what its requests in flight
 // store. Until a count from the store succeeds it checks what this
 // process committed alone (fail open, counted).
+//
+// With several replicas, a refusal also starts a count of the client from
+// the store (at most every recountEvery): what another replica purged
+// (DELETE /admin/clients/{name}/data) or the weighing of this replica's
+// own commits (replicas × them) may have the client over its quota here
+// only until a count says otherwise, and the next full count may be
+// store.usage_rescan away.
 func (l *Limiter) CheckStorage(name string) error {
 	c := l.clients[name]
 	if c == nil || c.maxStored == 0 {
@@ -281,7 +300,26 @@ func (l *Limiter) CheckStorage(name string) error {
 	if c.used(l.replicas) < c.maxStored {
 		return nil
 	}
+	if l.replicas > 1 && l.store != nil && !now.Before(c.recountAfter) && l.ctx.Err() == nil {
+		c.recountAfter = now.Add(recountEvery)
+		l.recounts.Go(func() { l.recount(c) })
+	}
 	return l.refuse(c, apierror.LimitStorage, c.freedAfter(now, l.replicas))
+}
+
+// recount counts c from the store, as count counts every client.
+func (l *Limiter) recount(c *client) {
+	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
+	defer cancel()
+	l.countMu.Lock()
+	err := l.countClient(ctx, c)
+	l.countMu.Unlock()
+	if err != nil && l.ctx.Err() == nil {
+		l.log.Warn("counting a client's stored bytes failed", slog.String("client", c.name), slog.Any("err", err))
+	}
+	if l.recounted != nil {
+		l.recounted <- struct{}{}
+	}
 }
 
 // Committed counts size bytes client stored now, to expire after ttl: a
@@ -363,35 +401,9 @@ func (l *Limiter) count(ctx context.Context) error {
 	start := time.Now()
 	var errs []error
 	for _, c := range l.stored {
-		c.mu.Lock()
-		gen, before := c.gen, c.local.clone()
-		c.mu.Unlock()
-		var got usage
-		add := func(r cache.CommittedRecord) error {
-			got.add(hourOf(r.ExpiresAt), r.Size)
-			return nil
-		}
-		err := l.store.ScanCommitted(ctx, c.name, add)
-		if err == nil {
-			err = l.store.ScanOwners(ctx, c.name, add)
-		}
-		l.metrics.UsageScan(err == nil)
-		if err != nil {
+		if err := l.countClient(ctx, c); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		c.mu.Lock()
-		if c.gen == gen {
-			// What this process committed while the count ran stays local:
-			// the count may have seen it too, which overcounts it until the
-			// next count, never under.
-			c.scanned = got
-			c.local.sub(before)
-			c.known = true
-		}
-		c.prune(l.now())
-		l.metrics.ClientStored(c.name, c.used(l.replicas))
-		c.mu.Unlock()
 	}
 	err := errors.Join(errs...)
 	switch {
@@ -404,6 +416,40 @@ func (l *Limiter) count(ctx context.Context) error {
 		l.log.Debug("counted clients' stored bytes", slog.Int("clients", len(l.stored)), slog.Duration("took", time.Since(start)))
 	}
 	return err
+}
+
+// countClient counts c's stored bytes from the store; on failure c keeps
+// what it had. The caller holds countMu.
+func (l *Limiter) countClient(ctx context.Context, c *client) error {
+	c.mu.Lock()
+	gen, before := c.gen, c.local.clone()
+	c.mu.Unlock()
+	var got usage
+	add := func(r cache.CommittedRecord) error {
+		got.add(hourOf(r.ExpiresAt), r.Size)
+		return nil
+	}
+	err := l.store.ScanCommitted(ctx, c.name, add)
+	if err == nil {
+		err = l.store.ScanOwners(ctx, c.name, add)
+	}
+	l.metrics.UsageScan(err == nil)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == gen {
+		// What this process committed while the count ran stays local:
+		// the count may have seen it too, which overcounts it until the
+		// next count, never under.
+		c.scanned = got
+		c.local.sub(before)
+		c.known = true
+	}
+	c.prune(l.now())
+	l.metrics.ClientStored(c.name, c.used(l.replicas))
+	return nil
 }
 
 func (l *Limiter) allKnown() bool {

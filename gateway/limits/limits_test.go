@@ -230,6 +230,55 @@ func TestStorageReplicas(t *testing.T) {
 	}
 }
 
+// With several replicas, a client refused for its stored bytes is
+// counted again from the store, at most every recountEvery: a purge
+// another replica made (or its own commits, weighed as if every replica
+// made as many) stops refusing it within seconds, not at the next
+// store.usage_rescan (found by the hostile-tenant run: ten minutes of
+// 429s on the replica that did not purge).
+func TestStorageRefusalRecounts(t *testing.T) {
+	clock := storetest.NewClock()
+	full := []cache.CommittedRecord{{Size: 1000, ExpiresAt: clock.Now().Add(time.Hour)}}
+	store := &fakeStore{records: map[string][]cache.CommittedRecord{"alice": full}}
+	cfg := oneClient(config.ClientLimits{MaxStoredBytes: 1000})
+	cfg.Replicas, cfg.Store.Kind = 2, config.StoreRedis
+	l, _ := newLimiter(t, cfg, store, clock)
+	l.recounted = make(chan struct{}, 4)
+	store.mu.Lock()
+	store.records["alice"] = nil // another replica purged her data
+	store.mu.Unlock()
+	scans := store.scans.Load()
+	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
+	<-l.recounted
+	if got := store.scans.Load(); got != scans+1 {
+		t.Fatalf("%d scans after the refusal, want 1", got-scans)
+	}
+	if err := l.CheckStorage("alice"); err != nil {
+		t.Fatalf("after the count that found her data purged: %v", err)
+	}
+	// Full again: refused, and not counted again within recountEvery.
+	store.mu.Lock()
+	store.records["alice"] = full
+	store.mu.Unlock()
+	if err := l.count(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	scans = store.scans.Load()
+	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
+	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
+	clock.Advance(recountEvery - time.Second)
+	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
+	if got := store.scans.Load(); got != scans {
+		t.Fatalf("%d counts within %v of the last, want none", got-scans, recountEvery)
+	}
+	clock.Advance(time.Second)
+	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
+	<-l.recounted
+	if got := store.scans.Load(); got != scans+1 {
+		t.Fatalf("%d counts once %v had passed, want 1", got-scans, recountEvery)
+	}
+}
+
 // A commit made while a count runs stays counted (perhaps twice, until
 // the next count); a purge made while it runs wins over it.
 func TestCountRaces(t *testing.T) {
