@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -42,6 +43,16 @@ type BudgetHold struct {
 // BudgetCount is a counter as read: settled spend and live reservations.
 type BudgetCount struct {
 	Spent, Held int64
+}
+
+// AddSpent is spent + amount, both ≥ 0, saturating at math.MaxInt64: an
+// upstream that reports absurd usage fills its counter, never wraps it to
+// a negative spend that every reservation would fit beside.
+func AddSpent(spent, amount int64) int64 {
+	if s := spent + amount; s >= spent {
+		return s
+	}
+	return math.MaxInt64
 }
 
 // ValidateBudget checks a scope, a reservation id and counter names as

@@ -50,6 +50,12 @@ type budgetRes struct {
 
 // purge frees the reservations expired at now (ms), leaving tombstones
 // that last ttl (ms), and drops the tombstones expired.
+// fits reports whether l's amount fits beside c's spend and holds under
+// l's limit (a spend saturated at the largest integer fits nothing).
+func (c *budgetCounter) fits(l cache.BudgetLine) bool {
+	return cache.AddSpent(cache.AddSpent(c.Spent, c.Held), l.Amount) <= l.Limit
+}
+
 func (c *budgetCounter) purge(now, ttl int64) {
 	for id, r := range c.Res {
 		switch {
@@ -91,9 +97,9 @@ func (s *Store) ReserveBudget(ctx context.Context, scope string, h cache.BudgetH
 			if _, held := c.Res[h.ID]; held {
 				return nil // a retry of this very reservation
 			}
-			if c.Spent+c.Held+l.Amount > l.Limit {
+			if !c.fits(l) {
 				c.purge(now, h.TTL.Milliseconds())
-				if c.Spent+c.Held+l.Amount > l.Limit {
+				if !c.fits(l) {
 					refused = i + 1
 					return nil
 				}
@@ -142,7 +148,7 @@ func (s *Store) SettleBudget(ctx context.Context, scope, id string, lines []cach
 				c.Held -= r.Amount
 			}
 			delete(c.Res, id)
-			c.Spent += l.Amount
+			c.Spent = cache.AddSpent(c.Spent, l.Amount)
 		}
 		return writeCounters(txn, scope, lines, counters, s.now())
 	})

@@ -41,10 +41,20 @@ func (r *Store) budgetKey(scope, counter string) string {
 
 // luaBudgetRelease takes amt (a string of digits) off h: HINCRBY
 // refuses "-0", and a script that errors keeps what it wrote before it,
-// so a reservation of 0 is skipped rather than sent.
+// so a reservation of 0 is skipped rather than sent. charge adds amt to
+// s, saturating at 2^63-1 as cache.AddSpent does: HINCRBY refuses to
+// overflow, which would stop the script part way. (In doubles, a sum
+// within 512 of 2^63 rounds to it: those saturate too.)
 const luaBudgetRelease = `
 local function release(k, amt)
   if tonumber(amt) ~= 0 then redis.call('HINCRBY', k, 'h', '-' .. amt) end
+end
+local function charge(k, amt)
+  if tonumber(redis.call('HGET', k, 's') or '0') + tonumber(amt) >= 9223372036854775807 then
+    redis.call('HSET', k, 's', '9223372036854775807')
+  else
+    redis.call('HINCRBY', k, 's', amt)
+  end
 end
 `
 
@@ -109,7 +119,7 @@ for i = 1, #KEYS do
     local held = string.match(v, '^(%d+):')
     if held then release(KEYS[i], held) end
     redis.call('HDEL', KEYS[i], id)
-    redis.call('HINCRBY', KEYS[i], 's', amt)
+    charge(KEYS[i], amt)
     redis.call('PEXPIRE', KEYS[i], at)
   end
 end

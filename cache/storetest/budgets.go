@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ func RunBudgets(t *testing.T, open func(t *testing.T, now func() time.Time) Budg
 	t.Run("concurrent reservations never pass the limit", func(t *testing.T) { budgetConcurrent(t, open) })
 	t.Run("amounts of zero", func(t *testing.T) { budgetZero(t, open) })
 	t.Run("a counter named twice in one hold is refused", func(t *testing.T) { budgetCounterTwice(t, open) })
+	t.Run("a charge past the integer range saturates", func(t *testing.T) { budgetSaturates(t, open) })
 }
 
 type budgetOpener = func(t *testing.T, now func() time.Time) BudgetStore
@@ -221,5 +223,35 @@ func budgetCounterTwice(t *testing.T, open budgetOpener) {
 	}
 	if got := readBudget(t, s, "acme", "minute"); got[0] != (cache.BudgetCount{}) {
 		t.Fatalf("counter = %+v after a refused hold, want untouched", got[0])
+	}
+}
+
+// budgetSaturates: an upstream reporting absurd usage is charged up to
+// the largest integer, every line of the hold settled, and the counter
+// refuses from then on; it neither wraps around to a negative spend nor
+// fails the settlement part way.
+func budgetSaturates(t *testing.T, open budgetOpener) {
+	clock := NewClock()
+	s := open(t, clock.Now)
+	for _, run := range []struct {
+		id  string
+		day int64
+	}{{"a", 5}, {"b", math.MaxInt64 - 1}} {
+		id := run.id
+		if n := reserve(t, s, "acme", budgetHold(id, 10, 100, clock, "day", "minute")); n != 0 {
+			t.Fatalf("reserve %s refused (%d)", id, n)
+		}
+		lines := []cache.BudgetLine{{Counter: "day", Amount: run.day, Until: clock.Now().Add(time.Hour)},
+			{Counter: "minute", Amount: 20, Until: clock.Now().Add(time.Hour)}}
+		if err := s.SettleBudget(ctx, "acme", id, lines); err != nil {
+			t.Fatalf("settle %s: %v", id, err)
+		}
+	}
+	got := readBudget(t, s, "acme", "day", "minute")
+	if got[0] != (cache.BudgetCount{Spent: math.MaxInt64}) || got[1] != (cache.BudgetCount{Spent: 40}) {
+		t.Fatalf("counters = %+v, want day saturated at the largest integer and minute 40, nothing held", got)
+	}
+	if n := reserve(t, s, "acme", budgetHold("c", 1, 100, clock, "day")); n != 1 {
+		t.Fatalf("a reservation on a saturated counter = %d, want refused", n)
 	}
 }
