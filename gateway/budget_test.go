@@ -773,3 +773,24 @@ func TestBudgetRequestThatNeverFits(t *testing.T) {
 		t.Fatalf("messages: %d %s", r.status, r.body)
 	}
 }
+
+// A budgeted request whose own deadline (X-Llmgate-Deadline) has passed
+// before its reservation is a 504 deadline_exceeded, not a 503 from a
+// budget store taken for down (found by the hostile-tenant run: any
+// budgeted tenant could raise false budget-store alarms at will).
+func TestBudgetReserveAfterClientDeadline(t *testing.T) {
+	up := &metered{In: 100, Out: 150}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	h := newHarness(t, budgeted(srv.URL, config.Budget{Window: config.WindowDay, Tokens: 1000}))
+	r := h.chat(budgetChat, with(alice, DeadlineHeader, "1ns"))
+	if e := wantOpenAIError(t, r, http.StatusGatewayTimeout); e["code"] != "deadline_exceeded" {
+		t.Fatalf("%v, want deadline_exceeded", e)
+	}
+	if m := h.admin(http.MethodGet, "/metrics"); strings.Contains(string(m.body), "llmgate_budget_store_errors_total{") {
+		t.Fatalf("a client's deadline counted as a budget store error:\n%s", m.body)
+	}
+	if logs := h.logs.String(); strings.Contains(logs, "budget store") || !strings.Contains(logs, `"class":"client_deadline"`) {
+		t.Fatalf("a client's deadline logged as the budget store's failure, or not as a client deadline:\n%s", logs)
+	}
+}

@@ -40,16 +40,20 @@ const unmeteredClass = outcome.BudgetUnmetered
 
 // refusedClass is the log line's class of a call reserve refused.
 func refusedClass(err error) classify.Class {
-	if errors.As(err, new(*apierror.UnmeteredRefused)) {
+	switch {
+	case errors.As(err, new(*apierror.UnmeteredRefused)):
 		return unmeteredClass
+	case errors.As(err, new(*apierror.DeadlineSpent)):
+		return "client_deadline"
 	}
 	return budgetClass
 }
 
 // reserve reserves a call's budget before it runs: nil when its client
 // has no budget that applies. The refusal (apierror.BudgetExceeded,
-// BudgetUnavailable, or UnmeteredRefused for a background response) is
-// the client's answer, and nothing was sent.
+// BudgetUnavailable, UnmeteredRefused for a background response, or
+// DeadlineSpent when the request's own deadline passed first) is the
+// client's answer, and nothing was sent.
 func (g *Handler) reserve(ctx context.Context, cl *proxy.Call, out budget.Output) (*budget.Hold, error) {
 	client := ClientOf(cl.In)
 	if cl.Passthrough || !cl.API.Billed() || !g.budgets.Budgeted(client) {
@@ -64,10 +68,19 @@ func (g *Handler) reserve(ctx context.Context, cl *proxy.Call, out budget.Output
 	for i, h := range cl.Hops {
 		ups[i] = h.Upstream.Cfg.Name
 	}
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.Store.OpTimeout.D())
+	// The request's own deadline passed (or its client left): the store
+	// is not asked, and its failure is not the store's.
+	if ctx.Err() != nil {
+		return nil, &apierror.DeadlineSpent{}
+	}
+	opCtx, cancel := context.WithTimeout(ctx, g.cfg.Store.OpTimeout.D())
 	defer cancel()
-	return g.budgets.Reserve(ctx, budget.Request{Client: client, Model: cl.Model, Upstreams: ups,
+	hold, err := g.budgets.Reserve(opCtx, budget.Request{Client: client, Model: cl.Model, Upstreams: ups,
 		Estimate: budget.Estimate(g.cfg.Budgets, len(cl.Body), out)})
+	if err != nil && ctx.Err() != nil {
+		return nil, &apierror.DeadlineSpent{}
+	}
+	return hold, err
 }
 
 // settleBudget charges a call's billed runs to its hold: the ones a
