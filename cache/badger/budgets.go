@@ -48,14 +48,14 @@ type budgetRes struct {
 	Gone    bool  `json:"g,omitempty"`
 }
 
-// purge frees the reservations expired at now (ms), leaving tombstones
-// that last ttl (ms), and drops the tombstones expired.
 // fits reports whether l's amount fits beside c's spend and holds under
 // l's limit (a spend saturated at the largest integer fits nothing).
 func (c *budgetCounter) fits(l cache.BudgetLine) bool {
 	return cache.AddSpent(cache.AddSpent(c.Spent, c.Held), l.Amount) <= l.Limit
 }
 
+// purge frees the reservations expired at now (ms), leaving tombstones
+// that last ttl (ms), and drops the tombstones expired.
 func (c *budgetCounter) purge(now, ttl int64) {
 	for id, r := range c.Res {
 		switch {

@@ -18,9 +18,9 @@ type routing struct {
 	// The fields below are read for what comes next (budgets, the
 	// Responses API). A value of an unexpected type is accepted here, and
 	// leaves the typed field at its zero value (Raw shows what was
-	// there), except that a count or background of another type is noted
-	// (uncounted, untypedBackground) for endpoint.typed to refuse where a
-	// budget reads it.
+	// there), except that a count or background of another type (or a
+	// count spelled otherwise) is noted, for endpoint.typed to refuse where
+	// a budget reads it.
 
 	// MaxTokens is the output the request allows: max_tokens,
 	// max_completion_tokens or max_output_tokens (the largest set, as a
@@ -48,10 +48,11 @@ type routing struct {
 	// Raw holds these fields as written, nil when absent.
 	Raw struct{ StreamOptions, PreviousResponseID, Background, Store, Conversation []byte }
 	// uncounted names the first count (max_tokens, n…) written as neither
-	// a number nor null, or under another spelling, and untypedBackground is background written as
-	// neither a boolean nor null: a budget's reservation cannot read
-	// them, and a lenient upstream may ("200" as 200). endpoint.typed
-	// refuses them where the gateway reads them.
+	// a number nor null, or under another spelling ("MAX_TOKENS"), and
+	// untypedBackground is background written as neither a boolean nor
+	// null: a budget's reservation cannot read them as every upstream
+	// would ("200" is 200 to a lenient one). endpoint.typed refuses them
+	// where the gateway reads them.
 	uncounted         string
 	misspelled        bool // uncounted for its key's spelling, not its value
 	untypedBackground bool

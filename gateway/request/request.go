@@ -162,17 +162,19 @@ func (ep endpoint) output(rt routing) budget.Output {
 		Later: rt.Background && ep.suffix == "/responses"}
 }
 
-// typed refuses, as a 400, a field ep's budget reservation reads that rt
-// found written as another type than the API's: a count of output
-// (max_tokens, n…) as a string, a boolean, an array or an object, or
-// spelled otherwise ("MAX_TOKENS", which upstreams read differently), where
-// output is reserved (not on embeddings or count_tokens), and on
-// /v1/responses background as anything but a boolean, and the ids an
-// ownership check reads (previous_response_id, conversation) as what
-// holds no id. The gateway would
-// not count it, and an upstream that coerces types would run it: a
-// string "200" choices past the budget. OpenAI and Anthropic refuse such
-// bodies themselves.
+// typed refuses, as a 400, a field the gateway reads for ep written so
+// that an upstream could read it otherwise:
+//   - a count of output (max_tokens, n…) that is not a number or null, or
+//     spelled otherwise ("MAX_TOKENS": a Go upstream reads it, a Python
+//     one does not), where output is reserved (not on embeddings or
+//     count_tokens): the budget would not count what a lenient upstream
+//     runs ("200" as 200 choices);
+//   - on /v1/responses, background that is not a boolean or null, and the
+//     ids an ownership check reads (previous_response_id, conversation)
+//     as a type that holds no id (["resp_…"], which a coercing upstream
+//     would continue unchecked).
+//
+// OpenAI and Anthropic refuse such bodies themselves.
 func (ep endpoint) typed(rt routing) error {
 	if rt.uncounted != "" && !ep.noOutput && ep.api.Billed() {
 		if rt.misspelled {
@@ -186,9 +188,6 @@ func (ep endpoint) typed(rt routing) error {
 	if rt.untypedBackground {
 		return &fieldError{Param: "background", Msg: "background must be a boolean"}
 	}
-	// The ids an ownership check reads: a value of another type is no id
-	// to it, and an upstream that coerced one (["resp_…"] as "resp_…")
-	// would continue another client's response unchecked.
 	if v := rt.Raw.PreviousResponseID; v != nil && v[0] != '"' && string(v) != "null" {
 		return &fieldError{Param: "previous_response_id", Msg: "previous_response_id must be a string"}
 	}
