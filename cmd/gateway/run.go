@@ -98,9 +98,7 @@ func withAddr(getenv func(string) string, addr string) func(string) string {
 // demo is nil without -demo.
 func serve(ctx context.Context, cfg config.Config, demo *demoMode, stdout, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
-	for _, w := range cfg.Warnings() {
-		log.Warn("configuration: " + w)
-	}
+	logWarnings(log, cfg)
 	// Closed last (deferred first): the spans of calls drained at shutdown
 	// are flushed too.
 	tracer, err := tracing.Setup(cfg.Tracing, log)
@@ -254,4 +252,11 @@ type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
+}
+
+// logWarnings logs what cfg, valid, should still change (Config.Warnings).
+func logWarnings(log *slog.Logger, cfg config.Config) {
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration: " + w)
+	}
 }

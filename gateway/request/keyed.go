@@ -271,11 +271,7 @@ func (g *Handler) runClaimed(x *exchange, kr *idempotency.Request, lease *idempo
 			default:
 			}
 			hk.call(hk.Cutting)
-			// Detached only once end finds the answer not delivered: an
-			// answer out whole (its end being written) runs on to its
-			// settling, and must take no detached slot, nor evict another
-			// client's call at the cap. end calls this under the handoff's
-			// lock; detach takes only the work set's, and cancels.
+			// Detached only if the answer is not out whole (see clientLeft).
 			abort, delivered := k.h.end(func(w http.ResponseWriter, wrote bool) bool {
 				return endAtClientDeadline(w, wrote, g.detach(it, s), cl)
 			})
@@ -340,7 +336,8 @@ func (g *Handler) keyCall(cl *proxy.Call, kr *idempotency.Request, lease *idempo
 // it writes later can pass for an answer the client received. A client
 // that left once its whole answer was out leaves a call that is only
 // settling: it is not detached (it takes no slot, evicts no other
-// client's call at the cap).
+// client's call at the cap). end calls detach under the handoff's lock;
+// detach takes only the work set's, and cancels.
 func (g *Handler) clientLeft(it *workItem, k *keyedCall, s *summary) {
 	k.h.end(func(http.ResponseWriter, bool) bool {
 		g.detach(it, s)
