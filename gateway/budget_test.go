@@ -774,23 +774,56 @@ func TestBudgetRequestThatNeverFits(t *testing.T) {
 	}
 }
 
-// A budgeted request whose own deadline (X-Llmgate-Deadline) has passed
-// before its reservation is a 504 deadline_exceeded, not a 503 from a
-// budget store taken for down (found by the hostile-tenant run: any
+// slowBudgets is a store whose budget reservations wait for their
+// context to end.
+type slowBudgets struct{ Store }
+
+func (slowBudgets) ReserveBudget(ctx context.Context, _ string, _ cache.BudgetHold) (int, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// A budgeted request whose own deadline (X-Llmgate-Deadline) passes
+// before or while its budget is reserved is a 504 deadline_exceeded, not
+// a 503 from a budget store taken for down, nor (under on_store_error:
+// allow) a run let through uncharged: nothing counted as a store error or
+// logged as one (found by the hostile-tenant run and a review: any
 // budgeted tenant could raise false budget-store alarms at will).
 func TestBudgetReserveAfterClientDeadline(t *testing.T) {
-	up := &metered{In: 100, Out: 150}
-	srv := httptest.NewServer(up)
-	t.Cleanup(srv.Close)
-	h := newHarness(t, budgeted(srv.URL, config.Budget{Window: config.WindowDay, Tokens: 1000}))
-	r := h.chat(budgetChat, with(alice, DeadlineHeader, "1ns"))
-	if e := wantOpenAIError(t, r, http.StatusGatewayTimeout); e["code"] != "deadline_exceeded" {
-		t.Fatalf("%v, want deadline_exceeded", e)
-	}
-	if m := h.admin(http.MethodGet, "/metrics"); strings.Contains(string(m.body), "llmgate_budget_store_errors_total{") {
-		t.Fatalf("a client's deadline counted as a budget store error:\n%s", m.body)
-	}
-	if logs := h.logs.String(); strings.Contains(logs, "budget store") || !strings.Contains(logs, `"class":"client_deadline"`) {
-		t.Fatalf("a client's deadline logged as the budget store's failure, or not as a client deadline:\n%s", logs)
+	for _, tc := range []struct {
+		name, deadline, policy string
+		slow                   bool
+	}{
+		{"passed before", "1ns", config.OnStoreErrorRefuse, false},
+		{"passing during, refuse", "200ms", config.OnStoreErrorRefuse, true},
+		{"passing during, allow", "200ms", config.OnStoreErrorAllow, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &metered{In: 100, Out: 150}
+			srv := httptest.NewServer(up)
+			t.Cleanup(srv.Close)
+			wrap := func(s Store) Store { return s }
+			if tc.slow {
+				wrap = func(s Store) Store { return slowBudgets{s} }
+			}
+			h := newHarnessStore(t, func(c *config.Config) {
+				budgeted(srv.URL, config.Budget{Window: config.WindowDay, Tokens: 1000})(c)
+				c.Budgets.OnStoreError = tc.policy
+				c.Store.OpTimeout = config.Duration(time.Minute)
+			}, wrap, fakeprovider.Options{})
+			r := h.chat(budgetChat, with(alice, DeadlineHeader, tc.deadline))
+			if e := wantOpenAIError(t, r, http.StatusGatewayTimeout); e["code"] != "deadline_exceeded" {
+				t.Fatalf("%v, want deadline_exceeded", e)
+			}
+			if up.calls.Load() != 0 {
+				t.Fatalf("%d upstream calls, want none", up.calls.Load())
+			}
+			if m := h.admin(http.MethodGet, "/metrics"); strings.Contains(string(m.body), "llmgate_budget_store_errors_total{") {
+				t.Fatalf("a client's deadline counted as a budget store error:\n%s", m.body)
+			}
+			if logs := h.logs.String(); strings.Contains(logs, "budget store") || !strings.Contains(logs, `"class":"client_deadline"`) {
+				t.Fatalf("a client's deadline logged as the budget store's failure, or not as a client deadline:\n%s", logs)
+			}
+		})
 	}
 }

@@ -192,6 +192,13 @@ func (l *Ledger) Reserve(ctx context.Context, req Request) (*Hold, error) {
 		hold.Lines[i] = cache.BudgetLine{Counter: ln.counter, Limit: limitOf(ln.budget), Amount: ln.reserved, Until: l.until(ln.reset)}
 	}
 	refused, err := l.o.Store.ReserveBudget(ctx, req.Client, hold)
+	if err != nil && ctx.Err() != nil && context.Cause(ctx) != context.DeadlineExceeded {
+		// The request's own end (its deadline, its client leaving, the
+		// gateway shutting down: a cause other than ctx's own timeout)
+		// cut the store call short. Not the store's failure: neither
+		// counted nor allowed through.
+		return nil, &RequestEnded{Cause: context.Cause(ctx)}
+	}
 	if err != nil {
 		return nil, l.storeFailed(req.Client, err)
 	}
@@ -219,6 +226,13 @@ func (l *Ledger) figures(ctx context.Context, client string, ln line) *apierror.
 // its window by the reservation ttl (its last run may settle then), and
 // an hour for the operator to read it.
 func (l *Ledger) until(reset time.Time) time.Time { return reset.Add(l.ttl + time.Hour) }
+
+// RequestEnded is Reserve's answer when the request's own end cut its
+// store call short (Cause says what ended it).
+type RequestEnded struct{ Cause error }
+
+func (e *RequestEnded) Error() string { return "reserving the budget: " + e.Cause.Error() }
+func (e *RequestEnded) Unwrap() error { return e.Cause }
 
 // storeFailed is Reserve's answer when the store failed: refused
 // (Unavailable) or, under on_store_error: allow, run uncharged.

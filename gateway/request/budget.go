@@ -40,20 +40,23 @@ const unmeteredClass = outcome.BudgetUnmetered
 
 // refusedClass is the log line's class of a call reserve refused.
 func refusedClass(err error) classify.Class {
-	switch {
-	case errors.As(err, new(*apierror.UnmeteredRefused)):
+	if errors.As(err, new(*apierror.UnmeteredRefused)) {
 		return unmeteredClass
-	case errors.As(err, new(*apierror.DeadlineSpent)):
-		return "client_deadline"
+	}
+	if re := (*reserveEnded)(nil); errors.As(err, &re) {
+		if re.byClient {
+			return "client_deadline"
+		}
+		return outcome.GatewayError
 	}
 	return budgetClass
 }
 
 // reserve reserves a call's budget before it runs: nil when its client
 // has no budget that applies. The refusal (apierror.BudgetExceeded,
-// BudgetUnavailable, UnmeteredRefused for a background response, or
-// DeadlineSpent when the request's own deadline passed first) is the
-// client's answer, and nothing was sent.
+// BudgetUnavailable, UnmeteredRefused for a background response, or a
+// reserveEnded when the request's own end came first) is the client's
+// answer, and nothing was sent.
 func (g *Handler) reserve(ctx context.Context, cl *proxy.Call, out budget.Output) (*budget.Hold, error) {
 	client := ClientOf(cl.In)
 	if cl.Passthrough || !cl.API.Billed() || !g.budgets.Budgeted(client) {
@@ -68,19 +71,33 @@ func (g *Handler) reserve(ctx context.Context, cl *proxy.Call, out budget.Output
 	for i, h := range cl.Hops {
 		ups[i] = h.Upstream.Cfg.Name
 	}
-	// The request's own deadline passed (or its client left): the store
-	// is not asked, and its failure is not the store's.
+	// The request's own end (its deadline, its client leaving, the
+	// operator's deadline, shutdown) before or during the reservation is
+	// no failure of the store's: the store is not asked, or its answer is
+	// not counted as one (budget.RequestEnded).
 	if ctx.Err() != nil {
-		return nil, &apierror.DeadlineSpent{}
+		return nil, ended(ctx)
 	}
 	opCtx, cancel := context.WithTimeout(ctx, g.cfg.Store.OpTimeout.D())
 	defer cancel()
 	hold, err := g.budgets.Reserve(opCtx, budget.Request{Client: client, Model: cl.Model, Upstreams: ups,
 		Estimate: budget.Estimate(g.cfg.Budgets, len(cl.Body), out)})
-	if err != nil && ctx.Err() != nil {
-		return nil, &apierror.DeadlineSpent{}
+	if errors.As(err, new(*budget.RequestEnded)) {
+		return nil, ended(ctx)
 	}
 	return hold, err
+}
+
+// reserveEnded is reserve's answer when the request ended first: a 504
+// deadline_exceeded to the client (if it still waits), logged as the
+// client's deadline or departure when that is what ended it.
+type reserveEnded struct{ byClient bool }
+
+func (e *reserveEnded) Error() string { return "the request ended before its budget was reserved" }
+func (e *reserveEnded) Unwrap() error { return &apierror.DeadlineSpent{} }
+
+func ended(ctx context.Context) error {
+	return &reserveEnded{byClient: outcome.EndOf(ctx) == outcome.EndClient}
 }
 
 // settleBudget charges a call's billed runs to its hold: the ones a
