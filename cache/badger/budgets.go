@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -205,6 +206,11 @@ func readCounters(txn *badger.Txn, scope string, lines []cache.BudgetLine) ([]*b
 		}
 		if c.Res == nil {
 			c.Res = map[string]budgetRes{}
+		}
+		if c.Spent < 0 {
+			// Only a sum that wrapped around (before AddSpent) is negative:
+			// it was past the largest integer.
+			c.Spent = math.MaxInt64
 		}
 		out[i] = c
 	}

@@ -1,8 +1,11 @@
 package badgerstore
 
 import (
+	"math"
 	"testing"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 
 	"github.com/llmgate/llmgate/cache"
 	"github.com/llmgate/llmgate/cache/storetest"
@@ -53,5 +56,28 @@ func TestBudgetsSurviveReopen(t *testing.T) {
 	clock.Advance(time.Minute)
 	if n, _ := s.ReserveBudget(ctx, "acme", hold("next", 40)); n != 0 {
 		t.Fatal("the leaked reservation still held budget after its ttl")
+	}
+}
+
+// A spend that wrapped around to a negative number before AddSpent (an
+// earlier release, an absurd charge) reads as saturated: the budget
+// refuses, rather than staying off until its window resets.
+func TestWrappedSpendReadsSaturated(t *testing.T) {
+	clock := storetest.NewClock()
+	s := openStore(t, t.TempDir(), clock)
+	until := clock.Now().Add(time.Hour)
+	if err := s.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(budgetKey("acme", "day"), []byte(`{"s":-9223372036854775805}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadBudgets(ctx, "acme", []string{"day"})
+	if err != nil || got[0].Spent != math.MaxInt64 {
+		t.Fatalf("ReadBudgets = %+v, %v; want the spend saturated", got, err)
+	}
+	n, err := s.ReserveBudget(ctx, "acme", cache.BudgetHold{ID: "a", TTL: time.Minute,
+		Lines: []cache.BudgetLine{{Counter: "day", Limit: 100, Amount: 1, Until: until}}})
+	if err != nil || n != 1 {
+		t.Fatalf("a reservation beside a wrapped spend = %d, %v; want refused", n, err)
 	}
 }
