@@ -87,3 +87,25 @@ func TestPurgeGivesMemoryBack(t *testing.T) {
 	}
 	t.Logf("used_memory: %d before, %d filled (+%d), %d after the purge (-%d)", base, full, grew, after, full-after)
 }
+
+// A purge bumps its client's purge mark (every replica's storage limits
+// read it to learn of the purge), that client's only, with a TTL.
+func TestPurgeBumpsPurgeMark(t *testing.T) {
+	r := openTestRedis(t, Options{})
+	for _, scope := range []string{"acme", "globex"} {
+		if n, err := r.PurgeMark(ctx, scope); err != nil || n != 0 {
+			t.Fatalf("%s before any purge: %d, %v", scope, n, err)
+		}
+	}
+	for range 2 {
+		if _, err := r.PurgeScope(ctx, "acme"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := r.PurgeMark(ctx, "acme"); err != nil || n != 2 {
+		t.Fatalf("acme after two purges: %d, %v; want 2", n, err)
+	}
+	if n, err := r.PurgeMark(ctx, "globex"); err != nil || n != 0 {
+		t.Fatalf("globex after acme's purges: %d, %v; want 0", n, err)
+	}
+}

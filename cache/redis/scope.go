@@ -154,6 +154,7 @@ func (r *Store) PurgeScope(ctx context.Context, scope string) (cache.Purged, err
 	if err := r.begin(ctx); err != nil {
 		return p, fmt.Errorf("purge %q: %w", scope, err)
 	}
+	defer r.bumpPurgeMark(ctx, scope)
 	var mu sync.Mutex
 	err := r.scan(ctx, r.scopePattern(scope), func(ctx context.Context, c redis.Cmdable, keys []string) error {
 		cmds, err := pipelined(ctx, c, keys, func(p redis.Pipeliner, key string) *redis.IntCmd {
@@ -226,4 +227,59 @@ func (r *Store) PurgeScope(ctx context.Context, scope string) (cache.Purged, err
 		return p, fmt.Errorf("purge %q: owners: %w", scope, r.mapErr(err))
 	}
 	return p, nil
+}
+
+// redisPurgeMarkNS keys a counter per client that PurgeScope bumps, so
+// that every replica can tell cheaply that a purge happened (PurgeMark)
+// and count the client's stored bytes again:
+//
+//	P pm:{<scope>}   integer
+const redisPurgeMarkNS = "pm:"
+
+func (r *Store) purgeMarkKey(scope string) string {
+	var b strings.Builder
+	b.WriteString(r.prefix)
+	b.WriteString(redisPurgeMarkNS)
+	b.WriteByte('{')
+	escapePart(&b, scope)
+	b.WriteByte('}')
+	return b.String()
+}
+
+// bumpPurgeMark counts a purge of scope, done or cut short (some records
+// may be gone either way), even once ctx has ended. The mark lives
+// purgeMarkTTL past its last purge: one that expired reads 0, which a
+// replica that saw another value takes for a purge (one count more).
+func (r *Store) bumpPurgeMark(ctx context.Context, scope string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), purgeMarkTimeout)
+	defer cancel()
+	key := r.purgeMarkKey(scope)
+	r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Incr(ctx, key)
+		p.PExpire(ctx, key, purgeMarkTTL)
+		return nil
+	})
+}
+
+const (
+	// purgeMarkTimeout bounds bumping the purge mark after a purge.
+	purgeMarkTimeout = 5 * time.Second
+	purgeMarkTTL     = 30 * 24 * time.Hour
+)
+
+// PurgeMark is how many purges of scope the store has counted (0 for
+// none): a replica's storage limits read it to learn of a purge another
+// replica made (limits.Limiter.CheckStorage).
+func (r *Store) PurgeMark(ctx context.Context, scope string) (int64, error) {
+	if err := r.begin(ctx); err != nil {
+		return 0, fmt.Errorf("purge mark %q: %w", scope, err)
+	}
+	n, err := r.client.Get(ctx, r.purgeMarkKey(scope)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("purge mark %q: %w", scope, r.mapErr(err))
+	}
+	return n, nil
 }

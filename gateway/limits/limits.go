@@ -80,9 +80,9 @@ const (
 	defaultScanTimeout = time.Minute
 	// retryCount is how soon a count that failed is tried again.
 	retryCount = 30 * time.Second
-	// recountEvery is how soon a client refused for its stored bytes may
-	// be counted from the store again on its own (with several replicas;
-	// see CheckStorage).
+	// recountEvery is how often a client refused for its stored bytes
+	// has the store's purge mark read (with several replicas; see
+	// CheckStorage).
 	recountEvery = 10 * time.Second
 )
 
@@ -103,10 +103,22 @@ type Limiter struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
-	// recounts are the counts of one client that refusals started.
-	recounts sync.WaitGroup
-	// recounted, when set (tests), is sent to after each such count.
+	// marks reads the store's purge marks; nil when the store keeps none
+	// (one process: its own purges reset its counts, Forget).
+	marks purgeMarker
+	// recounts are the purge-mark checks refusals started; closed (under
+	// recountMu) stops new ones once Close waits for them.
+	recounts  sync.WaitGroup
+	recountMu sync.Mutex
+	closed    bool
+	// recounted, when set (tests), is sent to after each such check.
 	recounted chan struct{}
+}
+
+// purgeMarker is what a store shared by replicas offers to tell them
+// that a client's data was purged: a count of its purges.
+type purgeMarker interface {
+	PurgeMark(ctx context.Context, scope string) (int64, error)
 }
 
 // client is one client's limits and usage.
@@ -125,9 +137,10 @@ type client struct {
 	known bool
 	// gen is bumped by Forget, so a count that began before it is dropped.
 	gen uint64
-	// recountAfter is when a refusal may start a count of this client
-	// again (CheckStorage).
+	// recountAfter is when a refusal may read the purge mark again
+	// (CheckStorage); mark is the purge mark the last count began at.
 	recountAfter time.Time
+	mark         int64
 }
 
 // New builds the limiter and, when some client has a storage quota and
@@ -151,6 +164,9 @@ func New(o Options) *Limiter {
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
+	}
+	if m, ok := o.Store.(purgeMarker); ok && l.replicas > 1 {
+		l.marks = m
 	}
 	if l.timeout <= 0 {
 		l.timeout = defaultScanTimeout
@@ -202,6 +218,9 @@ func (l *Limiter) share(n int64) int {
 func (l *Limiter) Close() {
 	l.cancel()
 	<-l.done
+	l.recountMu.Lock()
+	l.closed = true
+	l.recountMu.Unlock()
 	l.recounts.Wait()
 }
 
@@ -277,12 +296,12 @@ func (l *Limiter) refuse(c *client, limit apierror.Limit, retryAfter time.Durati
 // store. Until a count from the store succeeds it checks what this
 // process committed alone (fail open, counted).
 //
-// With several replicas, a refusal also starts a count of the client from
-// the store (at most every recountEvery): what another replica purged
-// (DELETE /admin/clients/{name}/data) or the weighing of this replica's
-// own commits (replicas × them) may have the client over its quota here
-// only until a count says otherwise, and the next full count may be
-// store.usage_rescan away.
+// With several replicas, a refusal also reads the store's purge mark for
+// the client (at most every recountEvery, in the background), and counts
+// the client from the store when another replica has purged its data
+// since the last count (DELETE /admin/clients/{name}/data): it stops
+// being refused within seconds, not at the next store.usage_rescan. The
+// mark is one read; a count scans the store, and happens once a purge.
 func (l *Limiter) CheckStorage(name string) error {
 	c := l.clients[name]
 	if c == nil || c.maxStored == 0 {
@@ -300,25 +319,40 @@ func (l *Limiter) CheckStorage(name string) error {
 	if c.used(l.replicas) < c.maxStored {
 		return nil
 	}
-	if l.replicas > 1 && l.store != nil && !now.Before(c.recountAfter) && l.ctx.Err() == nil {
+	if l.marks != nil && !now.Before(c.recountAfter) {
 		c.recountAfter = now.Add(recountEvery)
-		l.recounts.Go(func() { l.recount(c) })
+		l.recountMu.Lock()
+		if !l.closed {
+			l.recounts.Go(func() { l.recountIfPurged(c) })
+		}
+		l.recountMu.Unlock()
 	}
 	return l.refuse(c, apierror.LimitStorage, c.freedAfter(now, l.replicas))
 }
 
-// recount counts c from the store, as count counts every client.
-func (l *Limiter) recount(c *client) {
+// recountIfPurged counts c from the store, as count counts every client,
+// if its purge mark moved since c was last counted.
+func (l *Limiter) recountIfPurged(c *client) {
+	defer func() {
+		if l.recounted != nil {
+			l.recounted <- struct{}{}
+		}
+	}()
 	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
-	defer cancel()
-	l.countMu.Lock()
-	err := l.countClient(ctx, c)
-	l.countMu.Unlock()
-	if err != nil && l.ctx.Err() == nil {
-		l.log.Warn("counting a client's stored bytes failed", slog.String("client", c.name), slog.Any("err", err))
+	mark, err := l.marks.PurgeMark(ctx, c.name)
+	cancel()
+	c.mu.Lock()
+	moved := err == nil && mark != c.mark
+	c.mu.Unlock()
+	if !moved {
+		return
 	}
-	if l.recounted != nil {
-		l.recounted <- struct{}{}
+	l.countMu.Lock()
+	defer l.countMu.Unlock()
+	ctx, cancel = context.WithTimeout(l.ctx, l.timeout) // from the lock on
+	defer cancel()
+	if err := l.countClient(ctx, c); err != nil && l.ctx.Err() == nil {
+		l.log.Warn("counting a client's stored bytes failed", slog.String("client", c.name), slog.Any("err", err))
 	}
 }
 
@@ -421,6 +455,16 @@ func (l *Limiter) count(ctx context.Context) error {
 // countClient counts c's stored bytes from the store; on failure c keeps
 // what it had. The caller holds countMu.
 func (l *Limiter) countClient(ctx context.Context, c *client) error {
+	var mark int64
+	if l.marks != nil {
+		// Read first: a purge after it moves the mark past this count.
+		m, err := l.marks.PurgeMark(ctx, c.name)
+		if err != nil {
+			l.metrics.UsageScan(false)
+			return err
+		}
+		mark = m
+	}
 	c.mu.Lock()
 	gen, before := c.gen, c.local.clone()
 	c.mu.Unlock()
@@ -446,6 +490,7 @@ func (l *Limiter) countClient(ctx context.Context, c *client) error {
 		c.scanned = got
 		c.local.sub(before)
 		c.known = true
+		c.mark = mark
 	}
 	c.prune(l.now())
 	l.metrics.ClientStored(c.name, c.used(l.replicas))

@@ -27,6 +27,13 @@ type fakeStore struct {
 	ownersFail bool
 	during     func() // called in the middle of a scan
 	scans      atomic.Int64
+	// mark is the purge mark (PurgeMark); marks counts its reads.
+	mark, marks atomic.Int64
+}
+
+func (f *fakeStore) PurgeMark(context.Context, string) (int64, error) {
+	f.marks.Add(1)
+	return f.mark.Load(), nil
 }
 
 func (f *fakeStore) ScanOwners(_ context.Context, scope string, fn func(cache.CommittedRecord) error) error {
@@ -230,52 +237,41 @@ func TestStorageReplicas(t *testing.T) {
 	}
 }
 
-// With several replicas, a client refused for its stored bytes is
-// counted again from the store, at most every recountEvery: a purge
-// another replica made (or its own commits, weighed as if every replica
-// made as many) stops refusing it within seconds, not at the next
-// store.usage_rescan (found by the hostile-tenant run: ten minutes of
-// 429s on the replica that did not purge).
-func TestStorageRefusalRecounts(t *testing.T) {
+// With several replicas, a refusal reads the store's purge mark for the
+// client, at most every recountEvery, and counts the client from the
+// store only when the mark moved: a purge another replica made stops the
+// refusals within seconds, not at the next store.usage_rescan (found by
+// the hostile-tenant run: ten minutes of 429s on the replica that did
+// not purge), and a client at its quota costs one read per interval, not
+// a scan of the store.
+func TestStorageRefusalRecountsAfterPurge(t *testing.T) {
 	clock := storetest.NewClock()
-	full := []cache.CommittedRecord{{Size: 1000, ExpiresAt: clock.Now().Add(time.Hour)}}
-	store := &fakeStore{records: map[string][]cache.CommittedRecord{"alice": full}}
+	store := &fakeStore{records: map[string][]cache.CommittedRecord{"alice": {{Size: 1000, ExpiresAt: clock.Now().Add(time.Hour)}}}}
 	cfg := oneClient(config.ClientLimits{MaxStoredBytes: 1000})
 	cfg.Replicas, cfg.Store.Kind = 2, config.StoreRedis
 	l, _ := newLimiter(t, cfg, store, clock)
 	l.recounted = make(chan struct{}, 4)
-	store.mu.Lock()
-	store.records["alice"] = nil // another replica purged her data
-	store.mu.Unlock()
-	scans := store.scans.Load()
+	scans, marks := store.scans.Load(), store.marks.Load()
+	// At the quota, no purge: the mark is read, nothing scanned.
 	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
 	<-l.recounted
-	if got := store.scans.Load(); got != scans+1 {
-		t.Fatalf("%d scans after the refusal, want 1", got-scans)
+	limited(t, l.CheckStorage("alice"), apierror.LimitStorage) // within recountEvery: not read again
+	if s, m := store.scans.Load()-scans, store.marks.Load()-marks; s != 0 || m != 1 {
+		t.Fatalf("%d scans and %d mark reads after two refusals with no purge, want 0 and 1", s, m)
+	}
+	// Another replica purges her data.
+	store.mu.Lock()
+	store.records["alice"] = nil
+	store.mu.Unlock()
+	store.mark.Add(1)
+	clock.Advance(recountEvery)
+	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
+	<-l.recounted
+	if s := store.scans.Load() - scans; s != 1 {
+		t.Fatalf("%d scans once the mark moved, want 1", s)
 	}
 	if err := l.CheckStorage("alice"); err != nil {
 		t.Fatalf("after the count that found her data purged: %v", err)
-	}
-	// Full again: refused, and not counted again within recountEvery.
-	store.mu.Lock()
-	store.records["alice"] = full
-	store.mu.Unlock()
-	if err := l.count(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	scans = store.scans.Load()
-	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
-	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
-	clock.Advance(recountEvery - time.Second)
-	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
-	if got := store.scans.Load(); got != scans {
-		t.Fatalf("%d counts within %v of the last, want none", got-scans, recountEvery)
-	}
-	clock.Advance(time.Second)
-	limited(t, l.CheckStorage("alice"), apierror.LimitStorage)
-	<-l.recounted
-	if got := store.scans.Load(); got != scans+1 {
-		t.Fatalf("%d counts once %v had passed, want 1", got-scans, recountEvery)
 	}
 }
 
