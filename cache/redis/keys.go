@@ -84,12 +84,15 @@ func (r *Store) wakeChannel(ident string) string {
 	return r.prefix + redisWakeNS + ident
 }
 
-func (r *Store) deadLetterKey(id string) string {
+func (r *Store) deadLetterKey(id string) string { return r.taggedKey(redisDeadLetterNS, id) }
+
+// taggedKey is P ns{<part, escaped>}: a key whose hash tag is part.
+func (r *Store) taggedKey(ns, part string) string {
 	var b strings.Builder
 	b.WriteString(r.prefix)
-	b.WriteString(redisDeadLetterNS)
+	b.WriteString(ns)
 	b.WriteByte('{')
-	escapePart(&b, id)
+	escapePart(&b, part)
 	b.WriteByte('}')
 	return b.String()
 }

@@ -236,15 +236,7 @@ func (r *Store) PurgeScope(ctx context.Context, scope string) (cache.Purged, err
 //	P pm:{<scope>}   integer
 const redisPurgeMarkNS = "pm:"
 
-func (r *Store) purgeMarkKey(scope string) string {
-	var b strings.Builder
-	b.WriteString(r.prefix)
-	b.WriteString(redisPurgeMarkNS)
-	b.WriteByte('{')
-	escapePart(&b, scope)
-	b.WriteByte('}')
-	return b.String()
-}
+func (r *Store) purgeMarkKey(scope string) string { return r.taggedKey(redisPurgeMarkNS, scope) }
 
 // bumpPurgeMark counts a purge of scope, done or cut short (some records
 // may be gone either way), even once ctx has ended. The mark lives
