@@ -45,11 +45,12 @@ type BudgetCount struct {
 	Spent, Held int64
 }
 
-// AddSpent is spent + amount, both ≥ 0, saturating at math.MaxInt64: an
-// upstream that reports absurd usage fills its counter, never wraps it to
-// a negative spend that every reservation would fit beside.
-func AddSpent(spent, amount int64) int64 {
-	if s := spent + amount; s >= spent {
+// AddCapped is a + b for a, b ≥ 0, saturating at math.MaxInt64: an
+// upstream that reports absurd usage fills its counter (and its charge),
+// never wraps it to a negative spend that every reservation would fit
+// beside.
+func AddCapped(a, b int64) int64 {
+	if s := a + b; s >= a {
 		return s
 	}
 	return math.MaxInt64

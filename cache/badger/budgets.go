@@ -52,7 +52,7 @@ type budgetRes struct {
 // fits reports whether l's amount fits beside c's spend and holds under
 // l's limit (a spend saturated at the largest integer fits nothing).
 func (c *budgetCounter) fits(l cache.BudgetLine) bool {
-	return cache.AddSpent(cache.AddSpent(c.Spent, c.Held), l.Amount) <= l.Limit
+	return cache.AddCapped(cache.AddCapped(c.Spent, c.Held), l.Amount) <= l.Limit
 }
 
 // purge frees the reservations expired at now (ms), leaving tombstones
@@ -149,7 +149,7 @@ func (s *Store) SettleBudget(ctx context.Context, scope, id string, lines []cach
 				c.Held -= r.Amount
 			}
 			delete(c.Res, id)
-			c.Spent = cache.AddSpent(c.Spent, l.Amount)
+			c.Spent = cache.AddCapped(c.Spent, l.Amount)
 		}
 		return writeCounters(txn, scope, lines, counters, s.now())
 	})
@@ -208,7 +208,7 @@ func readCounters(txn *badger.Txn, scope string, lines []cache.BudgetLine) ([]*b
 			c.Res = map[string]budgetRes{}
 		}
 		if c.Spent < 0 {
-			// Only a sum that wrapped around (before AddSpent) is negative:
+			// Only a sum that wrapped around (before AddCapped) is negative:
 			// it was past the largest integer.
 			c.Spent = math.MaxInt64
 		}

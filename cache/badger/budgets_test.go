@@ -59,7 +59,7 @@ func TestBudgetsSurviveReopen(t *testing.T) {
 	}
 }
 
-// A spend that wrapped around to a negative number before AddSpent (an
+// A spend that wrapped around to a negative number before AddCapped (an
 // earlier release, an absurd charge) reads as saturated: the budget
 // refuses, rather than staying off until its window resets.
 func TestWrappedSpendReadsSaturated(t *testing.T) {

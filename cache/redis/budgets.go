@@ -42,7 +42,7 @@ func (r *Store) budgetKey(scope, counter string) string {
 // luaBudgetRelease takes amt (a string of digits) off h: HINCRBY
 // refuses "-0", and a script that errors keeps what it wrote before it,
 // so a reservation of 0 is skipped rather than sent. charge adds amt to
-// s, saturating at 2^63-1 as cache.AddSpent does: HINCRBY refuses to
+// s, saturating at 2^63-1 as cache.AddCapped does: HINCRBY refuses to
 // overflow, which would stop the script part way. (In doubles, a sum
 // within 512 of 2^63 rounds to it: those saturate too.)
 const luaBudgetRelease = `

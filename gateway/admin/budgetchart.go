@@ -101,7 +101,7 @@ func budgetChartOf(s budget.Series) budgetChart {
 	for _, p := range s.Samples {
 		top = max(top, p.Spent)
 	}
-	top = max(cache.AddSpent(top, top/10), 1) // a saturated spend must not wrap
+	top = max(cache.AddCapped(top, top/10), 1) // a saturated spend must not wrap
 	c.ScaleText = amount(st.Unit, top)
 	y := func(v int64) float64 { return r1(c.Bottom - float64(v)/float64(top)*budgetPlotH) }
 	c.LimitY = y(st.Limit)

@@ -268,7 +268,7 @@ func (h *Hold) Settle(ctx context.Context, timeout time.Duration, runs []Run) {
 		lines[i] = cache.BudgetLine{Counter: ln.counter, Until: l.until(ln.reset)}
 		for _, r := range runs {
 			charge, estimated := l.charge(ln, h.req, r)
-			lines[i].Amount = addCapped(lines[i].Amount, charge)
+			lines[i].Amount = cache.AddCapped(lines[i].Amount, charge)
 			l.o.Metrics.BudgetCharged(h.req.Client, ln.budget.ID(), charge, estimated)
 		}
 	}
@@ -335,14 +335,14 @@ func limitOf(b config.Budget) int64 {
 // tokensOf is the tokens of t that count counts. Anthropic's cache
 // tokens are input beside In; OpenAI's cached_tokens are in In already.
 func tokensOf(count string, t classify.Tokens) int64 {
-	in := addCapped(addCapped(t.In, t.CacheCreation), t.CacheRead)
+	in := cache.AddCapped(cache.AddCapped(t.In, t.CacheCreation), t.CacheRead)
 	switch count {
 	case config.CountInput:
 		return in
 	case config.CountOutput:
 		return t.Out
 	}
-	return addCapped(in, t.Out)
+	return cache.AddCapped(in, t.Out)
 }
 
 // Cost is what the tokens of t that count counts cost at p, in
@@ -387,13 +387,6 @@ func Cost(count string, t classify.Tokens, p config.Price) int64 {
 		return math.MaxInt64
 	}
 	return int64(q)
-}
-
-func addCapped(a, b int64) int64 {
-	if s := a + b; s >= a {
-		return s
-	}
-	return math.MaxInt64
 }
 
 // mulCapped is a × b for a, b ≥ 0, capped at math.MaxInt64.
