@@ -351,7 +351,8 @@ func (l *Limiter) recountIfPurged(c *client) {
 	defer l.countMu.Unlock()
 	ctx, cancel = context.WithTimeout(l.ctx, l.timeout) // from the lock on
 	defer cancel()
-	if err := l.countClient(ctx, c); err != nil && l.ctx.Err() == nil {
+	// The mark just read: a purge since moves it past this count again.
+	if err := l.countAt(ctx, c, mark); err != nil && l.ctx.Err() == nil {
 		l.log.Warn("counting a client's stored bytes failed", slog.String("client", c.name), slog.Any("err", err))
 	}
 }
@@ -465,6 +466,11 @@ func (l *Limiter) countClient(ctx context.Context, c *client) error {
 		}
 		mark = m
 	}
+	return l.countAt(ctx, c, mark)
+}
+
+// countAt is countClient from the purge mark read before it began.
+func (l *Limiter) countAt(ctx context.Context, c *client, mark int64) error {
 	c.mu.Lock()
 	gen, before := c.gen, c.local.clone()
 	c.mu.Unlock()
