@@ -766,6 +766,19 @@ func TestBudgetRequestThatNeverFits(t *testing.T) {
 	if got := spent(t, h.store, day); got != (cache.BudgetCount{}) {
 		t.Fatalf("counter = %+v, want untouched", got)
 	}
+	// A count past the integer range is the largest count, not "unset"
+	// (which reserved default_max_tokens, or one choice for n).
+	for _, body := range []string{
+		`{"model":"gpt-4o-mini","max_tokens":1e30,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"gpt-4o-mini","max_tokens":1,"n":18446744073709551616,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		if e := wantOpenAIError(t, h.chat(body, alice), http.StatusBadRequest); e["code"] != "budget_request_too_large" {
+			t.Fatalf("%s: %v", body, e)
+		}
+	}
+	if n := up.calls.Load(); n != 0 {
+		t.Fatalf("provider calls = %d, want 0", n)
+	}
 	// On /v1/messages, in Anthropic's shape.
 	r = h.do(http.MethodPost, "/v1/messages", `{"model":"claude-x","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`,
 		map[string]string{"x-api-key": "key-alice", "anthropic-version": "2023-06-01"})

@@ -264,14 +264,23 @@ func (r *routing) noteUncounted(key string, v, raw []byte) {
 
 // count reads a JSON number as a count, as a provider's decoder would:
 // 8, 8.0 and 8e0 are 8 (a budget reservation must not read "8.0" as "not
-// set"); a fraction, a negative or a number past 2⁶² is not a count.
+// set"); a fraction or a negative is not a count. A whole number past
+// the integer range (1e300, 2⁶⁴) counts as the most there is: an upstream
+// that reads big integers runs to its own cap, so the reservation must
+// not fall back to the default.
 func count(v []byte) (int64, bool) {
 	if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
 		return n, n >= 0
 	}
 	f, err := strconv.ParseFloat(string(v), 64)
-	if err != nil || f < 0 || f != math.Trunc(f) || f > 1<<62 {
+	if math.IsInf(f, 1) { // 1e400: ParseFloat's range error
+		return math.MaxInt64, true
+	}
+	if err != nil || f < 0 || f != math.Trunc(f) {
 		return 0, false
+	}
+	if f >= math.MaxInt64 {
+		return math.MaxInt64, true
 	}
 	return int64(f), true
 }

@@ -86,6 +86,13 @@ func TestParseRoutingFields(t *testing.T) {
 		// is no count.
 		{`{"model":"m","max_tokens":1e2,"n":8.0}`, `model=m max=100 n=8`},
 		{`{"model":"m","max_tokens":10.5,"best_of":3,"n":2}`, `model=m n=3`},
+		// A count past the integer range is the most there is, not "not
+		// set": a reservation of the default would let a provider that
+		// reads big integers run to its cap on a small hold.
+		{`{"model":"m","max_tokens":99999999999999999999}`, `model=m max=9223372036854775807`},
+		{`{"model":"m","max_completion_tokens":1e300,"n":18446744073709551616}`, `model=m max=9223372036854775807 n=9223372036854775807`},
+		{`{"model":"m","max_tokens":1e400}`, `model=m max=9223372036854775807`},
+		{`{"model":"m","max_tokens":-99999999999999999999,"n":1.5e300}`, `model=m n=9223372036854775807`},
 	}
 	for _, c := range cases {
 		r, err := parseRouting([]byte(c.body), 64)
