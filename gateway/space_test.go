@@ -14,6 +14,7 @@ import (
 	"github.com/llmgate/llmgate/cache"
 	badgerstore "github.com/llmgate/llmgate/cache/badger"
 	"github.com/llmgate/llmgate/cache/storetest"
+	"github.com/llmgate/llmgate/config"
 	"github.com/llmgate/llmgate/e2e/fakeprovider"
 	"github.com/llmgate/llmgate/gateway/apierror"
 )
@@ -121,5 +122,95 @@ func TestStoreFullWire(t *testing.T) {
 		if e.Status != http.StatusServiceUnavailable || e.Type != "server_error" || e.Code != tc.code || e.RetryAfter <= 0 || e.ShouldRetry {
 			t.Errorf("%v: %d %s/%s Retry-After %v x-should-retry %v, want 503 %s", tc.err, e.Status, e.Type, e.Code, e.RetryAfter, e.ShouldRetry, tc.code)
 		}
+	}
+}
+
+// fullStore is a store that reports itself full (max_bytes reached:
+// commits still pass) while full is set.
+type fullStore struct {
+	Store
+	full atomic.Bool
+}
+
+func (f *fullStore) Space() cache.Space {
+	if f.full.Load() {
+		return cache.Space{Full: true, Reason: cache.FullOverCap}
+	}
+	return cache.Space{}
+}
+
+// A duplicate of a keyed request in flight, arriving once the store is
+// full (max_bytes reached), waits for that call and replays its answer, as any duplicate
+// does: waiting stores nothing new. Before, it was refused 503
+// idempotency_store_full with x-should-retry: false, giving up on an
+// answer already paid for (found by review). If the call it waits for
+// ends without an answer, the duplicate may not start another: it gets
+// the refusal, and leaves no record.
+func TestStoreFullDuplicateOfInFlightWaits(t *testing.T) {
+	var fs *fullStore
+	var calls atomic.Int32
+	arrived, release, stop := make(chan struct{}, 4), make(chan int, 4), make(chan struct{})
+	up := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		arrived <- struct{}{}
+		status := http.StatusInternalServerError
+		select {
+		case status = <-release:
+		case <-stop: // the test ended early
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		if status != 200 {
+			fmt.Fprint(w, `{"error":{"message":"bad","type":"invalid_request_error"}}`)
+			return
+		}
+		fmt.Fprint(w, `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
+	}))
+	t.Cleanup(func() { close(stop) }) // before the upstream's Close waits for its handlers
+	h := newHarnessStore(t, func(c *config.Config) { c.Upstreams[0].BaseURL = up + "/v1" },
+		func(s Store) Store { fs = &fullStore{Store: s}; return fs }, fakeprovider.Options{})
+	waits := 0
+	duplicateWhileFull := func(key string, status int) (first, dup result) {
+		t.Helper()
+		hdr := map[string]string{"Idempotency-Key": key}
+		a := h.chatAsync(chatBody, hdr)
+		<-arrived
+		fs.full.Store(true)
+		b := h.chatAsync(chatBody, hdr)
+		waits++
+		want := fmt.Sprintf(`llmgate_idempotency_events_total{event="wait"} %d`, waits)
+		deadline := time.Now().Add(requestLimit / 3)
+		for !strings.Contains(string(h.admin("GET", "/metrics").body), want) {
+			if time.Now().After(deadline) {
+				t.Fatal("the duplicate never waited")
+			}
+			time.Sleep(time.Millisecond) // polling a counter, not synchronising on time
+		}
+		release <- status
+		first, dup = h.await(a), h.await(b)
+		fs.full.Store(false)
+		return first, dup
+	}
+
+	a, b := duplicateWhileFull("in-flight-then-full", 200)
+	if a.status != 200 || b.status != 200 || string(b.body) != string(a.body) || b.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("duplicate while full: %d %s (replayed %q), first %d %s", b.status, b.body, b.header.Get("Idempotent-Replayed"), a.status, a.body)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("upstream calls = %d, want 1", n)
+	}
+
+	a, b = duplicateWhileFull("in-flight-then-full-fails", http.StatusBadRequest)
+	if a.status != http.StatusBadRequest {
+		t.Fatalf("first: %d %s", a.status, a.body)
+	}
+	if e := wantOpenAIError(t, b, http.StatusServiceUnavailable); e["code"] != "idempotency_store_full" {
+		t.Fatalf("duplicate of a call that ended without an answer, store full: %v", e)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("upstream calls = %d, want 2 (the duplicate started none)", n)
+	}
+	if _, err := fs.Get(context.Background(), cache.Key{Endpoint: "/v1/chat/completions", ID: "in-flight-then-full-fails"}); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("the refused duplicate left a record: %v", err)
 	}
 }

@@ -122,6 +122,11 @@ type Request struct {
 	Cache bool
 	// NoStore: Cache-Control: no-store — look up, but never commit.
 	NoStore bool
+	// Refused, when set, is why this request may store nothing new (the
+	// store is full, its client over its quota): Claim then only waits
+	// for the same key in flight and replays its answer; a key it finds
+	// free it gives back at once and answers with Refused.
+	Refused error
 	// Model is the body's model: the model label of the tokens a replay
 	// saves.
 	Model string
@@ -226,6 +231,9 @@ type Event struct {
 	// Waited: the claim waited for the same key in flight elsewhere, and
 	// then replayed its answer or gave up at the client's deadline.
 	Waited bool
+	// InFlight: Lookup found the same key and body in flight, no answer
+	// yet; a Claim would wait for it.
+	InFlight bool
 }
 
 // Lookup answers a request that claims nothing (a Cache-Control: no-store
@@ -247,6 +255,9 @@ func (k *Keeper) Lookup(w http.ResponseWriter, r *http.Request, kr *Request) (Ev
 	}
 	if err == nil && rec.State == cache.Committed && rec.Fingerprint == kr.Fingerprint {
 		return k.replay(w, kr, rec), true, nil
+	}
+	if err == nil && rec.State == cache.InFlight && rec.Fingerprint == kr.Fingerprint {
+		return Event{InFlight: true}, false, nil
 	}
 	if errors.Is(err, cache.ErrNotReplicated) {
 		return Event{}, false, k.storeErr(r.Context(), err)
@@ -296,6 +307,12 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 				// claims at once rather than finding it in flight.
 				l.Release(ctx)
 				return nil, Event{}, apierror.ClientGone
+			}
+			if kr.Refused != nil {
+				// The call it waited for ended without an answer: this
+				// request may not start one (Request.Refused).
+				l.Release(ctx)
+				return nil, Event{}, kr.Refused
 			}
 			k.metrics.IdemEvent("claim")
 			if kr.Cache {

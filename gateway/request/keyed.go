@@ -138,24 +138,24 @@ func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 		w.Header().Set(idempotency.CacheHeader, "miss")
 	}
 	// Over its storage quota a client's keyed request is refused before
-	// its claim, unless it replays a committed answer; a content-cached one
+	// its claim, unless it replays a committed answer or waits for the
+	// same key in flight (which stores nothing new); a content-cached one
 	// is looked up and otherwise served without being stored.
 	// The same holds while the store is full (space.go).
 	if err := g.spaceCheck(kr); err != nil {
-		if ok, lerr := g.lookup(x, kr); ok || lerr != nil {
+		if done, lerr := g.refusedUnlessStored(x, kr, err); done {
 			return lerr
 		}
-		return err
-	}
-	if err := g.storageCheck(kr); err != nil {
-		if ok, lerr := g.lookup(x, kr); ok || lerr != nil {
+	} else if err := g.storageCheck(kr); err != nil {
+		if done, lerr := g.refusedUnlessStored(x, kr, err); done {
+			if lerr == err {
+				s.class = "client_limited"
+			}
 			return lerr
 		}
-		s.class = "client_limited"
-		return err
 	}
 	if kr.NoStore {
-		if ok, lerr := g.lookup(x, kr); ok || lerr != nil {
+		if ok, _, lerr := g.lookup(x, kr); ok || lerr != nil {
 			return lerr
 		}
 		return g.serveUnkeyed(x)
@@ -183,14 +183,34 @@ func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 }
 
 // lookup replays the committed answer of a keyed request that claims
-// nothing (Keeper.Lookup): true once replayed; an error, the store's, for
-// the caller to return.
-func (g *Handler) lookup(x *exchange, kr *idempotency.Request) (bool, error) {
+// nothing (Keeper.Lookup): true once replayed; inFlight when the same key
+// and body are in flight; an error, the store's, for the caller to return.
+func (g *Handler) lookup(x *exchange, kr *idempotency.Request) (ok, inFlight bool, err error) {
 	ev, ok, err := g.keeper.Lookup(x.w, x.req, kr)
 	if ok {
 		x.sum.replay(ev, kr)
 	}
-	return ok, err
+	return ok, ev.InFlight, err
+}
+
+// refusedUnlessStored answers a keyed request that may store nothing new
+// (refusal: the store is full, its client over its quota) from the store
+// when it can: a committed answer is replayed (done, nil), and a store
+// error is returned (done). The same key and body in flight is no new
+// storage: the request goes on to claim it with kr.Refused set, so that
+// it waits for that call's answer, as any duplicate does, instead of
+// giving up on an answer already paid for (done false). Otherwise it is
+// refused (done, refusal).
+func (g *Handler) refusedUnlessStored(x *exchange, kr *idempotency.Request, refusal error) (done bool, err error) {
+	ok, inFlight, err := g.lookup(x, kr)
+	switch {
+	case ok || err != nil:
+		return true, err
+	case inFlight && !kr.NoStore:
+		kr.Refused = refusal
+		return false, nil
+	}
+	return true, refusal
 }
 
 // serveUncached serves a content-cached request whose claim found the
