@@ -23,18 +23,48 @@ import (
 // call differently still matches. Numbers and strings are compared as
 // written ("1.0" and "1" differ, as do "\u0041" and "A"). body must already
 // be one valid JSON value (the gateway parses it first).
-func Fingerprint(body []byte) string {
+//
+// It holds the body's canonical form (at most the body's size) and the
+// members of the objects it is inside; a body whose open objects hold more
+// than MaxMembers members at once is refused (ErrTooManyMembers) rather
+// than sorted: a 30 MB object of millions of one-byte members would take
+// twenty times its size.
+func Fingerprint(body []byte) (string, error) {
 	c := canonPool.Get().(*canonicalizer)
-	c.out = slices.Grow(c.out[:0], len(body))
-	c.value(jsonscan.New(body, 0))
-	sum := sha256.Sum256(c.out)
+	c.out, c.live, c.over = slices.Grow(c.out[:0], len(body)), 0, false
+	if c.sum == nil {
+		c.sum = sha256.New()
+	}
+	c.sum.Reset()
+	s := jsonscan.New(body, 0)
+	if s.Peek() == '{' {
+		c.object(s, true) // written to c.sum as it is sorted: no copy of the body's form
+	} else {
+		c.value(s)
+		c.sum.Write(c.out)
+	}
+	var dst [2 * sha256.Size]byte
+	hex.Encode(dst[:], c.sum.Sum(c.digest[:0]))
+	over := c.over
 	if cap(c.out) <= maxPooledCanon && cap(c.scratch) <= maxPooledCanon {
 		canonPool.Put(c)
 	}
-	var dst [2 * sha256.Size]byte
-	hex.Encode(dst[:], sum[:])
-	return string(dst[:])
+	if over {
+		return "", ErrTooManyMembers
+	}
+	return string(dst[:]), nil
 }
+
+// MaxMembers bounds the members of the objects a body's fingerprint is
+// inside at once (an object's, and those of every object it is nested
+// in): far above any request an API takes (OpenAI's structured outputs
+// allow 5,000 properties in all, logit_bias 300 entries), it keeps the
+// members' positions and the check for keys read alike to a few MiB.
+const MaxMembers = 100_000
+
+// ErrTooManyMembers: the body's objects hold more than MaxMembers
+// members at once.
+var ErrTooManyMembers = fmt.Errorf("the body's objects hold more than %d members at once (counting those of every object an object is nested in)", MaxMembers)
 
 // maxPooledCanon bounds the buffers a pooled canonicalizer keeps: a 20 MiB
 // body is canonicalised once in a fresh one rather than pinned for good.
@@ -46,9 +76,14 @@ var canonPool = sync.Pool{New: func() any { return new(canonicalizer) }}
 // sorted (stably: a repeated key keeps its order), into one buffer. An
 // object's members are written as they come, each "key":value, then moved
 // into key order through scratch; nested objects are finished before their
-// parent sorts, so one scratch serves every level.
+// parent sorts, so one scratch serves every level. The outermost object is
+// not moved: its members go to sum in key order.
 type canonicalizer struct {
 	out, scratch []byte
+	sum          hash.Hash
+	digest       [sha256.Size]byte // sum's, without an allocation
+	live         int  // members of the objects open
+	over         bool // live passed MaxMembers: the form is abandoned
 }
 
 // member is one object member in canonicalizer.out: the key (quotes
@@ -58,7 +93,7 @@ type member struct{ start, colon, end int }
 func (c *canonicalizer) value(s *jsonscan.Scanner) {
 	switch s.Peek() {
 	case '{':
-		c.object(s)
+		c.object(s, false)
 	case '[':
 		c.out = append(c.out, '[')
 		for i := range s.Elements() {
@@ -66,6 +101,9 @@ func (c *canonicalizer) value(s *jsonscan.Scanner) {
 				c.out = append(c.out, ',')
 			}
 			c.value(s)
+			if c.over {
+				return
+			}
 		}
 		c.out = append(c.out, ']')
 	default:
@@ -73,11 +111,19 @@ func (c *canonicalizer) value(s *jsonscan.Scanner) {
 	}
 }
 
-func (c *canonicalizer) object(s *jsonscan.Scanner) {
+// object writes the object at s in canonical form: into c.out, or, for
+// the outermost (last), to c.sum.
+func (c *canonicalizer) object(s *jsonscan.Scanner, last bool) {
 	var stack [16]member
 	members := stack[:0]
 	base := len(c.out)
 	for key := range s.Members() {
+		if c.live++; c.live > MaxMembers {
+			c.over = true
+		}
+		if c.over {
+			return
+		}
 		start := len(c.out)
 		c.out = append(c.out, key...)
 		colon := len(c.out)
@@ -85,6 +131,10 @@ func (c *canonicalizer) object(s *jsonscan.Scanner) {
 		c.value(s)
 		members = append(members, member{start, colon, len(c.out)})
 	}
+	if c.over {
+		return
+	}
+	c.live -= len(members)
 	out := c.out
 	alike := sameKeys(out, members)
 	if alike == nil {
@@ -93,6 +143,10 @@ func (c *canonicalizer) object(s *jsonscan.Scanner) {
 		})
 	} else {
 		slices.SortStableFunc(members, func(a, b member) int { return strings.Compare(alike[a.start], alike[b.start]) })
+	}
+	if last {
+		c.hashSorted(members, alike != nil)
+		return
 	}
 	c.scratch = append(c.scratch[:0], c.out[base:]...)
 	c.out = append(c.out[:base], '{')
@@ -108,6 +162,25 @@ func (c *canonicalizer) object(s *jsonscan.Scanner) {
 	c.out = append(c.out, '}')
 }
 
+// hashSorted writes to c.sum what object writes to c.out for an object
+// whose members, in c.out, are sorted: the same bytes.
+func (c *canonicalizer) hashSorted(members []member, alike bool) {
+	open := canonBytes[:1] // {
+	if alike {
+		open = canonBytes[:2] // {, then the marker object writes
+	}
+	c.sum.Write(open)
+	for i, m := range members {
+		if i > 0 {
+			c.sum.Write(canonBytes[2:3])
+		}
+		c.sum.Write(c.out[m.start:m.end])
+	}
+	c.sum.Write(canonBytes[3:])
+}
+
+// canonBytes are the bytes hashSorted writes besides members.
+var canonBytes = []byte{'{', 0, ',', '}'}
 // sameKeys reports an object whose members include two keys spelled apart
 // that an upstream reads as one: the same once their escapes are decoded
 // ("messages" and "\u006dessages", which every JSON parser reads alike) or

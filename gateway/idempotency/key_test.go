@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -132,7 +135,7 @@ func TestFingerprintMatchesReference(t *testing.T) {
 			if !json.Valid([]byte(body)) {
 				t.Fatalf("case is not valid JSON: %.80s", body)
 			}
-			if got, want := Fingerprint([]byte(body)), referenceFingerprint([]byte(body)); got != want {
+			if got, want := fingerprintOf(t, []byte(body)), referenceFingerprint([]byte(body)); got != want {
 				t.Errorf("round %d: Fingerprint(%.80s) = %s, reference %s", round, body, got, want)
 			}
 		}
@@ -161,13 +164,13 @@ func TestFingerprintKeysReadAlike(t *testing.T) {
 		{`{"store":false,"ſtore":true}`, `{"ſtore":true,"store":false}`, false},
 		{`{"bac\u212aground":true,"background":false}`, `{"background":false,"bac\u212aground":true}`, false},
 	} {
-		if got := Fingerprint([]byte(tc.a)) == Fingerprint([]byte(tc.b)); got != tc.same {
+		if got := fingerprintOf(t, []byte(tc.a)) == fingerprintOf(t, []byte(tc.b)); got != tc.same {
 			t.Errorf("same fingerprint = %v for %s and %s, want %v", got, tc.a, tc.b, tc.same)
 		}
 	}
 	// As first written: the body with its keys sorted by their bytes.
 	sum := sha256.Sum256([]byte(`{"Model":"m","messages":[{"content":"hi","role":"user"}]}`))
-	if got := Fingerprint([]byte(`{"messages":[{"role":"user","content":"hi"}],"Model":"m"}`)); got != hex.EncodeToString(sum[:]) {
+	if got := fingerprintOf(t, []byte(`{"messages":[{"role":"user","content":"hi"}],"Model":"m"}`)); got != hex.EncodeToString(sum[:]) {
 		t.Errorf("a body without keys read alike changed its fingerprint: %s", got)
 	}
 }
@@ -182,7 +185,7 @@ func FuzzFingerprintMatchesReference(f *testing.F) {
 		if !json.Valid([]byte(body)) {
 			return
 		}
-		if got, want := Fingerprint([]byte(body)), referenceFingerprint([]byte(body)); got != want {
+		if got, want := fingerprintOf(t, []byte(body)), referenceFingerprint([]byte(body)); got != want {
 			t.Fatalf("Fingerprint(%q) = %s, reference %s", body, got, want)
 		}
 	})
@@ -192,6 +195,85 @@ func BenchmarkFingerprintObject(b *testing.B) {
 	body := []byte(canonicalCases[len(canonicalCases)-2])
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = Fingerprint(body)
+		_, _ = Fingerprint(body)
+	}
+}
+
+// fingerprintOf is Fingerprint of a body within its bound.
+func fingerprintOf(t testing.TB, body []byte) string {
+	t.Helper()
+	fp, err := Fingerprint(body)
+	if err != nil {
+		t.Fatalf("Fingerprint(%.80s): %v", body, err)
+	}
+	return fp
+}
+
+// manyMembers is an object of n members "K<i>":1 (upper case: the keys
+// are checked for spellings read alike), inside depth objects.
+func manyMembers(n, depth int) []byte {
+	var b bytes.Buffer
+	for range depth {
+		b.WriteString(`{"x":`)
+	}
+	b.WriteByte('{')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"K%d":1`, i)
+	}
+	b.WriteByte('}')
+	for range depth {
+		b.WriteByte('}')
+	}
+	return b.Bytes()
+}
+
+// A body whose objects hold more than MaxMembers members at once is
+// refused, within a bounded memory: a 30 MB object of 2.4 million keys
+// took ~0.5 GB to sort (the members' positions, the maps of keys read
+// alike, a copy of the body's form), enough for one keyed request to end
+// a 256 MiB gateway (found by the hostile-tenant run). Up to the bound a
+// body is fingerprinted as before, nested objects counting their parents'
+// members.
+func TestFingerprintMembersBounded(t *testing.T) {
+	body := manyMembers(1_000_000, 0) // 12 MB
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if _, err := Fingerprint(body); !errors.Is(err, ErrTooManyMembers) {
+		t.Fatalf("1,000,000 members: %v, want ErrTooManyMembers", err)
+	}
+	runtime.ReadMemStats(&after)
+	t.Logf("refusing %d bytes allocated %d", len(body), after.TotalAlloc-before.TotalAlloc)
+	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(len(body))+16<<20; got > limit {
+		t.Fatalf("refusing %d bytes allocated %d, want at most %d", len(body), got, limit)
+	}
+	for _, tc := range []struct {
+		body []byte
+		ok   bool
+	}{
+		{manyMembers(MaxMembers, 0), true},
+		{manyMembers(MaxMembers+1, 0), false},
+		{manyMembers(MaxMembers-3, 3), true},  // each parent holds one member ("x")
+		{manyMembers(MaxMembers-2, 3), false}, // ... which counts
+	} {
+		if fp, err := Fingerprint(tc.body); tc.ok != (err == nil) {
+			t.Errorf("%d bytes: %q, %v (want ok %v)", len(tc.body), fp, err, tc.ok)
+		}
+	}
+	// Siblings do not add up: members of a finished object are not held.
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i := range 3 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(manyMembers(MaxMembers/2, 0))
+	}
+	b.WriteByte(']')
+	if _, err := Fingerprint(b.Bytes()); err != nil {
+		t.Fatalf("three objects of %d members each: %v", MaxMembers/2, err)
 	}
 }

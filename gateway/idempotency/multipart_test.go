@@ -100,7 +100,7 @@ func FuzzMultipartFingerprint(f *testing.F) {
 // in order; a request with none of them keeps its body's fingerprint.
 func TestWithHeaders(t *testing.T) {
 	names := []string{"Anthropic-Version", "Anthropic-Beta"}
-	body := Fingerprint([]byte(`{"model":"claude","max_tokens":5}`))
+	body := fingerprintOf(t, []byte(`{"model":"claude","max_tokens":5}`))
 	fp := func(h http.Header) string { return WithHeaders(body, h, names) }
 	base := fp(http.Header{"Anthropic-Version": {"2023-06-01"}, "Anthropic-Beta": {"a,b"}})
 	if got := fp(http.Header{}); got != body {

@@ -25,7 +25,7 @@ func BenchmarkFingerprint(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(benchBody)))
 	for b.Loop() {
-		_ = idempotency.Fingerprint(benchBody)
+		_, _ = idempotency.Fingerprint(benchBody)
 	}
 }
 

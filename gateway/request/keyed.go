@@ -38,15 +38,19 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 		if err != nil {
 			return nil, apierror.InvalidCode("invalid_idempotency_key", "", err.Error()+".", err)
 		}
+		fp, err := fingerprint(r, ep, body)
+		if err != nil {
+			return nil, err
+		}
 		return &idempotency.Request{
 			Key: cache.Key{Scope: scope, Endpoint: ep.path, ID: key},
-			Raw: key, Fingerprint: fingerprint(r, ep, body), TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: ep.api.ErrorBody, StreamUsage: ep.api.RecordedUsage(),
+			Raw: key, Fingerprint: fp, TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: ep.api.ErrorBody, StreamUsage: ep.api.RecordedUsage(),
 		}, nil
 	}
 	// A derived key stands for the key the agent would send if it could:
 	// the operator opted this client in, so it also meets require_key.
-	if kr := g.derivedKey(r, ep, body); kr != nil {
-		return kr, nil
+	if kr, err := g.derivedKey(r, ep, body); kr != nil || err != nil {
+		return kr, err
 	}
 	if g.cfg.Idempotency.RequireKey {
 		return nil, apierror.InvalidCode("idempotency_key_required", "",
@@ -66,7 +70,10 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 	if strings.Contains(cc, "no-cache") {
 		return nil, nil
 	}
-	fp := fingerprint(r, ep, body)
+	fp, err := fingerprint(r, ep, body)
+	if err != nil {
+		return nil, nil // not cached: caching saves calls, it is no guarantee a client asked for
+	}
 	return &idempotency.Request{
 		Key:         cache.Key{Scope: scope, Endpoint: ep.path, ID: contentCacheID(r, fp)},
 		Fingerprint: fp,
@@ -87,33 +94,49 @@ func (g *Handler) keyFor(r *http.Request, ep endpoint, u *proxy.Upstream, body [
 // empty one. Headers that change on an SDK's own retry
 // (x-stainless-retry-count) are in neither: the fingerprint covers only
 // the body, the headers its API names and the query.
-func (g *Handler) derivedKey(r *http.Request, ep endpoint, body []byte) *idempotency.Request {
+func (g *Handler) derivedKey(r *http.Request, ep endpoint, body []byte) (*idempotency.Request, error) {
 	scope := ClientOf(r)
 	name := g.derive[scope]
 	if name == "" {
-		return nil
+		return nil, nil
 	}
 	session := r.Header.Values(name)
 	if len(session) == 0 || len(session) == 1 && strings.TrimSpace(session[0]) == "" {
-		return nil
+		return nil, nil
 	}
-	fp := fingerprint(r, ep, body)
+	fp, err := fingerprint(r, ep, body)
+	if err != nil {
+		return nil, err
+	}
 	id := idempotency.DerivedKey(forwardedTenant(r), session, fp)
 	return &idempotency.Request{
 		Key: cache.Key{Scope: scope, Endpoint: ep.path, ID: id}, Raw: id, Fingerprint: fp, Derived: true,
 		TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: ep.api.ErrorBody, StreamUsage: ep.api.RecordedUsage(),
-	}
+	}, nil
 }
 
 // fingerprint is what a key's request is compared by: its body, the
 // headers its API says change the answer (anthropic-version,
-// anthropic-beta), and the query when it is forwarded.
-func fingerprint(r *http.Request, ep endpoint, body []byte) string {
-	fp := idempotency.WithHeaders(idempotency.Fingerprint(body), r.Header, ep.api.Fingerprinted())
+// anthropic-beta), and the query when it is forwarded. A body it cannot
+// fingerprint within its bound is a 400 (fingerprintError).
+func fingerprint(r *http.Request, ep endpoint, body []byte) (string, error) {
+	fp, err := idempotency.Fingerprint(body)
+	if err != nil {
+		return "", fingerprintError(err)
+	}
+	fp = idempotency.WithHeaders(fp, r.Header, ep.api.Fingerprinted())
 	if ep.query {
 		fp = idempotency.WithQuery(fp, r.URL.RawQuery)
 	}
-	return fp
+	return fp, nil
+}
+
+// fingerprintError is the 400 of a keyed request whose body has more
+// object members at once than its fingerprint takes
+// (idempotency.MaxMembers).
+func fingerprintError(err error) error {
+	return apierror.InvalidCode("too_many_members", "", fmt.Sprintf("This request has an Idempotency-Key, and its body "+
+		"cannot be compared with a retry's: %v. Send fewer members, or send the request without an Idempotency-Key.", err), err)
 }
 
 // serveKeyed runs a keyed request: replay a committed response, wait for

@@ -214,10 +214,14 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 			return g.serveUnkeyed(&exchange{w: flushWriter{w}, req: r, call: cl, dl: dl, sum: s})
 		}
 		cl.Body = body.json // a dead letter keeps a JSON body (and replays it)
+		fp, err := body.keyFingerprint()
+		if err != nil {
+			return err
+		}
 		kr := &idempotency.Request{
 			Key: cache.Key{Scope: ClientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
 			Raw: key, TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: rt.api.ErrorBody,
-			Fingerprint: idempotency.WithHeaders(idempotency.WithQuery(body.fingerprint, r.URL.RawQuery), r.Header, rt.api.Fingerprinted()),
+			Fingerprint: idempotency.WithHeaders(idempotency.WithQuery(fp, r.URL.RawQuery), r.Header, rt.api.Fingerprinted()),
 		}
 		return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}}, kr)
 	})(c)

@@ -84,16 +84,30 @@ func (g *Handler) readPassJSON(r *http.Request, rt passRoute, held *admission.Re
 	if err != nil {
 		return passBody{}, err
 	}
-	pb := passBody{src: proxy.MemoryBody(body), json: body, fingerprint: idempotency.Fingerprint(nil)}
+	pb := passBody{src: proxy.MemoryBody(body), json: body}
 	if len(body) == 0 {
+		pb.fingerprint, _ = idempotency.Fingerprint(nil)
 		return pb, nil
 	}
 	rt2, err := parseRouting(body, g.cfg.Limits.MaxJSONDepth)
 	if err != nil {
 		return passBody{}, g.routingError(err)
 	}
-	pb.model, pb.fingerprint = rt2.Model, idempotency.Fingerprint(body)
+	pb.model = rt2.Model
 	return pb, nil
+}
+
+// keyFingerprint is the body's fingerprint, for a keyed request: a JSON
+// body's is taken only then (a 400 when over its bound).
+func (pb passBody) keyFingerprint() (string, error) {
+	if pb.fingerprint != "" || len(pb.json) == 0 {
+		return pb.fingerprint, nil
+	}
+	fp, err := idempotency.Fingerprint(pb.json)
+	if err != nil {
+		return "", fingerprintError(err)
+	}
+	return fp, nil
 }
 
 // readSpooled copies a non-JSON body into sp, parsing a multipart one on

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/gateway"
-	"github.com/llmgate/llmgate/gateway/idempotency"
 )
 
 // The simulation's parts for gateways that run elsewhere: the multi-process
@@ -104,7 +103,7 @@ func (w *Workload) Final(n int, hc *http.Client, urls []string, st gateway.Store
 			defer func() { <-sem; wg.Done() }()
 			rq := request{key: k, mode: ModeFinal}
 			rec, err := st.Get(context.Background(), storeKey(k.id))
-			if err == nil && rec.Fingerprint == idempotency.Fingerprint([]byte(k.body(1))) {
+			if err == nil && rec.Fingerprint == fingerprint(k.body(1)) {
 				rq.variant = 1
 			}
 			send(hc, urls[i%len(urls)], rq, h)
