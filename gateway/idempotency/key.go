@@ -82,8 +82,8 @@ type canonicalizer struct {
 	out, scratch []byte
 	sum          hash.Hash
 	digest       [sha256.Size]byte // sum's, without an allocation
-	live         int  // members of the objects open
-	over         bool // live passed MaxMembers: the form is abandoned
+	live         int               // members of the objects open
+	over         bool              // live passed MaxMembers: the form is abandoned
 }
 
 // member is one object member in canonicalizer.out: the key (quotes
@@ -181,6 +181,7 @@ func (c *canonicalizer) hashSorted(members []member, alike bool) {
 
 // canonBytes are the bytes hashSorted writes besides members.
 var canonBytes = []byte{'{', 0, ',', '}'}
+
 // sameKeys reports an object whose members include two keys spelled apart
 // that an upstream reads as one: the same once their escapes are decoded
 // ("messages" and "\u006dessages", which every JSON parser reads alike) or
