@@ -148,6 +148,36 @@ func TestJSONOverRecordLimitServedOnceNeverTwice(t *testing.T) {
 	wantOpenAIError(t, h.chat(strings.Replace(chatBody, "Hello", "Other", 1), key("bigjson")), http.StatusUnprocessableEntity)
 }
 
+// A content-cached answer (no Idempotency-Key) too large to record is
+// served and not cached: the next identical request is a miss that runs
+// again. Before, a not-stored marker was committed under the cache key,
+// and every identical request got its 410 idempotency_result_not_stored
+// ("use a new key", to clients that sent none) for cache_ttl (found by
+// review).
+func TestContentCachedOverRecordLimitIsNotCached(t *testing.T) {
+	cached := map[string]string{"X-Llmgate-Cache": "on"}
+	for _, tc := range []struct {
+		body    string
+		limit   func(c *config.Config)
+		content int
+	}{
+		{chatBody, func(c *config.Config) { c.Idempotency.MaxRecordBytes = 300 }, 2000},
+		{streamBody, func(c *config.Config) { c.Idempotency.MaxRecordEvents = 3 }, 0},
+	} {
+		h := newHarnessStore(t, tc.limit, nil, fakeprovider.Options{ContentBytes: tc.content})
+		for round := range 2 {
+			r := h.chat(tc.body, cached)
+			whole := len(r.body) >= 2000 || strings.HasSuffix(string(r.body), "data: [DONE]\n\n")
+			if r.status != 200 || !whole || r.header.Get("X-Llmgate-Cache") != "miss" {
+				t.Fatalf("round %d: %d cache=%q: %.300s", round, r.status, r.header.Get("X-Llmgate-Cache"), r.body)
+			}
+			if got := h.fake.Calls(""); got != round+1 {
+				t.Fatalf("round %d: upstream calls %d, want %d", round, got, round+1)
+			}
+		}
+	}
+}
+
 func TestTruncatedJSONIsRetried(t *testing.T) {
 	h := newHarness(t, nil)
 	h.fake.Enqueue(fakeprovider.Step{Body: `{"id":"x","object":"chat.completion","choices":[{"index":0,"mess`}, fakeprovider.Step{})

@@ -710,11 +710,15 @@ func (k *keyedCall) deliverJSON(resp *proxy.Response, res outcome.Result, v outc
 // committed, so the deadline cannot pass between the check and the
 // commit. Not delivered, it is Cut, which Settle releases. A marker
 // committed resolves the key's dead letter, as a commit does.
+//
+// A content-cache entry gets no marker: nobody retries it, and a marker
+// would answer every identical request 410 until it expired. Its key is
+// released once the answer is out, so the next one is a miss that runs.
 func (k *keyedCall) settleDelivered(res outcome.Result, upstream string, size int64) (outcome.Action, error) {
 	act := outcome.Release
 	delivered, err := k.h.deliver(func() error {
 		res.Delivery = outcome.Whole
-		if act = outcome.Settle(res).Action; act != outcome.Marker {
+		if act = outcome.Settle(res).Action; act != outcome.Marker || k.kr.Cache {
 			return nil
 		}
 		return k.lease.CommitNotStored(k.work, upstream, size, k.g.now())
@@ -724,6 +728,12 @@ func (k *keyedCall) settleDelivered(res outcome.Result, upstream string, size in
 		act = outcome.Settle(res).Action
 		k.s.committed = "false: the client did not receive it whole"
 		k.s.idemEvent = "release"
+	}
+	if act == outcome.Marker && k.kr.Cache {
+		k.s.committed = "false: too large to cache"
+		k.s.idemEvent = "release"
+		k.lease.Release(k.work)
+		return act, nil
 	}
 	if act == outcome.Marker && err == nil {
 		// The key has its answer (served once): a dead letter of an
@@ -814,6 +824,8 @@ func (k *keyedCall) notStored(res outcome.Result, rec *sse.Recorder, tail *proxy
 	case act != outcome.Marker:
 		k.lease.Release(k.work)
 		return
+	case k.kr.Cache:
+		return // released: a cache entry gets no marker
 	case err != nil:
 		k.s.committed = "false: the marker could not be stored"
 		k.s.idemEvent = "release"
