@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -175,6 +177,40 @@ func TestContentCachedOverRecordLimitIsNotCached(t *testing.T) {
 				t.Fatalf("round %d: upstream calls %d, want %d", round, got, round+1)
 			}
 		}
+	}
+}
+
+// A stream whose "data: [DONE]" comes without the blank line that ends an
+// event (the upstream closed the connection after its line) has ended: it
+// is relayed as it came and committed, one upstream call, and its retry
+// replays it. Before, it was taken for a cut stream: the client got an
+// error event in place of the held finish, the call was retried (a second
+// provider call), the breaker counted a failure (found by review).
+func TestStreamDoneWithoutBlankLineIsTheEnd(t *testing.T) {
+	var calls atomic.Int32
+	done := "data: [DONE]\n"
+	up := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}`+"\n\n")
+		fmt.Fprint(w, `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n")
+		fmt.Fprint(w, done)
+	}))
+	h := newHarnessStore(t, func(c *config.Config) { c.Upstreams[0].BaseURL = up + "/v1" }, nil, fakeprovider.Options{})
+	for _, d := range []string{"data: [DONE]\n", "data: [DONE]"} {
+		done = d
+		k := key("done-" + strconv.Itoa(len(d)))
+		a := h.chat(streamBody, k)
+		if a.status != 200 || strings.Contains(string(a.body), "error") || !strings.HasSuffix(string(a.body), "\n\n"+d) {
+			t.Fatalf("%q: %d %s", d, a.status, a.body)
+		}
+		b := h.chat(streamBody, k)
+		if b.header.Get("Idempotent-Replayed") != "true" || string(b.body) != string(a.body) {
+			t.Fatalf("%q: retry %d replayed=%q %s", d, b.status, b.header.Get("Idempotent-Replayed"), b.body)
+		}
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("upstream calls %d, want 2", n)
 	}
 }
 

@@ -358,6 +358,15 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 			}
 			continue
 		}
+		if errors.Is(err, io.ErrUnexpectedEOF) && string(sse.Data(ev)) == "[DONE]" {
+			// "data: [DONE]" whose blank line never came (the upstream
+			// closed first): the stream's end all the same, as the SDKs
+			// read it; relayed as it came.
+			r.event(ev)
+			if r.obs.Ended() {
+				return r.done()
+			}
+		}
 		var o classify.Outcome
 		switch {
 		case errors.Is(err, io.EOF) && r.obs.SawError():
