@@ -214,6 +214,69 @@ func TestStreamDoneWithoutBlankLineIsTheEnd(t *testing.T) {
 	}
 }
 
+// A keyed stream too large to record holds nothing back: it will not be
+// committed, so nothing need wait for a commit. Before, once a chat
+// stream's tail had started (its first finish_reason: choice 0 of n=2),
+// every later event was held, copied, until the upstream ended: choice 1's
+// content reached the client only then, and what was held grew with the
+// upstream's output past max_record_bytes (found by review).
+func TestUnrecordableStreamHoldsNothingBack(t *testing.T) {
+	release, stop := make(chan struct{}), make(chan struct{})
+	chunk := func(i int, delta, finish string) string {
+		return fmt.Sprintf(`data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":%d,"delta":%s,"finish_reason":%s}]}`+"\n\n", i, delta, finish)
+	}
+	up := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, chunk(0, `{"content":"zero"}`, "null")+chunk(0, `{}`, `"stop"`))
+		for range 5 { // each event under max_record_bytes, which bounds an event too
+			fmt.Fprint(w, chunk(1, `{"content":"`+strings.Repeat("x", 400)+`"}`, "null"))
+		}
+		fmt.Fprint(w, chunk(1, `{"content":"ONE-"}`, "null"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-stop:
+		}
+		fmt.Fprint(w, chunk(1, `{}`, `"stop"`)+"data: [DONE]\n\n")
+	}))
+	t.Cleanup(func() { close(stop) })
+	h := newHarnessStore(t, func(c *config.Config) {
+		c.Upstreams[0].BaseURL = up + "/v1"
+		c.Idempotency.MaxRecordBytes = 1000
+	}, nil, fakeprovider.Options{})
+	body := `{"model":"gpt-4o-mini","stream":true,"n":2,"messages":[{"role":"user","content":"Hello"}]}`
+	res, err := h.send(context.Background(), http.MethodPost, "/v1/chat/completions", body, key("n2-big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	seen := make(chan bool, 1)
+	go func() {
+		var all []byte
+		buf := make([]byte, 4096)
+		for {
+			n, err := res.Body.Read(buf)
+			if all = append(all, buf[:n]...); strings.Contains(string(all), "ONE-") {
+				seen <- true
+				return
+			}
+			if err != nil {
+				seen <- false
+				return
+			}
+		}
+	}()
+	select {
+	case ok := <-seen:
+		if !ok {
+			t.Fatal("the stream ended without choice 1's content")
+		}
+	case <-time.After(requestLimit / 3):
+		t.Fatal("choice 1's content, sent by the upstream, was held back")
+	}
+	close(release)
+}
+
 func TestTruncatedJSONIsRetried(t *testing.T) {
 	h := newHarness(t, nil)
 	h.fake.Enqueue(fakeprovider.Step{Body: `{"id":"x","object":"chat.completion","choices":[{"index":0,"mess`}, fakeprovider.Step{})

@@ -320,8 +320,17 @@ func (r *relay) event(ev []byte) {
 	r.obs.Observe(data)
 	r.span.Observe(data)
 	kept := r.rec.Add(ev)
-	if r.hold && r.obs.tailStarted() {
-		if kept == nil { // not recorded (no recorder, or over its limits)
+	if r.hold && r.obs.tailStarted() && r.rec != nil && r.rec.Over() {
+		// Too large to record: the stream is not committed, so nothing
+		// need wait for a commit (its marker is committed once all of it
+		// is out). What was held goes out, and the rest as it comes; held,
+		// it grew with the upstream's output, past any record limit (a
+		// chat stream's n > 1 choices after the first finished).
+		r.tail.Release()
+		r.tail.events = nil
+	}
+	if r.hold && r.obs.tailStarted() && (r.rec == nil || !r.rec.Over()) {
+		if kept == nil { // not recorded (no recorder)
 			kept = append([]byte(nil), ev...)
 		}
 		// The recorder's copy is never written again: the tail shares it.
