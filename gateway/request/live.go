@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmgate/llmgate/cache"
+	"github.com/llmgate/llmgate/classify"
 	"github.com/llmgate/llmgate/gateway/apierror"
 	"github.com/llmgate/llmgate/gateway/idempotency"
 	"github.com/llmgate/llmgate/gateway/proxy"
@@ -46,6 +47,10 @@ type liveStream struct {
 	trailer http.Header
 	done    bool
 	over    bool
+	// saved is the usage the finished stream reported, read once for all
+	// its joiners (savedByJoin).
+	savedOnce sync.Once
+	saved     classify.Tokens
 	// aborted: the work ended without its answer whole (a panic): a
 	// joiner's response is aborted, never ended as if whole.
 	aborted bool
@@ -367,9 +372,8 @@ func (g *Handler) follow(x *exchange, kr *idempotency.Request, l *liveStream, de
 			for k, vv := range l.trailer {
 				w.Header()[k] = vv
 			}
-			body, size := l.reader()
 			l.mu.Unlock()
-			g.savedByJoin(kr, v.header.Get("X-Llmgate-Upstream"), body, size)
+			g.savedByJoin(kr, v.header.Get("X-Llmgate-Upstream"), l)
 			return nil
 		}
 		select {
@@ -392,20 +396,29 @@ func (g *Handler) follow(x *exchange, kr *idempotency.Request, l *liveStream, de
 	}
 }
 
-// savedByJoin counts the tokens a joined stream saved, as a replay does.
-func (g *Handler) savedByJoin(kr *idempotency.Request, upstream string, body io.Reader, size int) {
-	rd := sse.NewReader(body, size+1)
-	defer rd.Release()
-	var events [][]byte
-	for {
-		ev, err := rd.Next()
-		if err != nil {
-			break
+// savedByJoin counts the tokens a joined stream (l, done) saved, as a
+// replay does. The stream is read for its usage once, by its first joiner
+// to finish: every joiner copying the whole stream at its end, all at
+// once, took a copy of up to max_record_bytes each.
+func (g *Handler) savedByJoin(kr *idempotency.Request, upstream string, l *liveStream) {
+	l.savedOnce.Do(func() {
+		l.mu.Lock()
+		body, size := l.reader()
+		l.mu.Unlock()
+		rd := sse.NewReader(body, size+1)
+		defer rd.Release()
+		var events [][]byte
+		for {
+			ev, err := rd.Next()
+			if err != nil {
+				break
+			}
+			events = append(events, append([]byte(nil), ev...))
 		}
-		events = append(events, append([]byte(nil), ev...))
-	}
-	rec := &cache.Record{Status: http.StatusOK, Stream: true, Events: events}
-	g.metrics.UsageSaved(upstream, kr.Model, kr.Key.Scope, idempotency.RecordUsage(rec, kr.StreamUsage))
+		rec := &cache.Record{Status: http.StatusOK, Stream: true, Events: events}
+		l.saved = idempotency.RecordUsage(rec, kr.StreamUsage)
+	})
+	g.metrics.UsageSaved(upstream, kr.Model, kr.Key.Scope, l.saved)
 }
 
 // goLive registers a keyed stream's call for duplicates to join, before
