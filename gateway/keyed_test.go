@@ -121,6 +121,34 @@ func TestKeyedBodyOverMemberBoundIs400(t *testing.T) {
 	}
 }
 
+// A client's Idempotency-Key of the form of the gateway's own keys
+// (a content-cache entry's, a derived key's) is a 400: before, a key
+// "cache:<fingerprint of B>" sent with body A took the place of B's
+// cache entry, and every content-cached request of B got 422
+// idempotency_key_reused, though it sent no key (found by review).
+func TestKeyOfTheGatewaysOwnFormRefused(t *testing.T) {
+	h := newHarness(t, nil)
+	fp, err := idempotency.Fingerprint([]byte(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := strings.Replace(chatBody, "Hello", "Other", 1)
+	for _, k := range []string{"cache:" + fp, "cache:" + fp[:32] + ":" + fp, "derived:" + fp} {
+		if e := wantOpenAIError(t, h.chat(other, key(k)), http.StatusBadRequest); e["code"] != "invalid_idempotency_key" {
+			t.Fatalf("%s: %v", k, e)
+		}
+	}
+	if r := h.chat(chatBody, map[string]string{"X-Llmgate-Cache": "on"}); r.status != 200 || r.header.Get("X-Llmgate-Cache") != "miss" {
+		t.Fatalf("content-cached: %d cache=%q %s", r.status, r.header.Get("X-Llmgate-Cache"), r.body)
+	}
+	// Keys that only look alike are a client's own.
+	for _, k := range []string{"cache:warm-1", "derived:" + fp[:63], "cache:" + strings.ToUpper(fp), "Cache:" + fp} {
+		if r := h.chat(other, key(k)); r.status != 200 {
+			t.Fatalf("%s: %d %s", k, r.status, r.body)
+		}
+	}
+}
+
 func TestConcurrentDuplicatesMakeOneUpstreamCall(t *testing.T) {
 	h := newHarness(t, nil)
 	h.fake.Enqueue(fakeprovider.Step{Delay: 300 * time.Millisecond})

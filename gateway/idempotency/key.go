@@ -272,7 +272,43 @@ func ParseKey(h string) (string, error) {
 			return "", errors.New("Idempotency-Key must be printable ASCII characters")
 		}
 	}
+	if reserved(key) {
+		return "", errors.New("Idempotency-Key has the form of the gateway's own keys (cache:<hex>, derived:<hex>): choose another")
+	}
 	return key, nil
+}
+
+// reserved reports a key of the form the gateway gives the records it
+// keys itself, in the same scope and endpoint as a client's keys: a
+// content-cache entry's ("cache:" [<32 hex> ":"] <64 hex>, contentCacheID)
+// and a derived key's ("derived:" <64 hex>, DerivedKey). A client sending
+// one would take that record's place: its body under a cached body's key
+// makes every request of that body a 422.
+func reserved(key string) bool {
+	if rest, ok := strings.CutPrefix(key, "derived:"); ok {
+		return isHex(rest, 64)
+	}
+	rest, ok := strings.CutPrefix(key, "cache:")
+	if !ok {
+		return false
+	}
+	if tenant, fp, ok := strings.Cut(rest, ":"); ok {
+		return isHex(tenant, 32) && isHex(fp, 64)
+	}
+	return isHex(rest, 64)
+}
+
+// isHex reports whether s is n lower-case hex digits.
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // DerivedHeader marks the answers to a request whose key was derived
