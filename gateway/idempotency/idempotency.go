@@ -300,25 +300,8 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 		}
 		switch cl.Status {
 		case cache.Claimed:
-			l := &Lease{k: k, req: kr, owner: cl.Owner, heldAt: at}
-			if ctx.Err() != nil {
-				// The client left while the claim ran. Nothing has gone
-				// upstream for it: give the key back now, so its retry
-				// claims at once rather than finding it in flight.
-				l.Release(ctx)
-				return nil, Event{}, apierror.ClientGone
-			}
-			if kr.Refused != nil {
-				// The call it waited for ended without an answer: this
-				// request may not start one (Request.Refused).
-				l.Release(ctx)
-				return nil, Event{}, kr.Refused
-			}
-			k.metrics.IdemEvent("claim")
-			if kr.Cache {
-				k.metrics.IdemEvent("cache_miss")
-			}
-			return l, Event{}, nil
+			l, err := k.claimed(ctx, kr, cl.Owner, at)
+			return l, Event{}, err
 		case cache.Done:
 			ev := k.replay(w, kr, cl.Record)
 			ev.Waited = waited
@@ -347,6 +330,28 @@ func (k *Keeper) Claim(w http.ResponseWriter, r *http.Request, kr *Request, clie
 }
 
 var errClientDeadline = errors.New("client deadline")
+
+// claimed is the Lease of a claim the store gave owner at at: the
+// request's to run, unless its client left while the claim ran (nothing
+// has gone upstream for it: the key is given back now, so its retry
+// claims at once rather than finding it in flight), or it may start no
+// call (Request.Refused: the call it waited for ended without an answer).
+func (k *Keeper) claimed(ctx context.Context, kr *Request, owner string, at time.Time) (*Lease, error) {
+	l := &Lease{k: k, req: kr, owner: owner, heldAt: at}
+	switch {
+	case ctx.Err() != nil:
+		l.Release(ctx)
+		return nil, apierror.ClientGone
+	case kr.Refused != nil:
+		l.Release(ctx)
+		return nil, kr.Refused
+	}
+	k.metrics.IdemEvent("claim")
+	if kr.Cache {
+		k.metrics.IdemEvent("cache_miss")
+	}
+	return l, nil
+}
 
 // waitContext bounds a claim's wait for an in-flight duplicate: wait_timeout
 // from the claim's start, and the client's deadline when it sent one.

@@ -214,17 +214,26 @@ func (g *Handler) handlePassthrough(c echo.Context) error {
 			return g.serveUnkeyed(&exchange{w: flushWriter{w}, req: r, call: cl, dl: dl, sum: s})
 		}
 		cl.Body = body.json // a dead letter keeps a JSON body (and replays it)
-		fp, err := body.keyFingerprint()
+		kr, err := g.passKeyed(r, rt, key, body)
 		if err != nil {
 			return err
 		}
-		kr := &idempotency.Request{
-			Key: cache.Key{Scope: ClientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
-			Raw: key, TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: rt.api.ErrorBody,
-			Fingerprint: idempotency.WithHeaders(idempotency.WithQuery(fp, r.URL.RawQuery), r.Header, rt.api.Fingerprinted()),
-		}
 		return g.serveKeyed(&exchange{w: w, req: r, call: cl, dl: dl, sum: s, held: hold{slot, &held}}, kr)
 	})(c)
+}
+
+// passKeyed is the keyed request of a passthrough request with key: its
+// fingerprint covers the body, the query and the headers its API names.
+func (g *Handler) passKeyed(r *http.Request, rt passRoute, key string, body passBody) (*idempotency.Request, error) {
+	fp, err := body.keyFingerprint()
+	if err != nil {
+		return nil, err
+	}
+	return &idempotency.Request{
+		Key: cache.Key{Scope: ClientOf(r), Endpoint: r.URL.EscapedPath(), ID: key},
+		Raw: key, TTL: g.cfg.Idempotency.TTL.D(), ErrorBody: rt.api.ErrorBody,
+		Fingerprint: idempotency.WithHeaders(idempotency.WithQuery(fp, r.URL.RawQuery), r.Header, rt.api.Fingerprinted()),
+	}, nil
 }
 
 // passUpstream is the upstream for a passthrough request: the one of the
