@@ -277,6 +277,30 @@ func TestUnrecordableStreamHoldsNothingBack(t *testing.T) {
 	close(release)
 }
 
+// On the Messages API, which ends on message_stop, a "data: [DONE]" cut
+// before its blank line is a cut like any other: its bytes are not
+// relayed, so the error event that ends the stream stays an event of its
+// own (relayed, they ran into it: "data: [DONE]event: error", one event
+// with no name to an SDK; found by review).
+func TestMessagesPartialDoneIsACut(t *testing.T) {
+	up := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[],\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n")
+		fmt.Fprint(w, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
+		fmt.Fprint(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n")
+		fmt.Fprint(w, "data: [DONE]\n")
+	}))
+	h := newHarness(t, func(c *config.Config) {
+		budgeted(up)(c)
+		c.Retry.MaxAttempts = 1
+	})
+	body := `{"model":"claude-x","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	r := h.do(http.MethodPost, "/v1/messages", body, map[string]string{"x-api-key": "key-alice", "anthropic-version": "2023-06-01"})
+	if strings.Contains(string(r.body), "[DONE]") || !strings.Contains(string(r.body), "\n\nevent: error\n") {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+}
+
 func TestTruncatedJSONIsRetried(t *testing.T) {
 	h := newHarness(t, nil)
 	h.fake.Enqueue(fakeprovider.Step{Body: `{"id":"x","object":"chat.completion","choices":[{"index":0,"mess`}, fakeprovider.Step{})

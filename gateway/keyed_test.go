@@ -133,7 +133,7 @@ func TestKeyOfTheGatewaysOwnFormRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := strings.Replace(chatBody, "Hello", "Other", 1)
-	for _, k := range []string{"cache:" + fp, "cache:" + fp[:32] + ":" + fp, "derived:" + fp} {
+	for _, k := range []string{"cache:" + fp, "cache:" + fp[:32] + ":" + fp, "cache:acme:" + fp, "derived:" + fp} {
 		if e := wantOpenAIError(t, h.chat(other, key(k)), http.StatusBadRequest); e["code"] != "invalid_idempotency_key" {
 			t.Fatalf("%s: %v", k, e)
 		}
@@ -142,7 +142,7 @@ func TestKeyOfTheGatewaysOwnFormRefused(t *testing.T) {
 		t.Fatalf("content-cached: %d cache=%q %s", r.status, r.header.Get("X-Llmgate-Cache"), r.body)
 	}
 	// Keys that only look alike are a client's own.
-	for _, k := range []string{"cache:warm-1", "derived:" + fp[:63], "cache:" + strings.ToUpper(fp), "Cache:" + fp} {
+	for _, k := range []string{"cache:warm-1", "derived:" + fp[:63], "cache:" + strings.ToUpper(fp), "Cache:" + fp, "cache::" + fp[1:], "cache:x" + fp} {
 		if r := h.chat(other, key(k)); r.status != 200 {
 			t.Fatalf("%s: %d %s", k, r.status, r.body)
 		}

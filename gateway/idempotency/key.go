@@ -273,29 +273,27 @@ func ParseKey(h string) (string, error) {
 		}
 	}
 	if reserved(key) {
-		return "", errors.New("Idempotency-Key has the form of the gateway's own keys (cache:<hex>, derived:<hex>): choose another")
+		return "", errors.New("Idempotency-Key has the form of the gateway's own keys (cache:[<tenant>:]<hex>, derived:<hex>): choose another")
 	}
 	return key, nil
 }
 
 // reserved reports a key of the form the gateway gives the records it
 // keys itself, in the same scope and endpoint as a client's keys: a
-// content-cache entry's ("cache:" [<32 hex> ":"] <64 hex>, contentCacheID)
-// and a derived key's ("derived:" <64 hex>, DerivedKey). A client sending
-// one would take that record's place: its body under a cached body's key
-// makes every request of that body a 422.
+// content-cache entry's ("cache:" [<tenant> ":"] <64 hex>, contentCacheID,
+// with the tenant a chained gateway forwarded) and a derived key's
+// ("derived:" <64 hex>, DerivedKey). A client sending one would take that
+// record's place: its body under a cached body's key makes every request
+// of that body a 422 (and that body would replay the cached answer).
 func reserved(key string) bool {
 	if rest, ok := strings.CutPrefix(key, "derived:"); ok {
 		return isHex(rest, 64)
 	}
 	rest, ok := strings.CutPrefix(key, "cache:")
-	if !ok {
+	if !ok || len(rest) < 64 || !isHex(rest[len(rest)-64:], 64) {
 		return false
 	}
-	if tenant, fp, ok := strings.Cut(rest, ":"); ok {
-		return isHex(tenant, 32) && isHex(fp, 64)
-	}
-	return isHex(rest, 64)
+	return len(rest) == 64 || len(rest) > 65 && rest[len(rest)-65] == ':'
 }
 
 // isHex reports whether s is n lower-case hex digits.

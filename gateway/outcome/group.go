@@ -110,10 +110,14 @@ func Classes() []classify.Class {
 }
 
 // ErrorClass is the class of a request that ended with err and no upstream
-// answer: breaker_open when an open breaker refused it, else gateway_error.
+// answer: breaker_open when an open breaker refused it, client_limited
+// when one of its client's limits did, else gateway_error.
 func ErrorClass(err error) classify.Class {
 	if errors.As(err, new(*apierror.BreakerOpen)) {
 		return BreakerOpen
+	}
+	if errors.As(err, new(*apierror.ClientLimited)) {
+		return "client_limited" // a client's own limit (some callers say so themselves)
 	}
 	return GatewayError
 }

@@ -2,6 +2,7 @@ package outcome
 
 import (
 	"errors"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -84,6 +85,9 @@ func TestBreakerRefusalClass(t *testing.T) {
 	if v := Settle(Result{Err: bo, Tried: []string{"u"}}); v.Class != BreakerOpen || v.Breaker != breaker.Excluded ||
 		v.DeadLetter == nil || v.DeadLetter.Class != "breaker_open" {
 		t.Errorf("breaker refusal settled as %+v", v)
+	}
+	if c := ErrorClass(fmt.Errorf("refused: %w", &apierror.ClientLimited{Limit: apierror.LimitStorage})); c != "client_limited" {
+		t.Errorf("ErrorClass(a client's limit) = %q", c) // a keyed duplicate refused after its wait was gateway_error (review)
 	}
 	if c := ErrorClass(errors.New("store down")); c != GatewayError {
 		t.Errorf("ErrorClass(other) = %q", c)

@@ -367,14 +367,14 @@ func (r *relay) rest(s *LiveStream, status int) classify.Outcome {
 			}
 			continue
 		}
-		if errors.Is(err, io.ErrUnexpectedEOF) && string(sse.Data(ev)) == "[DONE]" {
-			// "data: [DONE]" whose blank line never came (the upstream
-			// closed first): the stream's end all the same, as the SDKs
-			// read it; relayed as it came.
+		if _, chat := r.obs.(*chatObserver); chat && errors.Is(err, io.ErrUnexpectedEOF) && string(sse.Data(ev)) == "[DONE]" {
+			// A chat stream's "data: [DONE]" whose blank line never came
+			// (the upstream closed first): its end all the same, as the
+			// SDKs read it; relayed as it came. (Other APIs end on an
+			// event of their own: for them it is a cut, and its bytes are
+			// not relayed, so the error event that follows stays whole.)
 			r.event(ev)
-			if r.obs.Ended() {
-				return r.done()
-			}
+			return r.done()
 		}
 		var o classify.Outcome
 		switch {

@@ -135,8 +135,8 @@ func fingerprint(r *http.Request, ep endpoint, body []byte) (string, error) {
 // object members at once than its fingerprint takes
 // (idempotency.MaxMembers).
 func fingerprintError(err error) error {
-	return apierror.InvalidCode("too_many_members", "", fmt.Sprintf("This request has an Idempotency-Key, and its body "+
-		"cannot be compared with a retry's: %v. Send fewer members, or send the request without an Idempotency-Key.", err), err)
+	return apierror.InvalidCode("too_many_members", "", fmt.Sprintf("This request is keyed (by its Idempotency-Key, or by one "+
+		"derived from its session), and its body cannot be compared with a retry's: %v. Send fewer members, or send it unkeyed.", err), err)
 }
 
 // serveKeyed runs a keyed request: replay a committed response, wait for
@@ -171,10 +171,7 @@ func (g *Handler) serveKeyed(x *exchange, kr *idempotency.Request) error {
 		}
 	} else if err := g.storageCheck(kr); err != nil {
 		if done, lerr := g.refusedUnlessStored(x, kr, err); done {
-			if lerr == err {
-				s.class = "client_limited"
-			}
-			return lerr
+			return lerr // a refusal's class is client_limited (outcome.ErrorClass)
 		}
 	}
 	if kr.NoStore {
