@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -396,5 +397,55 @@ func TestPassthroughRouting(t *testing.T) {
 	}
 	if s := first.seen(); len(s) != 1 || s[0].path != "/v1/moderations" || bytes.Contains(s[0].body, []byte("model")) {
 		t.Errorf("first saw %v, want the moderation without a model", s)
+	}
+}
+
+// A request body sent with a Content-Encoding is a 415 naming it, in the
+// route's error shape, with no upstream call: the gateway reads a body as
+// sent and does not relay that header, so a gzip JSON body was a
+// misleading 400 ("must be a JSON object"), and an encoded upload would
+// reach the provider as compressed bytes that no longer said so (noticed
+// by the hostile-tenant run). identity is no encoding.
+func TestEncodedRequestBodyIs415(t *testing.T) {
+	up := &metered{In: 1, Out: 1}
+	url := newTestServer(t, up)
+	h := newHarness(t, budgeted(url))
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(chatBody))
+	zw.Close()
+	form := func() (string, string) {
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		mw.WriteField("purpose", "batch")
+		fw, _ := mw.CreateFormFile("file", "in.jsonl")
+		fw.Write([]byte("{}\n"))
+		mw.Close()
+		return b.String(), mw.FormDataContentType()
+	}
+	upload, uploadType := form()
+	for _, tc := range []struct {
+		path, body, ctype, encoding string
+	}{
+		{"/v1/chat/completions", gz.String(), "application/json", "gzip"},
+		{"/v1/chat/completions", chatBody, "application/json", "identity, br"},
+		{"/v1/batches", `{"input_file_id":"file-1","endpoint":"/v1/chat/completions","completion_window":"24h"}`, "application/json", "deflate"},
+		{"/v1/files", upload, uploadType, "GZIP"},
+	} {
+		r := h.do(http.MethodPost, tc.path, tc.body, map[string]string{"Authorization": "Bearer key-alice", "Content-Type": tc.ctype, "Content-Encoding": tc.encoding})
+		if e := wantOpenAIError(t, r, http.StatusUnsupportedMediaType); e["code"] != "unsupported_content_encoding" {
+			t.Fatalf("%s %q: %v", tc.path, tc.encoding, e)
+		}
+	}
+	r := h.do(http.MethodPost, "/v1/messages", `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`,
+		map[string]string{"x-api-key": "key-alice", "anthropic-version": "2023-06-01", "Content-Encoding": "br"})
+	if r.status != http.StatusUnsupportedMediaType || !strings.HasPrefix(string(r.body), `{"type":"error","error":{"type":"invalid_request_error"`) {
+		t.Fatalf("messages: %d %s", r.status, r.body)
+	}
+	if n := up.calls.Load(); n != 0 {
+		t.Fatalf("upstream calls %d, want 0", n)
+	}
+	if r := h.do(http.MethodPost, "/v1/chat/completions", chatBody, map[string]string{"Authorization": "Bearer key-alice", "Content-Encoding": "identity"}); r.status != 200 {
+		t.Fatalf("identity: %d %s", r.status, r.body)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -218,6 +219,9 @@ func (g *Handler) readBody(r *http.Request, held *admission.Reservation) ([]byte
 
 // readBodyUpTo is readBody with another limit (a passthrough route's).
 func (g *Handler) readBodyUpTo(r *http.Request, held *admission.Reservation, limit int64) ([]byte, error) {
+	if err := encodedBody(r); err != nil {
+		return nil, err
+	}
 	if r.ContentLength > limit {
 		return nil, &apierror.TooLarge{Limit: limit}
 	}
@@ -236,6 +240,25 @@ func (g *Handler) readBodyUpTo(r *http.Request, held *admission.Reservation, lim
 		return nil, apierror.InvalidCode("", "", "Could not read the request body.", err)
 	}
 	return body, nil
+}
+
+// encodedBody refuses a request body sent with a Content-Encoding (gzip,
+// br...): the gateway reads a body as it is sent, to parse, fingerprint
+// and check it, and does not relay that header, so an encoded body was
+// refused as malformed JSON, or reached the upstream as compressed bytes
+// that no longer said so (an upload stored compressed). A 415 says what
+// to do instead.
+func encodedBody(r *http.Request) error {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for e := range strings.SplitSeq(v, ",") {
+			if e = strings.TrimSpace(e); e != "" && !strings.EqualFold(e, "identity") {
+				return &apierror.Error{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error",
+					Code: "unsupported_content_encoding", Param: "Content-Encoding",
+					Message: fmt.Sprintf("The request body is sent with Content-Encoding %q, which this gateway does not take: send it uncompressed.", cut(e, 32))}
+			}
+		}
+	}
+	return nil
 }
 
 // refusal is the client's error for a failed admission reservation: the

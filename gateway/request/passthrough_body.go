@@ -41,6 +41,9 @@ type passBody struct {
 // passthrough.spool_max_bytes is not read first at all: it streams to the
 // upstream once (keyed, it is refused: its fingerprint needs it whole).
 func (g *Handler) readPassBody(r *http.Request, rt passRoute, keyed bool, held *admission.Reservation) (passBody, error) {
+	if err := encodedBody(r); err != nil {
+		return passBody{}, err
+	}
 	if r.ContentLength > rt.maxBody {
 		return passBody{}, &apierror.TooLarge{Limit: rt.maxBody}
 	}
