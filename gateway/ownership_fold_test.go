@@ -27,13 +27,20 @@ func upload(t *testing.T, h *harness, up *objectUpstream, who map[string]string)
 // uploadAs posts a one-line batch file to /v1/files as who.
 func uploadAs(h *harness, who map[string]string) result {
 	h.t.Helper()
+	body, ctype := batchFileForm()
+	return h.do(http.MethodPost, "/v1/files", body, map[string]string{"Authorization": who["Authorization"], "Content-Type": ctype})
+}
+
+// batchFileForm is a /v1/files form of a one-line batch file, and its
+// Content-Type.
+func batchFileForm() (body, contentType string) {
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
 	mw.WriteField("purpose", "batch")
 	fw, _ := mw.CreateFormFile("file", "in.jsonl")
 	fw.Write([]byte("{}\n"))
 	mw.Close()
-	return h.do(http.MethodPost, "/v1/files", buf.String(), map[string]string{"Authorization": who["Authorization"], "Content-Type": mw.FormDataContentType()})
+	return buf.String(), mw.FormDataContentType()
 }
 
 // TestFoldedKeysOfOthersRefused: bob cannot name alice's response or file

@@ -414,16 +414,7 @@ func TestEncodedRequestBodyIs415(t *testing.T) {
 	zw := gzip.NewWriter(&gz)
 	zw.Write([]byte(chatBody))
 	zw.Close()
-	form := func() (string, string) {
-		var b bytes.Buffer
-		mw := multipart.NewWriter(&b)
-		mw.WriteField("purpose", "batch")
-		fw, _ := mw.CreateFormFile("file", "in.jsonl")
-		fw.Write([]byte("{}\n"))
-		mw.Close()
-		return b.String(), mw.FormDataContentType()
-	}
-	upload, uploadType := form()
+	upload, uploadType := batchFileForm()
 	for _, tc := range []struct {
 		path, body, ctype, encoding string
 	}{

@@ -320,7 +320,15 @@ func (r *relay) event(ev []byte) {
 	r.obs.Observe(data)
 	r.span.Observe(data)
 	kept := r.rec.Add(ev)
-	if r.hold && r.obs.tailStarted() && r.rec != nil && r.rec.Over() {
+	if r.hold && r.obs.tailStarted() {
+		if !r.rec.Over() {
+			if kept == nil { // not recorded (no recorder)
+				kept = append([]byte(nil), ev...)
+			}
+			// The recorder's copy is never written again: the tail shares it.
+			r.tail.events = append(r.tail.events, kept)
+			return
+		}
 		// Too large to record: the stream is not committed, so nothing
 		// need wait for a commit (its marker is committed once all of it
 		// is out). What was held goes out, and the rest as it comes; held,
@@ -328,14 +336,6 @@ func (r *relay) event(ev []byte) {
 		// chat stream's n > 1 choices after the first finished).
 		r.tail.Release()
 		r.tail.events = nil
-	}
-	if r.hold && r.obs.tailStarted() && (r.rec == nil || !r.rec.Over()) {
-		if kept == nil { // not recorded (no recorder)
-			kept = append([]byte(nil), ev...)
-		}
-		// The recorder's copy is never written again: the tail shares it.
-		r.tail.events = append(r.tail.events, kept)
-		return
 	}
 	// Flushed before the next read of the upstream. The recorder's copy,
 	// when there is one, is never written again: a writer that keeps what

@@ -214,14 +214,15 @@ func (g *Handler) routingError(err error) error {
 // readBody reads the request body up to limits.max_body_bytes, holding
 // its bytes in held (see package admission).
 func (g *Handler) readBody(r *http.Request, held *admission.Reservation) ([]byte, error) {
-	return g.readBodyUpTo(r, held, g.cfg.Limits.MaxBodyBytes)
-}
-
-// readBodyUpTo is readBody with another limit (a passthrough route's).
-func (g *Handler) readBodyUpTo(r *http.Request, held *admission.Reservation, limit int64) ([]byte, error) {
 	if err := encodedBody(r); err != nil {
 		return nil, err
 	}
+	return g.readBodyUpTo(r, held, g.cfg.Limits.MaxBodyBytes)
+}
+
+// readBodyUpTo is readBody with another limit (a passthrough route's,
+// whose body readPassBody has checked for an encoding).
+func (g *Handler) readBodyUpTo(r *http.Request, held *admission.Reservation, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, &apierror.TooLarge{Limit: limit}
 	}

@@ -89,7 +89,6 @@ func (g *Handler) readPassJSON(r *http.Request, rt passRoute, held *admission.Re
 	}
 	pb := passBody{src: proxy.MemoryBody(body), json: body}
 	if len(body) == 0 {
-		pb.fingerprint, _ = idempotency.Fingerprint(nil)
 		return pb, nil
 	}
 	rt2, err := parseRouting(body, g.cfg.Limits.MaxJSONDepth)
@@ -101,9 +100,11 @@ func (g *Handler) readPassJSON(r *http.Request, rt passRoute, held *admission.Re
 }
 
 // keyFingerprint is the body's fingerprint, for a keyed request: a JSON
-// body's is taken only then (a 400 when over its bound).
+// body's (an empty one's too) is taken only then (a 400 when over its
+// bound); any other body's was taken as it was read. (A body streamed
+// unread has none, and is never keyed.)
 func (pb passBody) keyFingerprint() (string, error) {
-	if pb.fingerprint != "" || len(pb.json) == 0 {
+	if pb.fingerprint != "" {
 		return pb.fingerprint, nil
 	}
 	fp, err := idempotency.Fingerprint(pb.json)

@@ -58,5 +58,6 @@ func (r *Recorder) Events() [][]byte { return r.events }
 // Seen is the bytes of every event added, kept or not.
 func (r *Recorder) Seen() int64 { return r.seen }
 
-// Over reports whether the stream passed a limit (nothing is kept then).
-func (r *Recorder) Over() bool { return r.over }
+// Over reports whether the stream passed a limit (nothing is kept then);
+// a nil Recorder, which keeps nothing, never does.
+func (r *Recorder) Over() bool { return r != nil && r.over }
